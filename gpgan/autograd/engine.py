@@ -1,0 +1,242 @@
+"""Reverse-mode traversal: ``backward`` (into leaves' ``.grad``) and ``grad`` (returned).
+
+Functions are visited in decreasing generation, which is a topological order, so each function
+runs once, after every gradient flowing into its outputs has been summed. ``grad`` first marks the
+functions that lie on a path from the outputs to the requested inputs and asks each for the
+gradients of those inputs only: the image gradient of an R1 penalty computes no weight gradients.
+With ``create_graph=False`` the backward functions run with recording off (no graph is built), and
+each output gradient is dropped as soon as its function has consumed it.
+"""
+import heapq
+
+from gpgan.autograd import mode
+from gpgan.autograd.function import FunctionNode
+from gpgan.autograd.variable import Variable
+from gpgan.backend import get_array_module
+
+_mode = mode._mode
+
+
+class _Accumulate(FunctionNode):
+    """Sum of gradients of equal shape; its backward hands the incoming gradient to every term."""
+
+    def forward(self, inputs):
+        total = inputs[0] + inputs[1]
+        return (total,)
+
+    def backward(self, target_input_indexes, grad_outputs):
+        return tuple(grad_outputs[0] for _ in target_input_indexes)
+
+
+def _accumulate(a, b):
+    if a is None:
+        return b
+    return _Accumulate().apply((a, b))[0]
+
+
+def _as_list(x):
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return list(x)
+    return [x]
+
+
+def _initial_gradients(outputs, grad_outputs, create_graph):
+    if grad_outputs is None:
+        grad_outputs = [None] * len(outputs)
+    if len(grad_outputs) != len(outputs):
+        raise ValueError(f"got {len(outputs)} outputs but {len(grad_outputs)} grad_outputs")
+    grads = {}
+    for k, (y, gy) in enumerate(zip(outputs, grad_outputs)):
+        if not isinstance(y, Variable):
+            raise TypeError(f"outputs[{k}] must be a Variable, got {type(y).__name__}")
+        if not y.requires_grad:
+            raise RuntimeError(
+                f"outputs[{k}] does not require grad: it was computed from no Variable with "
+                "requires_grad=True, or under no_grad()"
+            )
+        if gy is None:
+            if y.data.size != 1:
+                raise RuntimeError(
+                    f"backward of a non-scalar output (shape {y.shape}) needs grad_output of the "
+                    "same shape; only outputs with one element get an implicit gradient of 1"
+                )
+            gy = Variable._from_node(get_array_module(y.data).ones_like(y.data), None)
+        else:
+            if not isinstance(gy, Variable):
+                gy = Variable(gy) if not hasattr(gy, "dtype") else Variable._from_node(gy, None)
+            if gy.shape != y.shape:
+                raise ValueError(f"grad_output of shape {gy.shape} does not match output of shape {y.shape}")
+            if not create_graph:
+                gy = gy.detach()
+        node = y._node
+        with mode.set_grad_enabled(create_graph):
+            grads[node] = _accumulate(grads.get(node), gy)
+    return grads
+
+
+def _needed_functions(output_nodes, target_nodes):
+    """Functions that lie on a path from an output node to a target node."""
+    reachable = []
+    seen = set()
+    stack = [n.creator for n in output_nodes if n.creator is not None]
+    while stack:
+        f = stack.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        reachable.append(f)
+        for n in f.inputs:
+            if n is not None and n.requires_grad and n.creator is not None:
+                stack.append(n.creator)
+    reachable.sort(key=lambda f: f.generation)  # inputs' creators come first
+    needed = set()
+    for f in reachable:
+        for n in f.inputs:
+            if n is not None and (id(n) in target_nodes or (n.creator is not None and id(n.creator) in needed)):
+                needed.add(id(f))
+                break
+    return needed
+
+
+def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
+    """The shared traversal. ``target_nodes``: id -> node for ``grad``, or None for ``backward``.
+
+    Returns the dict node -> gradient holding the gradients of the leaves (``backward``) or the
+    target nodes (``grad``).
+    """
+    grads = _initial_gradients(outputs, grad_outputs, create_graph)
+    output_nodes = [y._node for y in outputs]
+    needed = None if target_nodes is None else _needed_functions(output_nodes, target_nodes)
+
+    heap = []
+    pushed = set()
+    counter = 0
+    for n in output_nodes:
+        f = n.creator
+        if f is not None and id(f) not in pushed and (needed is None or id(f) in needed):
+            pushed.add(id(f))
+            heapq.heappush(heap, (-f.generation, counter, f))
+            counter += 1
+
+    keep = target_nodes if target_nodes is not None else {}
+    with mode.set_grad_enabled(create_graph):
+        while heap:
+            _, _, f = heapq.heappop(heap)
+            gys = []
+            for ref in f.outputs:
+                node = ref()
+                if node is None:
+                    gys.append(None)
+                elif id(node) in keep:
+                    gys.append(grads.get(node))
+                else:
+                    gys.append(grads.pop(node, None))  # consumed: free it now
+            if all(g is None for g in gys):
+                continue
+            indexes = []
+            for i, n in enumerate(f.inputs):
+                if n is None or not n.requires_grad:
+                    continue
+                if needed is None or id(n) in keep or (n.creator is not None and id(n.creator) in needed):
+                    indexes.append(i)
+            if not indexes:
+                continue
+            gxs = f.backward(tuple(indexes), tuple(gys))
+            if not retain_graph:
+                f.release()
+            if type(gxs) is not tuple:
+                gxs = tuple(gxs) if isinstance(gxs, list) else (gxs,)
+            if len(gxs) == len(f.inputs) and len(gxs) != len(indexes):
+                gxs = tuple(gxs[i] for i in indexes)
+            if len(gxs) != len(indexes):
+                raise RuntimeError(
+                    f"{f.label}.backward returned {len(gxs)} gradients for {len(indexes)} requested inputs"
+                )
+            for i, gx in zip(indexes, gxs):
+                if gx is None:
+                    continue
+                n = f.inputs[i]
+                if gx.shape != n.shape:
+                    raise RuntimeError(
+                        f"{f.label}.backward returned a gradient of shape {gx.shape} for input {i} "
+                        f"of shape {n.shape}"
+                    )
+                grads[n] = _accumulate(grads.get(n), gx)
+                g = n.creator
+                if g is not None and id(g) not in pushed and (needed is None or id(g) in needed):
+                    pushed.add(id(g))
+                    heapq.heappush(heap, (-g.generation, counter, g))
+                    counter += 1
+    return grads
+
+
+def backward(outputs, grad_outputs=None, create_graph=False, retain_graph=None):
+    """Accumulate the gradients of ``outputs`` into the ``.grad`` of every leaf requiring grad.
+
+    Args:
+        outputs: a Variable or a sequence of Variables.
+        grad_outputs: matching gradients (arrays or Variables); None for one-element outputs.
+        create_graph: record the backward pass so ``.grad`` can be differentiated again.
+        retain_graph: keep retained buffers for another backward; defaults to ``create_graph``.
+    """
+    outputs = _as_list(outputs)
+    grad_outputs = _as_list(grad_outputs)
+    if retain_graph is None:
+        retain_graph = create_graph
+    grads = _run(outputs, grad_outputs, None, create_graph, retain_graph)
+    with mode.set_grad_enabled(create_graph):
+        for node, g in grads.items():
+            if node.creator is not None:
+                continue
+            leaf = node.leaf_variable()
+            if leaf is None:
+                continue
+            leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
+
+
+def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=None, allow_unused=False):
+    """Gradients of ``outputs`` with respect to ``inputs``, returned instead of accumulated.
+
+    For each input, the sum over outputs of the vector-Jacobian product
+    ``sum_k grad_outputs[k] . d outputs[k] / d input``. Only the functions between the outputs and
+    the inputs run, and only the gradients of the requested inputs are computed.
+
+    Args:
+        outputs: a Variable or a sequence of Variables.
+        inputs: a Variable or a sequence of Variables (leaves or intermediate results).
+        grad_outputs: matching output gradients; None for one-element outputs (gradient 1).
+        create_graph: make the results part of the graph, so they can be differentiated again
+            (to any order).
+        retain_graph: keep retained buffers for another backward; defaults to ``create_graph``.
+        allow_unused: when an input does not influence the outputs, return None for it instead of
+            raising.
+
+    Returns:
+        A list of Variables (or None for unused inputs with ``allow_unused``), one per input, of
+        the inputs' shapes. ``.grad`` of leaves is not touched.
+    """
+    outputs = _as_list(outputs)
+    inputs = _as_list(inputs)
+    grad_outputs = _as_list(grad_outputs)
+    if retain_graph is None:
+        retain_graph = create_graph
+    target_nodes = {}
+    for k, x in enumerate(inputs):
+        if not isinstance(x, Variable):
+            raise TypeError(f"inputs[{k}] must be a Variable, got {type(x).__name__}")
+        if not x.requires_grad:
+            raise RuntimeError(f"inputs[{k}] does not require grad; set requires_grad=True on it")
+        target_nodes[id(x._node)] = x._node
+    grads = _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph)
+    result = []
+    for k, x in enumerate(inputs):
+        g = grads.get(x._node)
+        if g is None and not allow_unused:
+            raise RuntimeError(
+                f"inputs[{k}] (shape {x.shape}) is not used to compute the outputs, so it has no "
+                "gradient; pass allow_unused=True to get None for it"
+            )
+        result.append(g)
+    return result

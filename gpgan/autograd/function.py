@@ -1,0 +1,209 @@
+"""``FunctionNode``: one differentiable operation, its forward on arrays and its backward on Variables.
+
+Subclasses implement
+
+* ``forward(self, inputs)``: a tuple of arrays in, a tuple of arrays out. It calls
+  ``self.retain_inputs(indexes)`` / ``self.retain_outputs(indexes)`` for exactly the values the
+  backward needs; nothing else is kept alive by the graph.
+* ``backward(self, target_input_indexes, grad_outputs)``: Variables in (``None`` for an output
+  that received no gradient), and the gradients for the inputs listed in
+  ``target_input_indexes`` out (a tuple aligned with that list, or one entry per input).
+  The backward is written with gpgan's differentiable functions, so under
+  ``create_graph=True`` it is recorded like any forward pass and can be differentiated again.
+  Under ``create_graph=False`` it runs with recording off and builds no graph.
+
+This follows Chainer's FunctionNode; nnabla calls the same idea forward graph expansion.
+"""
+import weakref
+
+import numpy
+
+from gpgan.autograd import mode
+from gpgan.autograd.variable import Variable, VariableNode
+from gpgan.backend import array_module
+
+_mode = mode._mode
+_RELEASED = object()
+
+
+class FunctionNode:
+    """Base class of every differentiable operation (see the module docstring)."""
+
+    inputs = ()        # tuple of VariableNode or None (constants), set when recorded
+    outputs = ()       # tuple of weakrefs to the output nodes
+    generation = 0
+    _retain_in = None  # indexes asked for by forward
+    _retain_out = None
+    _retained_inputs = None
+    _retained_outputs = None
+
+    @property
+    def label(self):
+        return type(self).__name__
+
+    # -- called by forward ------------------------------------------------------------------
+    def retain_inputs(self, indexes):
+        """Keep the input arrays at ``indexes`` for the backward (call from ``forward``)."""
+        self._retain_in = tuple(indexes)
+
+    def retain_outputs(self, indexes):
+        """Keep the output arrays at ``indexes`` for the backward (call from ``forward``)."""
+        self._retain_out = tuple(indexes)
+
+    # -- called by backward -----------------------------------------------------------------
+    def get_retained_inputs(self):
+        """The retained inputs as Variables attached to the original graph nodes."""
+        data = self._retained_inputs
+        if data is _RELEASED:
+            raise self._released_error()
+        if data is None:
+            raise RuntimeError(f"{self.label}.backward asked for retained inputs, but its forward retained none")
+        return tuple(Variable._from_node(data[k], self.inputs[i]) for k, i in enumerate(self._retain_in))
+
+    def get_retained_outputs(self):
+        """The retained outputs as Variables attached to this function's output nodes."""
+        data = self._retained_outputs
+        if data is _RELEASED:
+            raise self._released_error()
+        if data is None:
+            raise RuntimeError(f"{self.label}.backward asked for retained outputs, but its forward retained none")
+        result = []
+        for k, i in enumerate(self._retain_out):
+            node = self.outputs[i]()
+            if node is None:  # the output Variable and its node are gone: give it a fresh node
+                arr = data[k]
+                node = VariableNode(arr.shape, arr.dtype, True, creator=self, generation=self.generation)
+                self.outputs = self.outputs[:i] + (weakref.ref(node),) + self.outputs[i + 1:]
+            result.append(Variable._from_node(data[k], node))
+        return tuple(result)
+
+    def _released_error(self):
+        return RuntimeError(
+            f"{self.label}: trying to backward through the graph a second time, but the values its "
+            "backward needs were freed by the first backward. Pass retain_graph=True (or "
+            "create_graph=True) to the first backward()/grad() to backward twice."
+        )
+
+    def release(self):
+        """Free the retained arrays; a later backward through this node raises a clear error."""
+        if self._retain_in is not None:
+            self._retained_inputs = _RELEASED
+        if self._retain_out is not None:
+            self._retained_outputs = _RELEASED
+
+    # -- the one entry point ------------------------------------------------------------------
+    def apply(self, inputs):
+        """Run forward on ``inputs`` (Variables, arrays or numbers) and record the node if needed.
+
+        Returns a tuple of Variables, one per output.
+        """
+        ref = None
+        for x in inputs:
+            if isinstance(x, Variable):
+                ref = x.data
+                break
+        if ref is None:
+            variables = tuple(Variable(x) for x in inputs)
+        else:
+            variables = tuple(x if isinstance(x, Variable) else _constant(x, ref) for x in inputs)
+        in_data = tuple(v.data for v in variables)
+        if "cupy" in _sys_modules:
+            array_module.check_same_device(self.label, in_data)
+
+        out_data = self.forward(in_data)
+        if type(out_data) is not tuple:
+            out_data = tuple(out_data) if isinstance(out_data, list) else (out_data,)
+        out_data = tuple(_fix_scalar(y) for y in out_data)
+
+        record = False
+        if _mode.grad_enabled:
+            for v in variables:
+                node = v._node
+                if node is not None and node.requires_grad:
+                    record = True
+                    break
+        if not record:
+            return tuple(Variable._from_node(y, None) for y in out_data)
+
+        in_nodes = tuple(v._node for v in variables)
+        self.inputs = in_nodes
+        gen = 0
+        for n in in_nodes:
+            if n is not None and n.generation > gen:
+                gen = n.generation
+        self.generation = gen = gen + 1
+        outputs = tuple(
+            Variable._from_node(y, VariableNode(y.shape, y.dtype, True, creator=self, generation=gen))
+            for y in out_data
+        )
+        self.outputs = tuple(weakref.ref(v._node) for v in outputs)
+        if self._retain_in is not None:
+            self._retained_inputs = tuple(in_data[i] for i in self._retain_in)
+        if self._retain_out is not None:
+            self._retained_outputs = tuple(out_data[i] for i in self._retain_out)
+        return outputs
+
+    def forward(self, inputs):
+        raise NotImplementedError(f"{self.label} does not implement forward")
+
+    def backward(self, target_input_indexes, grad_outputs):
+        raise NotImplementedError(f"{self.label} does not implement backward")
+
+    def __repr__(self):
+        return f"<{self.label} generation={self.generation}>"
+
+
+import sys as _sys  # noqa: E402
+
+_sys_modules = _sys.modules
+
+
+def _constant(value, like):
+    """A number (or array) used as a constant operand, in the dtype and on the device of ``like``."""
+    xp = array_module.get_array_module(like)
+    if isinstance(value, (int, float, bool)) or isinstance(value, numpy.generic):
+        dtype = like.dtype if like.dtype.kind == "f" else None
+        return Variable._from_node(xp.asarray(value, dtype=dtype), None)
+    return Variable._from_node(xp.asarray(value), None)
+
+
+def _fix_scalar(y):
+    # NumPy reductions return numpy scalars; a Variable always holds an ndarray.
+    if isinstance(y, numpy.generic):
+        return numpy.asarray(y)
+    return y
+
+
+class FirstOrderOnly(FunctionNode):
+    """Stands for a gradient computed by a backward that cannot be differentiated again.
+
+    A function whose backward works on raw arrays returns its result through
+    :func:`first_order_only`; the result is then connected to the graph through this node, and a
+    later attempt to differentiate through it raises instead of silently returning zeros.
+    """
+
+    def __init__(self, owner):
+        self.owner = owner
+
+    def forward(self, inputs):
+        return (inputs[0],)
+
+    def backward(self, target_input_indexes, grad_outputs):
+        raise RuntimeError(
+            f"the backward of {self.owner} is not differentiable, so it cannot be differentiated "
+            "again (double backward through it is not supported)"
+        )
+
+
+def first_order_only(owner, gradient_array, depends_on):
+    """Wrap ``gradient_array`` as a Variable that refuses to be differentiated again.
+
+    ``depends_on`` are the Variables (incoming gradients, retained inputs) the gradient was
+    computed from; when any of them is in a graph, the result is too, through
+    :class:`FirstOrderOnly`.
+    """
+    if not _mode.grad_enabled or not any(v is not None and v.requires_grad for v in depends_on):
+        return Variable._from_node(gradient_array, None)
+    live = [v for v in depends_on if v is not None]
+    # Record the dependency by applying the node to the gradient plus the inputs it depends on.
+    return FirstOrderOnly(owner).apply([Variable._from_node(gradient_array, None)] + live)[0]

@@ -1,0 +1,24 @@
+"""Array backends: picks NumPy or CuPy for an array, moves arrays between devices.
+
+CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
+"""
+from gpgan.backend.array_module import (
+    DEVICES,
+    check_same_device,
+    cupy_available,
+    device_of,
+    get_array_module,
+    to_device,
+)
+from gpgan.backend.random import get_rng, manual_seed
+
+__all__ = [
+    "DEVICES",
+    "check_same_device",
+    "cupy_available",
+    "device_of",
+    "get_array_module",
+    "to_device",
+    "get_rng",
+    "manual_seed",
+]

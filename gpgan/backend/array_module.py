@@ -1,0 +1,91 @@
+"""One lookup that picks the array module (``numpy`` or ``cupy``) for arrays.
+
+CuPy is optional. It is imported only by :func:`to_device` when ``"cuda"`` is asked for; until
+then no CuPy array can exist, so :func:`get_array_module` checks ``sys.modules`` and never pays
+for an import.
+"""
+import sys
+
+import numpy
+
+DEVICES = ("cpu", "cuda")
+
+
+def _loaded_cupy():
+    """The cupy module if it has been imported already, else None (never imports it)."""
+    return sys.modules.get("cupy")
+
+
+def cupy_available():
+    """True when CuPy imports and sees at least one CUDA device."""
+    try:
+        import cupy
+    except Exception:
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:
+        return False
+
+
+def _import_cupy():
+    try:
+        import cupy
+    except Exception as exc:  # ImportError, or a broken CUDA install
+        raise RuntimeError(
+            "device 'cuda' needs CuPy, which could not be imported "
+            f"({type(exc).__name__}: {exc}). Install it with `pip install -e '.[cuda]'` "
+            "(or the cupy-cudaXXx wheel matching your CUDA), or use device 'cpu'."
+        ) from exc
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        raise RuntimeError(f"device 'cuda' asked for, but CuPy sees no CUDA device: {exc}") from exc
+    if count == 0:
+        raise RuntimeError("device 'cuda' asked for, but CuPy sees no CUDA device")
+    return cupy
+
+
+def get_array_module(*arrays):
+    """``cupy`` if any of ``arrays`` is a CuPy array, else ``numpy``."""
+    cupy = _loaded_cupy()
+    if cupy is not None:
+        for a in arrays:
+            if isinstance(a, cupy.ndarray):
+                return cupy
+    return numpy
+
+
+def device_of(array):
+    """``"cuda"`` for a CuPy array, ``"cpu"`` otherwise."""
+    cupy = _loaded_cupy()
+    if cupy is not None and isinstance(array, cupy.ndarray):
+        return "cuda"
+    return "cpu"
+
+
+def check_same_device(op_name, arrays):
+    """Raise a clear error when ``arrays`` live on different devices."""
+    cupy = _loaded_cupy()
+    if cupy is None:
+        return
+    devices = {("cuda" if isinstance(a, cupy.ndarray) else "cpu") for a in arrays}
+    if len(devices) > 1:
+        kinds = ", ".join(device_of(a) for a in arrays)
+        raise RuntimeError(
+            f"{op_name}: inputs are on different devices ({kinds}); move them to one device "
+            "with .to('cpu') or .to('cuda') first"
+        )
+
+
+def to_device(array, device):
+    """Copy ``array`` to ``device`` (``"cpu"`` or ``"cuda"``); returns it unchanged if it is there."""
+    if device not in DEVICES:
+        raise ValueError(f"unknown device {device!r}; accepted: {', '.join(DEVICES)}")
+    if device == "cpu":
+        cupy = _loaded_cupy()
+        if cupy is not None and isinstance(array, cupy.ndarray):
+            return cupy.asnumpy(array)
+        return numpy.asarray(array)
+    cupy = _import_cupy()
+    return cupy.asarray(array)
