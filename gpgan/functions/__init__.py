@@ -1,14 +1,20 @@
 """Differentiable functions on Variables, each with a differentiable backward.
 
 Users write ``import gpgan.functions as F``. Names, argument order and keywords follow
-``torch.nn.functional`` where it has the same function.
+``torch.nn.functional`` where it has the same function. Each module lists its public functions
+in ``__all__``; this package re-exports them all.
 """
 from gpgan.functions import _operators
-from gpgan.functions.arithmetic import add, div, mul, neg, pow, sub
-from gpgan.functions.array import broadcast_to, flatten, getitem, reshape, sum_to, transpose
-from gpgan.functions.device import to_device
-from gpgan.functions.linalg import matmul
-from gpgan.functions.math import cos, exp, log, sin
-from gpgan.functions.reduction import mean, sum
+from gpgan.functions.activation import *  # noqa: F401,F403
+from gpgan.functions.arithmetic import *  # noqa: F401,F403
+from gpgan.functions.array import *  # noqa: F401,F403
+from gpgan.functions.conv import *  # noqa: F401,F403
+from gpgan.functions.device import *  # noqa: F401,F403
+from gpgan.functions.dropout import *  # noqa: F401,F403
+from gpgan.functions.linalg import *  # noqa: F401,F403
+from gpgan.functions.math import *  # noqa: F401,F403
+from gpgan.functions.normalization import *  # noqa: F401,F403
+from gpgan.functions.pooling import *  # noqa: F401,F403
+from gpgan.functions.reduction import *  # noqa: F401,F403
 
 _operators.install()

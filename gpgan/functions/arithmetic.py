@@ -8,6 +8,8 @@ from gpgan.functions.array import sum_to
 from gpgan.functions.math import log
 
 
+__all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow']
+
 def _check_broadcast(name, a, b):
     if a.shape != b.shape:
         try:

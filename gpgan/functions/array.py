@@ -7,6 +7,8 @@ from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
 
 
+__all__ = ['broadcast_to', 'flatten', 'getitem', 'reshape', 'sum_to', 'transpose']
+
 def _normalize_shape(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         return tuple(shape[0])

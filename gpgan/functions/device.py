@@ -3,6 +3,8 @@ from gpgan.autograd import FunctionNode
 from gpgan.backend import device_of, to_device as _array_to_device
 
 
+__all__ = ['to_device']
+
 class ToDevice(FunctionNode):
     def __init__(self, device):
         self.device = device

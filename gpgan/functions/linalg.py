@@ -4,6 +4,8 @@ from gpgan.backend import get_array_module
 from gpgan.functions.array import sum_to, transpose
 
 
+__all__ = ['matmul']
+
 def _swap_last(x):
     axes = list(range(x.ndim))
     axes[-1], axes[-2] = axes[-2], axes[-1]

@@ -4,6 +4,8 @@ from gpgan.backend import get_array_module
 from gpgan.functions.array import sum_to
 
 
+__all__ = ['exp', 'log', 'sin', 'cos']
+
 class Exp(FunctionNode):
     def forward(self, inputs):
         self.retain_outputs((0,))

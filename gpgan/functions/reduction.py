@@ -3,6 +3,8 @@ from gpgan.autograd import FunctionNode
 from gpgan.functions.array import broadcast_to, reshape
 
 
+__all__ = ['sum', 'mean']
+
 def _normalize_axis(axis, ndim):
     if axis is None:
         return tuple(range(ndim))
