@@ -95,52 +95,51 @@ class FunctionNode:
     def apply(self, inputs):
         """Run forward on ``inputs`` (Variables, arrays or numbers) and record the node if needed.
 
-        Returns a tuple of Variables, one per output.
+        Returns a tuple of Variables, one per output. This is every operation's hot path, so it
+        is written for speed: one pass over the inputs, no per-call allocations beyond the
+        result Variables and nodes.
         """
-        ref = None
+        record = False
+        constants = False
+        grad_on = _mode.grad_enabled
         for x in inputs:
             if isinstance(x, Variable):
-                ref = x.data
-                break
-        if ref is None:
-            variables = tuple(Variable(x) for x in inputs)
-        else:
-            variables = tuple(x if isinstance(x, Variable) else _constant(x, ref) for x in inputs)
-        in_data = tuple(v.data for v in variables)
+                if grad_on and not record:
+                    node = x._node
+                    if node is not None and node.requires_grad:
+                        record = True
+            else:
+                constants = True
+        if constants:
+            inputs = _with_constants(inputs)
+        in_data = tuple([v.data for v in inputs])
         if "cupy" in _sys_modules:
             array_module.check_same_device(self.label, in_data)
 
         out_data = self.forward(in_data)
-        if type(out_data) is not tuple:
+        if out_data.__class__ is not tuple:
             out_data = tuple(out_data) if isinstance(out_data, list) else (out_data,)
-        out_data = tuple(_fix_scalar(y) for y in out_data)
+        for y in out_data:
+            if isinstance(y, numpy.generic):  # NumPy reductions return scalars, not arrays
+                out_data = tuple([numpy.asarray(y) for y in out_data])
+                break
 
-        record = False
-        if _mode.grad_enabled:
-            for v in variables:
-                node = v._node
-                if node is not None and node.requires_grad:
-                    record = True
-                    break
         if not record:
-            return tuple(Variable._from_node(y, None) for y in out_data)
+            return tuple([_new_variable(y, None) for y in out_data])
 
-        in_nodes = tuple(v._node for v in variables)
+        in_nodes = tuple([v._node for v in inputs])
         self.inputs = in_nodes
         gen = 0
         for n in in_nodes:
             if n is not None and n.generation > gen:
                 gen = n.generation
         self.generation = gen = gen + 1
-        outputs = tuple(
-            Variable._from_node(y, VariableNode(y.shape, y.dtype, True, creator=self, generation=gen))
-            for y in out_data
-        )
-        self.outputs = tuple(weakref.ref(v._node) for v in outputs)
+        outputs = tuple([_new_variable(y, VariableNode(y.shape, y.dtype, True, self, gen)) for y in out_data])
+        self.outputs = tuple([weakref.ref(v._node) for v in outputs])
         if self._retain_in is not None:
-            self._retained_inputs = tuple(in_data[i] for i in self._retain_in)
+            self._retained_inputs = tuple([in_data[i] for i in self._retain_in])
         if self._retain_out is not None:
-            self._retained_outputs = tuple(out_data[i] for i in self._retain_out)
+            self._retained_outputs = tuple([out_data[i] for i in self._retain_out])
         return outputs
 
     def forward(self, inputs):
@@ -158,6 +157,26 @@ import sys as _sys  # noqa: E402
 _sys_modules = _sys.modules
 
 
+def _new_variable(data, node, _new=object.__new__):
+    var = _new(Variable)
+    var.data = data
+    var.grad = None
+    var._node = node
+    return var
+
+
+def _with_constants(inputs):
+    """Turn non-Variable operands into constant Variables matching the first Variable operand."""
+    ref = None
+    for x in inputs:
+        if isinstance(x, Variable):
+            ref = x.data
+            break
+    if ref is None:
+        return tuple(Variable(x) for x in inputs)
+    return tuple(x if isinstance(x, Variable) else _constant(x, ref) for x in inputs)
+
+
 def _constant(value, like):
     """A number (or array) used as a constant operand, in the dtype and on the device of ``like``."""
     xp = array_module.get_array_module(like)
@@ -165,13 +184,6 @@ def _constant(value, like):
         dtype = like.dtype if like.dtype.kind == "f" else None
         return Variable._from_node(xp.asarray(value, dtype=dtype), None)
     return Variable._from_node(xp.asarray(value), None)
-
-
-def _fix_scalar(y):
-    # NumPy reductions return numpy scalars; a Variable always holds an ndarray.
-    if isinstance(y, numpy.generic):
-        return numpy.asarray(y)
-    return y
 
 
 class FirstOrderOnly(FunctionNode):

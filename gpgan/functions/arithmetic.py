@@ -10,20 +10,18 @@ from gpgan.functions.math import log
 
 __all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow']
 
-def _check_broadcast(name, a, b):
-    if a.shape != b.shape:
-        try:
-            get_array_module(a).broadcast_shapes(a.shape, b.shape)
-        except ValueError:
-            raise ValueError(f"{name}: shapes {a.shape} and {b.shape} cannot be broadcast together") from None
+def _broadcast_error(name, a, b):
+    return ValueError(f"{name}: shapes {a.shape} and {b.shape} cannot be broadcast together")
 
 
 class Add(FunctionNode):
     def forward(self, inputs):
         a, b = inputs
-        _check_broadcast("add", a, b)
         self.shapes = (a.shape, b.shape)
-        return (a + b,)
+        try:
+            return (a + b,)
+        except ValueError:
+            raise _broadcast_error("add", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs
@@ -33,9 +31,11 @@ class Add(FunctionNode):
 class Sub(FunctionNode):
     def forward(self, inputs):
         a, b = inputs
-        _check_broadcast("sub", a, b)
         self.shapes = (a.shape, b.shape)
-        return (a - b,)
+        try:
+            return (a - b,)
+        except ValueError:
+            raise _broadcast_error("sub", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs
@@ -45,9 +45,11 @@ class Sub(FunctionNode):
 class Mul(FunctionNode):
     def forward(self, inputs):
         a, b = inputs
-        _check_broadcast("mul", a, b)
         self.retain_inputs((0, 1))
-        return (a * b,)
+        try:
+            return (a * b,)
+        except ValueError:
+            raise _broadcast_error("mul", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
@@ -58,9 +60,11 @@ class Mul(FunctionNode):
 class Div(FunctionNode):
     def forward(self, inputs):
         a, b = inputs
-        _check_broadcast("div", a, b)
         self.retain_inputs((0, 1))
-        return (a / b,)
+        try:
+            return (a / b,)
+        except ValueError:
+            raise _broadcast_error("div", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
@@ -107,10 +111,12 @@ class Pow(FunctionNode):
 
     def forward(self, inputs):
         a, b = inputs
-        _check_broadcast("pow", a, b)
         self.retain_inputs((0, 1))
         self.retain_outputs((0,))
-        return (a ** b,)
+        try:
+            return (a ** b,)
+        except ValueError:
+            raise _broadcast_error("pow", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
