@@ -1,0 +1,230 @@
+"""conv2d, conv_transpose2d and conv2d_grad_weight: values against naive loops, gradients to second order."""
+import numpy as np
+import pytest
+
+import gpgan
+import gpgan.functions as F
+from gpgan.autograd import gradcheck, gradgradcheck
+
+
+def _pair(v):
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def naive_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
+    """Direct definition: a loop over output pixels and kernel offsets (tiny inputs only)."""
+    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    N, C, H, W = x.shape
+    O, Cg, kH, kW = w.shape
+    xp = np.zeros((N, C, H + 2 * p[0], W + 2 * p[1]), x.dtype)
+    xp[:, :, p[0]:p[0] + H, p[1]:p[1] + W] = x
+    Ho = (H + 2 * p[0] - d[0] * (kH - 1) - 1) // s[0] + 1
+    Wo = (W + 2 * p[1] - d[1] * (kW - 1) - 1) // s[1] + 1
+    Og = O // groups
+    y = np.zeros((N, O, Ho, Wo), x.dtype)
+    for o in range(O):
+        g = o // Og
+        for i in range(Ho):
+            for j in range(Wo):
+                for a in range(kH):
+                    for c in range(kW):
+                        patch = xp[:, g * Cg:(g + 1) * Cg, i * s[0] + a * d[0], j * s[1] + c * d[1]]
+                        y[:, o, i, j] += patch @ w[o, :, a, c]
+    if b is not None:
+        y += b[None, :, None, None]
+    return y
+
+
+def naive_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    """Direct definition: every input pixel scatters its weighted kernel into the output."""
+    s, p, op, d = _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation)
+    N, Cin, H, W = x.shape
+    _, Cog, kH, kW = w.shape
+    Cig = Cin // groups
+    Ho = (H - 1) * s[0] - 2 * p[0] + d[0] * (kH - 1) + op[0] + 1
+    Wo = (W - 1) * s[1] - 2 * p[1] + d[1] * (kW - 1) + op[1] + 1
+    big = np.zeros((N, Cog * groups, Ho + 2 * p[0] + d[0] * kH, Wo + 2 * p[1] + d[1] * kW), x.dtype)
+    for ci in range(Cin):
+        g = ci // Cig
+        for i in range(H):
+            for j in range(W):
+                for a in range(kH):
+                    for c in range(kW):
+                        big[:, g * Cog:(g + 1) * Cog, i * s[0] + a * d[0], j * s[1] + c * d[1]] += (
+                            x[:, ci, i, j][:, None] * w[ci, :, a, c][None, :])
+    y = big[:, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo]
+    if b is not None:
+        y = y + b[None, :, None, None]
+    return y
+
+
+CONV_CASES = [
+    # (N, C, H, W, O, k, stride, padding, dilation, groups)
+    (2, 3, 5, 5, 2, 3, 1, 0, 1, 1),
+    (2, 2, 6, 5, 4, 3, 2, 1, 1, 2),
+    (1, 3, 7, 6, 2, (2, 3), (2, 1), (1, 2), (2, 1), 1),
+    (2, 4, 5, 7, 2, 2, 1, 1, 2, 2),
+]
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv2d_forward_matches_naive(case, rng):
+    N, C, H, W, O, k, s, p, d, g = case
+    kH, kW = _pair(k)
+    x = rng.standard_normal((N, C, H, W))
+    w = rng.standard_normal((O, C // g, kH, kW))
+    b = rng.standard_normal(O)
+    y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), gpgan.Variable(b), stride=s, padding=p, dilation=d, groups=g)
+    ref = naive_conv2d(x, w, b, s, p, d, g)
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y.data, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_conv2d_output_size_formula(rng):
+    x = gpgan.Variable(rng.standard_normal((1, 1, 11, 9)).astype(np.float32))
+    for k, s, p, d in [(3, 1, 0, 1), (4, 2, 1, 1), (3, 3, 2, 2), (5, 2, 0, 1)]:
+        w = gpgan.Variable(np.ones((1, 1, k, k), np.float32))
+        y = F.conv2d(x, w, stride=s, padding=p, dilation=d)
+        assert y.shape[2:] == ((11 + 2 * p - d * (k - 1) - 1) // s + 1, (9 + 2 * p - d * (k - 1) - 1) // s + 1)
+        assert y.dtype == np.float32
+
+
+CONVT_CASES = [
+    # (N, Cin, H, W, Cout, k, stride, padding, output_padding, groups, dilation)
+    (2, 3, 3, 3, 2, 3, 1, 0, 0, 1, 1),
+    (2, 2, 3, 4, 4, 3, 2, 1, 1, 2, 1),
+    (1, 2, 3, 3, 3, (2, 3), (2, 3), (0, 1), (1, 2), 1, 1),
+    (2, 4, 3, 2, 2, 2, 1, 1, 1, 2, 2),   # output_padding >= stride, allowed below dilation
+]
+
+
+@pytest.mark.parametrize("case", CONVT_CASES)
+def test_conv_transpose2d_forward_matches_naive(case, rng):
+    N, Cin, H, W, Cout, k, s, p, op, g, d = case
+    kH, kW = _pair(k)
+    x = rng.standard_normal((N, Cin, H, W))
+    w = rng.standard_normal((Cin, Cout // g, kH, kW))
+    b = rng.standard_normal(Cout)
+    y = F.conv_transpose2d(gpgan.Variable(x), gpgan.Variable(w), gpgan.Variable(b), stride=s, padding=p,
+                           output_padding=op, groups=g, dilation=d)
+    ref = naive_conv_transpose2d(x, w, b, s, p, op, g, d)
+    assert y.shape == ref.shape
+    np.testing.assert_allclose(y.data, ref, rtol=1e-10, atol=1e-10)
+
+
+def test_conv_transpose2d_is_adjoint_of_conv2d(rng):
+    # <conv2d(x, W), y> == <x, conv_transpose2d(y, W)> when the sizes correspond.
+    x = rng.standard_normal((2, 4, 7, 6))
+    w = rng.standard_normal((6, 2, 3, 3))
+    y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), stride=2, padding=1, groups=2)
+    r = rng.standard_normal(y.shape)
+    # Width 6 -> 3 -> 5 without output_padding: the last column needs output_padding 1.
+    xt = F.conv_transpose2d(gpgan.Variable(r), gpgan.Variable(w), stride=2, padding=1, output_padding=(0, 1),
+                            groups=2)
+    assert xt.shape == x.shape
+    np.testing.assert_allclose(float((y.data * r).sum()), float((x * xt.data).sum()), rtol=1e-10)
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_gradcheck_and_gradgradcheck(case, bias, rng):
+    N, C, H, W, O, k, s, p, d, g = case
+    kH, kW = _pair(k)
+    x = rng.standard_normal((N, C, H, W))
+    w = rng.standard_normal((O, C // g, kH, kW))
+    inputs = [x, w] + ([rng.standard_normal(O)] if bias else [])
+
+    def fn(*v):
+        return F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g)
+
+    gradcheck(fn, inputs)
+    gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("case", CONVT_CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose2d_gradcheck_and_gradgradcheck(case, bias, rng):
+    N, Cin, H, W, Cout, k, s, p, op, g, d = case
+    kH, kW = _pair(k)
+    x = rng.standard_normal((N, Cin, H, W))
+    w = rng.standard_normal((Cin, Cout // g, kH, kW))
+    inputs = [x, w] + ([rng.standard_normal(Cout)] if bias else [])
+
+    def fn(*v):
+        return F.conv_transpose2d(*v, stride=s, padding=p, output_padding=op, groups=g, dilation=d)
+
+    gradcheck(fn, inputs)
+    gradgradcheck(fn, inputs)
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv2d_grad_weight_direct(case, rng):
+    N, C, H, W, O, k, s, p, d, g = case
+    kH, kW = _pair(k)
+    x = rng.standard_normal((N, C, H, W))
+    w = rng.standard_normal((O, C // g, kH, kW))
+    y = naive_conv2d(x, w, None, s, p, d, g)
+    gy = rng.standard_normal(y.shape)
+    gw = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), k, stride=s, padding=p, dilation=d, groups=g)
+    # The weight gradient of a linear map: d<gy, conv(x, W)>/dW[e] = <gy, conv(x, E_e)>, by basis vectors.
+    ref = np.zeros_like(w)
+    for idx in np.ndindex(*w.shape):
+        e = np.zeros_like(w)
+        e[idx] = 1.0
+        ref[idx] = (gy * naive_conv2d(x, e, None, s, p, d, g)).sum()
+    np.testing.assert_allclose(gw.data, ref, rtol=1e-10, atol=1e-10)
+
+    def fn(xv, gyv):
+        return F.conv2d_grad_weight(xv, gyv, k, stride=s, padding=p, dilation=d, groups=g)
+
+    gradcheck(fn, [x, gy])
+    gradgradcheck(fn, [x, gy])
+
+
+def test_input_gradient_alone_computes_no_weight_gradient(rng, monkeypatch):
+    # R1's inner gradient w.r.t. the image must not run the weight-gradient op.
+    from gpgan.functions import conv as conv_module
+
+    calls = []
+    original = conv_module.Conv2dGradWeight.forward
+
+    def counting(self, inputs):
+        calls.append(1)
+        return original(self, inputs)
+
+    monkeypatch.setattr(conv_module.Conv2dGradWeight, "forward", counting)
+    x = gpgan.Variable(rng.standard_normal((2, 3, 6, 6)), requires_grad=True)
+    w = gpgan.Variable(rng.standard_normal((4, 3, 3, 3)), requires_grad=True)
+    y = F.conv2d(x, w, stride=2, padding=1)
+    gx, = gpgan.grad(y.sum(), [x], create_graph=True)
+    assert calls == []
+    (gx * gx).sum().backward()
+    assert w.grad is not None and w.grad.shape == w.shape
+
+
+def test_float32_stays_float32(rng):
+    x = gpgan.Variable(rng.standard_normal((2, 3, 8, 8)).astype(np.float32), requires_grad=True)
+    w = gpgan.Variable(rng.standard_normal((4, 3, 4, 4)).astype(np.float32), requires_grad=True)
+    y = F.conv2d(x, w, stride=2, padding=1)
+    z = F.conv_transpose2d(y, w, stride=2, padding=1)
+    assert y.dtype == np.float32 and z.dtype == np.float32 and z.shape == x.shape
+    z.sum().backward()
+    assert x.grad.dtype == np.float32 and w.grad.dtype == np.float32
+
+
+def test_shape_errors_name_function_and_shapes():
+    x = gpgan.Variable(np.zeros((2, 3, 5, 5)))
+    with pytest.raises(ValueError, match=r"conv2d.*\(2, 3, 5, 5\).*\(4, 2, 3, 3\)"):
+        F.conv2d(x, gpgan.Variable(np.zeros((4, 2, 3, 3))))
+    with pytest.raises(ValueError, match=r"conv2d.*smaller than the dilated kernel"):
+        F.conv2d(x, gpgan.Variable(np.zeros((4, 3, 3, 3))), dilation=3)
+    with pytest.raises(ValueError, match=r"conv2d: bias"):
+        F.conv2d(x, gpgan.Variable(np.zeros((4, 3, 3, 3))), gpgan.Variable(np.zeros(3)))
+    with pytest.raises(ValueError, match=r"conv2d: stride"):
+        F.conv2d(x, gpgan.Variable(np.zeros((4, 3, 3, 3))), stride=0)
+    with pytest.raises(ValueError, match=r"conv_transpose2d.*\(2, 3, 5, 5\).*\(4, 2, 3, 3\)"):
+        F.conv_transpose2d(x, gpgan.Variable(np.zeros((4, 2, 3, 3))))
+    with pytest.raises(ValueError, match=r"conv_transpose2d: output_padding"):
+        F.conv_transpose2d(x, gpgan.Variable(np.zeros((3, 2, 3, 3))), stride=2, output_padding=2)
+    with pytest.raises(ValueError, match=r"conv2d: x must have 4 dimensions"):
+        F.conv2d(gpgan.Variable(np.zeros((3, 5, 5))), gpgan.Variable(np.zeros((4, 3, 3, 3))))
