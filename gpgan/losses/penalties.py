@@ -1,0 +1,286 @@
+"""Gradient penalties on the critic's input gradient, selectable by name.
+
+A penalty evaluates the critic at some points ``x`` (real samples, generated samples, random
+interpolates or perturbed real samples), takes the input gradient
+``g = grad(D(x).sum(), x, create_graph=True)`` (only the image gradient: the engine skips weight
+gradients), and returns a scalar Variable that is differentiable with respect to the critic's
+weights (a double backward).
+
+==========  =============================================  ======  =========  =========================
+name        points                                         centre  form       reference
+==========  =============================================  ======  =========  =========================
+wgan_gp     eps * real + (1 - eps) * fake, eps ~ U(0,1)    1       two-sided  Gulrajani et al. 2017
+r1          real                                           0       gamma / 2  Mescheder et al. 2018
+r2          fake                                           0       gamma / 2  Mescheder et al. 2018
+dragan      real perturbed by noise (below)                1       two-sided  Kodali et al. 2017
+zero_gp     eps * real + (1 - eps) * fake                  0       gamma / 2  Thanh-Tung et al. 2019
+lp          eps * real + (1 - eps) * fake                  1       one-sided  Petzka et al. 2018
+==========  =============================================  ======  =========  =========================
+
+Values, with ``w`` the weight, ``c`` the centre and ``k`` the lazy-regularization interval:
+
+* one-centred (wgan_gp, dragan): ``w * k * E[(||g|| - c)^2]``;
+* one-sided (lp): ``w * k * E[max(0, ||g|| - c)^2]``;
+* zero-centred (r1, r2, zero_gp): ``w / 2 * k * E[||g||^2]``. The ``gamma / 2`` convention is that
+  of R1 in StyleGAN2 and R3GAN. GAN_stability (Mescheder et al.'s code) computes
+  ``reg_param * E[||g||^2]`` without the 1/2, so its ``reg_param = 10`` is our ``weight = 20``.
+  Thanh-Tung et al.'s lambda likewise equals our ``weight / 2``.
+
+The norm: with centre 0 (and not one-sided) the squared norm ``sum(g^2)`` is used directly, with
+no square root, so it is smooth everywhere. Otherwise ``||g|| = sqrt(sum(g^2) + 1e-12)``
+(``norm_eps``): finite at ``g = 0``, and its derivative ``g / ||g||`` is 0 there, not NaN. The
+bias this adds (at most 1e-6 in the norm) is far below anything the penalties resolve.
+
+DRAGAN's points follow the authors' code (github.com/kodalinaveen3/DRAGAN): perturbed samples
+``x_p = x + 0.5 * std(x) * u`` with ``u ~ U(0, 1)`` elementwise and ``std(x)`` the standard
+deviation over the whole batch, then ``x_hat = x + alpha * (x_p - x)`` with ``alpha ~ U(0, 1)``
+per sample (``noise_scale`` and ``interpolate=False`` change this).
+
+Lazy regularization (Karras et al. 2020, StyleGAN2): with ``interval=k`` the trainer calls the
+penalty only on critic steps where ``step % k == 0`` and the returned value is already multiplied
+by ``k``, so the penalty's average strength is unchanged.
+
+Generated samples are never differentiated through here: ``fake`` is detached inside. The
+caller passes detached fakes to the critic loss as well (the critic's step must not build a
+graph through the generator).
+
+Randomness (``eps``, ``alpha``, DRAGAN's noise) comes from the ``rng`` argument or
+:func:`gpgan.backend.random.get_rng`, is drawn on the CPU with NumPy and moved to the data's
+device, so a seed gives the same numbers on every device.
+"""
+import math
+
+import gpgan.functions as F
+from gpgan.autograd import Variable, enable_grad, grad, no_grad
+from gpgan.backend import device_of, get_array_module, get_rng, to_device
+
+
+def _array(x, name):
+    """The raw array of a Variable or array, detached from any graph."""
+    if isinstance(x, Variable):
+        return x.data
+    if hasattr(x, "dtype") and hasattr(x, "shape"):
+        return x
+    raise TypeError(f"penalty: {name} must be a Variable or an array, got {type(x).__name__}")
+
+
+def _uniform(rng, shape, like):
+    """U(0, 1) numbers drawn with NumPy, in the dtype and on the device of ``like``."""
+    arr = rng.random(shape).astype(like.dtype, copy=False)
+    return to_device(arr, device_of(like))
+
+
+def _batch_shape(x):
+    """(N, 1, 1, ...) so a per-sample number broadcasts over the other axes of ``x``."""
+    return (x.shape[0],) + (1,) * (x.ndim - 1)
+
+
+def input_gradient(critic, x, create_graph=True):
+    """``(x_var, g)``: ``g = dD/dx`` at the points ``x`` (array), summed over the batch's outputs.
+
+    ``x_var`` is a fresh leaf Variable made from the detached data. With ``create_graph`` the
+    gradient stays in the graph (so a penalty on it reaches the critic's weights).
+    """
+    x_var = Variable(x, requires_grad=True)
+    with enable_grad():
+        out = critic(x_var)
+        g, = grad(F.sum(out), x_var, create_graph=create_graph)
+    return x_var, g
+
+
+def _squared_norms(g):
+    """Per-sample ``sum(g^2)`` over every axis but the first: shape (N,)."""
+    return F.sum(g * g, axis=tuple(range(1, g.ndim))) if g.ndim > 1 else g * g
+
+
+class GradientPenalty:
+    """A gradient penalty; call it as ``penalty(critic, real, fake, rng=None)``.
+
+    Args:
+        weight: lambda (one-centred, one-sided) or gamma (zero-centred, applied as gamma / 2).
+        center: the target gradient norm (0 or 1 by default, see the module table).
+        interval: lazy regularization period ``k``; the value is multiplied by ``k``.
+        norm_eps: the tiny constant inside the square root of the norm.
+
+    Returns from a call: ``(value, stats)`` with ``value`` a scalar Variable (already multiplied
+    by the weight, the 1/2 of zero-centred penalties and ``interval``) and ``stats`` a dict of
+    floats: ``grad_norm`` (mean ||g|| over the points) and ``penalty`` (the unweighted mean term).
+    """
+
+    name = None
+    points = None          # "real", "fake", "interpolate" or "perturbed_real"
+    default_weight = 10.0
+    default_center = 1.0
+    one_sided = False
+    half = False           # the gamma / 2 convention of zero-centred penalties
+
+    def __init__(self, weight=None, center=None, interval=1, norm_eps=1e-12):
+        self.weight = float(self.default_weight if weight is None else weight)
+        self.center = float(self.default_center if center is None else center)
+        if int(interval) != interval or interval < 1:
+            raise ValueError(f"penalty {self.name}: interval must be a positive integer, got {interval!r}")
+        self.interval = int(interval)
+        self.norm_eps = float(norm_eps)
+
+    @property
+    def scale(self):
+        """The factor the mean term is multiplied by: weight (/2 when zero-centred) * interval."""
+        return self.weight * (0.5 if self.half else 1.0) * self.interval
+
+    def sample_points(self, real, fake, rng=None):
+        """The raw array of points where the gradient is taken."""
+        rng = get_rng(rng)
+        if self.points == "real":
+            return real
+        if self.points == "fake":
+            return fake
+        if self.points == "interpolate":
+            if real.shape != fake.shape:
+                raise ValueError(
+                    f"penalty {self.name}: interpolating needs real and fake of one shape, got "
+                    f"{real.shape} and {fake.shape}")
+            eps = _uniform(rng, _batch_shape(real), real)
+            return eps * real + (1 - eps) * fake
+        raise NotImplementedError(f"penalty {self.name}: unknown points {self.points!r}")
+
+    def term(self, sq):
+        """The per-sample penalty from the per-sample squared norms ``sq`` (N,)."""
+        if self.center == 0.0 and not self.one_sided:
+            return sq
+        gap = (sq + self.norm_eps) ** 0.5 - self.center
+        if self.one_sided:
+            gap = F.relu(gap)
+        return gap * gap
+
+    def __call__(self, critic, real, fake, rng=None):
+        real = _array(real, "real")
+        fake = _array(fake, "fake")
+        with no_grad():
+            x = self.sample_points(real, fake, rng)
+        _, g = input_gradient(critic, x, create_graph=True)
+        with enable_grad():
+            sq = _squared_norms(g)
+            mean_term = F.mean(self.term(sq))
+            value = mean_term * self.scale
+        xp = get_array_module(sq.data)
+        stats = {
+            "grad_norm": float(xp.sqrt(sq.data).mean()),
+            "penalty": float(mean_term.data),
+        }
+        return value, stats
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(weight={self.weight:g}, center={self.center:g}, "
+                f"interval={self.interval})")
+
+
+class WGANGP(GradientPenalty):
+    """``lambda * E[(||grad D(x_hat)|| - 1)^2]`` on random interpolates (Gulrajani et al. 2017)."""
+
+    name, points = "wgan_gp", "interpolate"
+
+
+class R1(GradientPenalty):
+    """``gamma / 2 * E[||grad D(x_real)||^2]`` (Mescheder et al. 2018). GAN_stability's
+    ``reg_param`` omits the 1/2: its 10 is our ``weight=20``."""
+
+    name, points, default_center, half = "r1", "real", 0.0, True
+
+
+class R2(GradientPenalty):
+    """``gamma / 2 * E[||grad D(x_fake)||^2]`` on generated samples (Mescheder et al. 2018)."""
+
+    name, points, default_center, half = "r2", "fake", 0.0, True
+
+
+class ZeroGP(GradientPenalty):
+    """Zero-centred penalty on interpolates, ``gamma / 2 * E[||grad D(x_hat)||^2]``
+    (Thanh-Tung et al. 2019; their lambda is our ``weight / 2``)."""
+
+    name, points, default_center, half = "zero_gp", "interpolate", 0.0, True
+
+
+class LP(GradientPenalty):
+    """One-sided Lipschitz penalty ``lambda * E[max(0, ||grad D(x_hat)|| - 1)^2]`` on interpolates
+    (Petzka et al. 2018)."""
+
+    name, points, one_sided = "lp", "interpolate", True
+
+
+class DRAGAN(GradientPenalty):
+    """``lambda * E[(||grad D(x_hat)|| - 1)^2]`` around real samples (Kodali et al. 2017).
+
+    Points as in the authors' code: ``x_p = x + noise_scale * std(x) * U(0, 1)`` (elementwise
+    noise, ``std`` over the whole batch), then ``x_hat = x + alpha * (x_p - x)`` with
+    ``alpha ~ U(0, 1)`` per sample; ``interpolate=False`` uses ``x_p`` itself.
+    """
+
+    name, points = "dragan", "perturbed_real"
+
+    def __init__(self, weight=None, center=None, interval=1, norm_eps=1e-12, noise_scale=0.5, interpolate=True):
+        super().__init__(weight, center, interval, norm_eps)
+        self.noise_scale = float(noise_scale)
+        self.interpolate = bool(interpolate)
+
+    def sample_points(self, real, fake, rng=None):
+        rng = get_rng(rng)
+        noise = _uniform(rng, real.shape, real)
+        perturbed = real + (self.noise_scale * real.std()).astype(real.dtype) * noise
+        if not self.interpolate:
+            return perturbed
+        alpha = _uniform(rng, _batch_shape(real), real)
+        return real + alpha * (perturbed - real)
+
+
+class NoPenalty:
+    """The "none" penalty: a zero of the data's dtype, no gradient computed.
+
+    ``stats["grad_norm"]`` is NaN (not measured); use :func:`gradient_norm` to log it.
+    """
+
+    name = "none"
+    weight = 0.0
+    center = 0.0
+
+    def __init__(self, weight=None, center=None, interval=1, **unused):
+        self.interval = int(interval)
+
+    def __call__(self, critic, real, fake, rng=None):
+        real = _array(real, "real")
+        xp = get_array_module(real)
+        return Variable(xp.zeros((), dtype=real.dtype)), {"grad_norm": math.nan, "penalty": 0.0}
+
+    def __repr__(self):
+        return "NoPenalty()"
+
+
+_PENALTY_CLASSES = {cls.name: cls for cls in (NoPenalty, WGANGP, R1, R2, DRAGAN, ZeroGP, LP)}
+PENALTIES = tuple(_PENALTY_CLASSES)
+
+
+def make_penalty(name, weight=None, center=None, interval=1, **options):
+    """The gradient penalty called ``name`` (one of :data:`PENALTIES`).
+
+    ``weight`` and ``center`` default per penalty (weight 10; centre 1, or 0 for r1/r2/zero_gp);
+    ``interval`` is the lazy-regularization period; DRAGAN also takes ``noise_scale`` and
+    ``interpolate``; all take ``norm_eps``.
+    """
+    if name not in _PENALTY_CLASSES:
+        raise ValueError(f"make_penalty: unknown penalty {name!r}; accepted: {', '.join(PENALTIES)}")
+    cls = _PENALTY_CLASSES[name]
+    try:
+        return cls(weight=weight, center=center, interval=interval, **options)
+    except TypeError as exc:
+        raise TypeError(f"make_penalty({name!r}): {exc}") from None
+
+
+def gradient_norm(critic, x):
+    """Mean over the batch of ``||dD/dx||`` at the points ``x`` (Variable or array), as a float.
+
+    For logging: no graph is kept and no weight gradient is computed.
+    """
+    _, g = input_gradient(critic, _array(x, "x"), create_graph=False)
+    data = g.data
+    xp = get_array_module(data)
+    sq = (data.reshape(data.shape[0], -1) ** 2).sum(axis=1) if data.ndim > 1 else data ** 2
+    return float(xp.sqrt(sq).mean())
