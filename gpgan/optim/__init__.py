@@ -1,1 +1,16 @@
-"""(being written)"""
+"""Optimizers (Adam, SGD, RMSprop with torch semantics), learning-rate schedules, and an
+exponential moving average of weights.
+
+Public names: :class:`Optimizer`, :class:`Adam`, :class:`SGD`, :class:`RMSprop`,
+:class:`LRSchedule`, :class:`ConstantLR`, :class:`LinearDecayLR`, :data:`SCHEDULES`,
+:func:`make_schedule`, :class:`EMA`.
+"""
+from gpgan.optim.adam import Adam
+from gpgan.optim.ema import EMA
+from gpgan.optim.optimizer import Optimizer
+from gpgan.optim.rmsprop import RMSprop
+from gpgan.optim.schedule import SCHEDULES, ConstantLR, LinearDecayLR, LRSchedule, make_schedule
+from gpgan.optim.sgd import SGD
+
+__all__ = ["Optimizer", "Adam", "SGD", "RMSprop", "LRSchedule", "ConstantLR", "LinearDecayLR",
+           "SCHEDULES", "make_schedule", "EMA"]
