@@ -1,1 +1,56 @@
-"""(being written)"""
+"""Generator and critic architectures, selectable by name from a config.
+
+``make_model(name, **options)`` builds one of :data:`MODELS`: dcgan_generator, dcgan_critic,
+resnet_generator, resnet_critic, mlp_generator, mlp_critic. Generators have ``latent_dim`` and
+map z (N, latent_dim) to images (N, 3, 32, 32) in [-1, 1] (points (N, 2) for mlp); critics map
+their input to logits (N, 1).
+"""
+import inspect
+
+from gpgan.models.dcgan import DCGANCritic, DCGANGenerator
+from gpgan.models.mlp import MLPCritic, MLPGenerator
+from gpgan.models.resnet import ResNetCritic, ResNetGenerator
+
+#: name -> model class; ``list(MODELS)`` gives the names.
+MODELS = {
+    "dcgan_generator": DCGANGenerator,
+    "dcgan_critic": DCGANCritic,
+    "resnet_generator": ResNetGenerator,
+    "resnet_critic": ResNetCritic,
+    "mlp_generator": MLPGenerator,
+    "mlp_critic": MLPCritic,
+}
+
+
+def model_options(name):
+    """The options ``make_model(name, ...)`` accepts, with their defaults (a dict)."""
+    cls = _lookup(name)
+    params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    return {p.name: p.default for p in params}
+
+
+def _lookup(name):
+    try:
+        return MODELS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown model {name!r}; accepted: {', '.join(MODELS)}") from None
+
+
+def make_model(name, **options):
+    """Build model ``name`` (one of :data:`MODELS`) with keyword ``options`` (see each class).
+
+    Raises:
+        ValueError: for an unknown name (listing MODELS) or an unknown option (naming it and the
+            options that model accepts).
+    """
+    cls = _lookup(name)
+    accepted = model_options(name)
+    unknown = [k for k in options if k not in accepted]
+    if unknown:
+        raise ValueError(f"model {name!r} got unknown option(s) {', '.join(repr(k) for k in unknown)}; "
+                         f"accepted: {', '.join(accepted)}")
+    return cls(**options)
+
+
+__all__ = ["MODELS", "make_model", "model_options", "DCGANGenerator", "DCGANCritic", "ResNetGenerator",
+           "ResNetCritic", "MLPGenerator", "MLPCritic"]

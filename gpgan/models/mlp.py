@@ -1,0 +1,80 @@
+"""MLP generator and critic for 2-D toy data (8 Gaussians, 25 Gaussians, Swiss roll).
+
+Defaults follow the toy experiments of WGAN-GP (Gulrajani et al. 2017, ``gan_toy.py``): latent
+size 2, three hidden layers of width 512 with ReLU, a linear output (2 numbers for the generator,
+one logit for the critic), no normalization.
+"""
+import gpgan.nn as nn
+from gpgan.models._common import (
+    ACTIVATIONS, CRITIC_NORMS, GENERATOR_NORMS, activation, check_choice, check_positive_int, spectral_norm_all,
+)
+
+__all__ = ["MLPGenerator", "MLPCritic"]
+
+
+def _hidden_stack(in_dim, width, depth, act, norm, rng):
+    layers = []
+    for i in range(depth):
+        layers.append(nn.Linear(in_dim if i == 0 else width, width, rng=rng))
+        if norm == "batch":
+            layers.append(nn.BatchNorm1d(width))
+        elif norm == "layer":
+            layers.append(nn.LayerNorm(width))
+        layers.append(activation(act))
+    return layers
+
+
+class MLPGenerator(nn.Module):
+    """z (N, latent_dim) -> points (N, out_dim): ``depth`` x [Linear(width), (BatchNorm1d), act], Linear.
+
+    Args:
+        latent_dim: size of z (default 2, as WGAN-GP's toy generator).
+        out_dim: dimension of the generated points (2).
+        width: hidden width (512).
+        depth: number of hidden layers (3).
+        activation: one of relu, leaky_relu (slope 0.2), tanh, elu, softplus.
+        norm: "none" (default) or "batch" (BatchNorm1d after each hidden Linear).
+        rng: NumPy Generator for the initialization (None: gpgan's global generator).
+    """
+
+    def __init__(self, latent_dim=2, out_dim=2, width=512, depth=3, activation="relu", norm="none", rng=None):
+        super().__init__()
+        name = type(self).__name__
+        for option, value in (("latent_dim", latent_dim), ("out_dim", out_dim), ("width", width), ("depth", depth)):
+            check_positive_int(name, option, value)
+        check_choice(name, "activation", activation, ACTIVATIONS)
+        check_choice(name, "norm", norm, GENERATOR_NORMS)
+        self.latent_dim = latent_dim
+        layers = _hidden_stack(latent_dim, width, depth, activation, norm, rng)
+        self.net = nn.Sequential(*layers, nn.Linear(width, out_dim, rng=rng))
+
+    def forward(self, z):
+        return self.net(z)
+
+
+class MLPCritic(nn.Module):
+    """points (N, in_dim) -> logits (N, 1): ``depth`` x [Linear(width), (LayerNorm), act], Linear(1).
+
+    Args:
+        in_dim: dimension of the points (2).
+        width, depth, activation: as :class:`MLPGenerator` (512, 3, relu).
+        norm: "none" (default, as WGAN-GP), "layer" (LayerNorm after each hidden Linear) or
+            "spectral" (spectral_norm on every Linear, Miyato et al. 2018). No batch norm: a
+            gradient penalty is taken per sample.
+        rng: NumPy Generator for the initialization (None: gpgan's global generator).
+    """
+
+    def __init__(self, in_dim=2, width=512, depth=3, activation="relu", norm="none", rng=None):
+        super().__init__()
+        name = type(self).__name__
+        for option, value in (("in_dim", in_dim), ("width", width), ("depth", depth)):
+            check_positive_int(name, option, value)
+        check_choice(name, "activation", activation, ACTIVATIONS)
+        check_choice(name, "norm", norm, CRITIC_NORMS)
+        layers = _hidden_stack(in_dim, width, depth, activation, norm, rng)
+        self.net = nn.Sequential(*layers, nn.Linear(width, 1, rng=rng))
+        if norm == "spectral":
+            spectral_norm_all(self, rng)
+
+    def forward(self, x):
+        return self.net(x)
