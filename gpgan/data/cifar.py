@@ -1,0 +1,217 @@
+"""CIFAR-10 from the official "python version" folder, read without trusting pickle.
+
+The folder (``cifar-10-batches-py``) holds ``data_batch_1`` ... ``data_batch_5`` and
+``test_batch``: pickles written by Python 2's cPickle, each a dict with byte-string keys
+``b'data'`` (uint8, (10000, 3072), channel-major R, G, B planes of 32x32) and ``b'labels'``.
+
+Pickle can run arbitrary code, so batches are read with :class:`RestrictedUnpickler`, which
+admits only the globals a NumPy array needs; anything else raises ``pickle.UnpicklingError``
+naming the refused global. When the folder is missing and downloading is allowed, the official
+archive is fetched (tqdm progress), its md5 checked, and it is extracted without letting any
+member escape the target folder.
+"""
+import hashlib
+import io
+import os
+import pickle
+import shutil
+import tarfile
+import tempfile
+import urllib.error
+import urllib.request
+
+import numpy
+
+__all__ = [
+    "CIFAR10_URL", "CIFAR10_MD5", "TRAIN_FILES", "TEST_FILES", "RestrictedUnpickler",
+    "restricted_load", "load_cifar10", "download_cifar10", "safe_extract", "md5sum",
+]
+
+CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
+TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_FILES = ("test_batch",)
+_FOLDER = "cifar-10-batches-py"
+
+
+def _numpy_reconstruct():
+    try:
+        from numpy._core.multiarray import _reconstruct  # NumPy >= 2
+    except ImportError:  # NumPy 1.x
+        from numpy.core.multiarray import _reconstruct
+    return _reconstruct
+
+
+def _codecs_encode(text, encoding="latin1"):
+    # Python 3 writes bytes in protocol-2 pickles as _codecs.encode(str, 'latin1'); only that
+    # harmless string -> bytes conversion is admitted.
+    if encoding not in ("latin1", "latin-1"):
+        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r} is refused")
+    return text.encode("latin1")
+
+
+class RestrictedUnpickler(pickle.Unpickler):
+    """An unpickler whose ``find_class`` admits only what NumPy arrays and plain containers need.
+
+    Admitted globals: ``numpy.core.multiarray._reconstruct`` (and its NumPy 2 spelling
+    ``numpy._core.multiarray._reconstruct``), ``numpy.ndarray``, ``numpy.dtype`` and
+    ``_codecs.encode`` (latin1 only: how Python 3 spells bytes in protocol-2 pickles). Dicts,
+    lists, tuples, strings, bytes and numbers need no global. Everything else raises
+    ``pickle.UnpicklingError`` naming the refused ``module.name``.
+    """
+
+    _ALLOWED = {
+        ("numpy.core.multiarray", "_reconstruct"): _numpy_reconstruct,
+        ("numpy._core.multiarray", "_reconstruct"): _numpy_reconstruct,
+        ("numpy", "ndarray"): lambda: numpy.ndarray,
+        ("numpy", "dtype"): lambda: numpy.dtype,
+        ("_codecs", "encode"): lambda: _codecs_encode,
+    }
+
+    def find_class(self, module, name):
+        getter = self._ALLOWED.get((module, name))
+        if getter is None:
+            raise pickle.UnpicklingError(
+                f"refused global '{module}.{name}': a CIFAR-10 batch may only contain NumPy arrays "
+                "and plain containers (the file is corrupt or was not written as a CIFAR batch)"
+            )
+        return getter()
+
+
+def restricted_load(path):
+    """Unpickle ``path`` (bytes keys kept as bytes) through :class:`RestrictedUnpickler`."""
+    with open(path, "rb") as f:
+        return RestrictedUnpickler(io.BufferedReader(f), encoding="bytes").load()
+
+
+def _read_batch(path):
+    batch = restricted_load(path)
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
+        raise ValueError(f"{path}: not a CIFAR-10 batch (expected a dict with keys b'data' and "
+                         f"b'labels', got {keys})")
+    data = numpy.asarray(batch[b"data"])
+    labels = numpy.asarray(batch[b"labels"], dtype=numpy.int64)
+    if data.dtype != numpy.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{path}: b'data' must be uint8 of shape (N, 3072), got {data.dtype} {data.shape}")
+    if len(labels) != len(data):
+        raise ValueError(f"{path}: {len(data)} images but {len(labels)} labels")
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _where_to_put(root):
+    return (f"put the official python-version batches (data_batch_1 ... data_batch_5, test_batch, "
+            f"from {CIFAR10_URL}, extracted) in {root}, or set data.root to the folder that holds "
+            "them")
+
+
+def md5sum(path, chunk=1 << 20):
+    digest = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def safe_extract(archive, dest):
+    """Extract a .tar.gz into ``dest``, refusing links, devices, absolute paths and ``..``.
+
+    Raises:
+        ValueError: naming the first member that would land outside ``dest`` or is not a plain
+            file or folder; nothing is extracted in that case.
+    """
+    dest = os.path.realpath(dest)
+    with tarfile.open(archive, "r:*") as tar:
+        members = tar.getmembers()
+        for m in members:
+            target = os.path.realpath(os.path.join(dest, m.name))
+            if os.path.isabs(m.name) or not (target == dest or target.startswith(dest + os.sep)):
+                raise ValueError(f"{archive}: member {m.name!r} would be extracted outside {dest}; refused")
+            if not (m.isfile() or m.isdir()):
+                raise ValueError(f"{archive}: member {m.name!r} is not a plain file or folder; refused")
+        for m in members:
+            target = os.path.join(dest, m.name)
+            if m.isdir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with tar.extractfile(m) as src, open(target, "wb") as out:
+                shutil.copyfileobj(src, out)
+
+
+def download_cifar10(root, url=CIFAR10_URL, md5=CIFAR10_MD5, progress=True):
+    """Download the official archive and extract its batches into ``root``.
+
+    The archive is fetched next to ``root`` (a tqdm bar shows progress), its md5 is checked,
+    and the ``cifar-10-batches-py`` folder inside is moved to ``root``.
+
+    Raises:
+        RuntimeError: when the download fails (e.g. offline), saying where to put the files;
+            or when the md5 differs.
+    """
+    from tqdm import tqdm
+
+    root = os.path.abspath(os.path.expanduser(root))
+    parent = os.path.dirname(root)
+    os.makedirs(parent, exist_ok=True)
+    archive = os.path.join(parent, "cifar-10-python.tar.gz")
+    if not (os.path.isfile(archive) and md5sum(archive) == md5):
+        partial = archive + ".part"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
+                total = int(response.headers.get("Content-Length") or 0) or None
+                with tqdm(total=total, unit="B", unit_scale=True, desc="CIFAR-10",
+                          disable=not progress) as bar:
+                    for block in iter(lambda: response.read(1 << 20), b""):
+                        out.write(block)
+                        bar.update(len(block))
+        except (urllib.error.URLError, OSError) as exc:
+            if os.path.exists(partial):
+                os.remove(partial)
+            raise RuntimeError(f"could not download CIFAR-10 from {url} ({exc}); "
+                               + _where_to_put(root)) from None
+        os.replace(partial, archive)
+        got = md5sum(archive)
+        if got != md5:
+            os.remove(archive)
+            raise RuntimeError(f"downloaded {url} has md5 {got}, expected {md5} (corrupt or changed "
+                               "download; removed it). Try again, or " + _where_to_put(root))
+    with tempfile.TemporaryDirectory(dir=parent) as tmp:
+        safe_extract(archive, tmp)
+        inner = os.path.join(tmp, _FOLDER)
+        if not os.path.isdir(inner):
+            raise RuntimeError(f"{archive} holds no {_FOLDER} folder")
+        os.makedirs(root, exist_ok=True)
+        for name in os.listdir(inner):
+            os.replace(os.path.join(inner, name), os.path.join(root, name))
+    return root
+
+
+def load_cifar10(root, split="train", download=False, progress=True):
+    """Read CIFAR-10 images and labels.
+
+    Args:
+        root: the ``cifar-10-batches-py`` folder ('~' expanded).
+        split: "train" (data_batch_1..5) or "test" (test_batch).
+        download: fetch the official archive when the files are missing.
+
+    Returns:
+        (images uint8 (N, 3, 32, 32), labels int64 (N,)).
+
+    Raises:
+        FileNotFoundError: files missing and ``download`` false; the message says where to put them.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"CIFAR-10 split {split!r}: accepted 'train' or 'test'")
+    if root is None:
+        raise ValueError("CIFAR-10 needs data.root: the folder holding data_batch_1 ... test_batch")
+    root = os.path.abspath(os.path.expanduser(str(root)))
+    files = TRAIN_FILES if split == "train" else TEST_FILES
+    missing = [f for f in files if not os.path.isfile(os.path.join(root, f))]
+    if missing:
+        if not download:
+            raise FileNotFoundError(f"CIFAR-10 files missing in {root}: {', '.join(missing)}. "
+                                    + _where_to_put(root) + ", or set data.download: true")
+        download_cifar10(root, progress=progress)
+    images, labels = zip(*(_read_batch(os.path.join(root, f)) for f in files))
+    return numpy.concatenate(images), numpy.concatenate(labels)

@@ -1,0 +1,57 @@
+"""A folder of PNG/JPEG images (searched recursively), resized and center-cropped to a square.
+
+Each image is converted to RGB, scaled so its shorter side is ``size`` (bicubic), and the
+central ``size`` x ``size`` square is kept.
+"""
+import os
+
+import numpy
+
+__all__ = ["IMAGE_EXTENSIONS", "list_images", "load_image", "load_image_folder"]
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+
+
+def list_images(root):
+    """Sorted paths of the PNG/JPEG files under ``root`` (case-insensitive extensions)."""
+    paths = []
+    for folder, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in files:
+            if name.lower().endswith(IMAGE_EXTENSIONS):
+                paths.append(os.path.join(folder, name))
+    return sorted(paths)
+
+
+def load_image(path, size=32):
+    """One image as uint8 (3, size, size): shorter side resized to ``size``, then center-cropped."""
+    from PIL import Image
+
+    with Image.open(path) as img:
+        img = img.convert("RGB")
+        w, h = img.size
+        scale = size / min(w, h)
+        new_w, new_h = max(size, round(w * scale)), max(size, round(h * scale))
+        if (new_w, new_h) != (w, h):
+            img = img.resize((new_w, new_h), Image.BICUBIC)
+        left, top = (new_w - size) // 2, (new_h - size) // 2
+        img = img.crop((left, top, left + size, top + size))
+        return numpy.asarray(img, dtype=numpy.uint8).transpose(2, 0, 1).copy()
+
+
+def load_image_folder(root, size=32):
+    """All images under ``root`` as uint8 (N, 3, size, size), in sorted path order.
+
+    Raises:
+        FileNotFoundError: when ``root`` is missing or holds no PNG/JPEG file.
+    """
+    if root is None:
+        raise ValueError("image_folder needs data.root: a folder of PNG/JPEG images")
+    root = os.path.abspath(os.path.expanduser(str(root)))
+    if not os.path.isdir(root):
+        raise FileNotFoundError(f"image folder {root} does not exist; set data.root to a folder of "
+                                "PNG/JPEG images")
+    paths = list_images(root)
+    if not paths:
+        raise FileNotFoundError(f"no PNG/JPEG images ({', '.join(IMAGE_EXTENSIONS)}) under {root}")
+    return numpy.stack([load_image(p, size) for p in paths])

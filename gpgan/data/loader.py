@@ -1,0 +1,111 @@
+"""Batch iterators whose whole state fits in a small JSON-able dict, so a run can resume exactly.
+
+* :class:`ImageLoader` walks a uint8 image array in a fresh random order every epoch, with
+  optional horizontal flips. The order and the flips of epoch ``e`` are drawn from a generator
+  seeded with ``(seed, e)``, so the state is just ``(epoch, position)``: resuming rebuilds the
+  same permutation instead of storing it.
+* :class:`ToyLoader` draws fresh samples from a 2-D toy distribution with its own generator,
+  whose bit-generator state is the loader's state.
+
+Both return float32 NumPy arrays on the CPU; the trainer moves them to its device.
+"""
+import numpy
+
+__all__ = ["ImageLoader", "ToyLoader", "to_unit_range"]
+
+
+def to_unit_range(images):
+    """uint8 images (any shape) -> float32 in [-1, 1]: ``x / 127.5 - 1``."""
+    return images.astype(numpy.float32) * numpy.float32(1 / 127.5) - numpy.float32(1.0)
+
+
+class ImageLoader:
+    """Endless batches of images, reshuffled every epoch.
+
+    Args:
+        images: uint8 array (N, 3, H, W).
+        batch_size: images per batch; an epoch is ``N // batch_size`` full batches (the
+            remainder of each permutation is dropped, so every batch has the same size).
+        seed: seeds the per-epoch order and flips.
+        hflip: flip each image horizontally with probability 1/2 (decided per epoch and image).
+
+    ``next()`` returns float32 (batch_size, 3, H, W) in [-1, 1].
+    """
+
+    def __init__(self, images, batch_size, seed=0, hflip=False):
+        images = numpy.asarray(images)
+        if images.dtype != numpy.uint8 or images.ndim != 4:
+            raise ValueError(f"ImageLoader: images must be uint8 (N, C, H, W), got {images.dtype} {images.shape}")
+        if batch_size > len(images):
+            raise ValueError(f"ImageLoader: batch_size {batch_size} is larger than the data set "
+                             f"({len(images)} images)")
+        self.images = images
+        self.batch_size = int(batch_size)
+        self.seed = int(seed)
+        self.hflip = bool(hflip)
+        self.epoch = 0
+        self.position = 0
+        self._epoch_cache = None
+
+    def __len__(self):
+        """Batches per epoch."""
+        return len(self.images) // self.batch_size
+
+    def _epoch_plan(self, epoch):
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            rng = numpy.random.default_rng([self.seed, epoch])
+            order = rng.permutation(len(self.images))
+            flips = rng.random(len(self.images)) < 0.5 if self.hflip else None
+            self._epoch_cache = (epoch, order, flips)
+        return self._epoch_cache[1], self._epoch_cache[2]
+
+    def next(self):
+        if self.position + self.batch_size > len(self.images):
+            self.epoch += 1
+            self.position = 0
+        order, flips = self._epoch_plan(self.epoch)
+        sl = slice(self.position, self.position + self.batch_size)
+        batch = self.images[order[sl]]
+        if flips is not None:
+            f = flips[sl]
+            batch[f] = batch[f, :, :, ::-1]
+        self.position += self.batch_size
+        return to_unit_range(batch)
+
+    __next__ = next
+
+    def __iter__(self):
+        return self
+
+    def state_dict(self):
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state):
+        self.epoch = int(state["epoch"])
+        self.position = int(state["position"])
+
+
+class ToyLoader:
+    """Endless batches from a toy 2-D sampler (an object with ``sample(n, rng)``).
+
+    ``next()`` returns float32 (batch_size, 2).
+    """
+
+    def __init__(self, sampler, batch_size, seed=0):
+        self.sampler = sampler
+        self.batch_size = int(batch_size)
+        self.rng = numpy.random.default_rng([int(seed), 1])
+
+    def next(self):
+        return numpy.asarray(self.sampler.sample(self.batch_size, self.rng), dtype=numpy.float32)
+
+    __next__ = next
+
+    def __iter__(self):
+        return self
+
+    def state_dict(self):
+        return {"rng": self.rng.bit_generator.state}
+
+    def load_state_dict(self, state):
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,208 @@
+"""CIFAR-10 reader (restricted unpickler, download, safe extraction), image folders, loaders.
+
+Every test writes its own tiny fixtures in the official format; none reads the real data.
+"""
+import hashlib
+import os
+import pickle
+import tarfile
+
+import numpy as np
+import pytest
+
+from gpgan.data import (
+    ImageLoader,
+    ToyLoader,
+    download_cifar10,
+    load_cifar10,
+    load_image_folder,
+    make_loader,
+    restricted_load,
+    safe_extract,
+)
+from gpgan.data.cifar import TEST_FILES, TRAIN_FILES
+
+
+def write_cifar(folder, per_batch=6, seed=0, protocol=2):
+    """Official-format batches (dict with bytes keys, uint8 (N, 3072)); returns (train, test) arrays."""
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    out = {}
+    for name in TRAIN_FILES + TEST_FILES:
+        data = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
+        labels = [int(v) for v in rng.integers(0, 10, size=per_batch)]
+        with open(os.path.join(folder, name), "wb") as f:
+            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
+                         b"filenames": [b"x.png"] * per_batch}, f, protocol=protocol)
+        out[name] = (data, np.array(labels))
+    train = np.concatenate([out[n][0] for n in TRAIN_FILES]).reshape(-1, 3, 32, 32)
+    test = out["test_batch"][0].reshape(-1, 3, 32, 32)
+    labels = np.concatenate([out[n][1] for n in TRAIN_FILES])
+    return train, test, labels
+
+
+@pytest.mark.parametrize("protocol", [2, pickle.DEFAULT_PROTOCOL])
+def test_cifar_reads_official_format(tmp_path, protocol):
+    train, test, labels = write_cifar(tmp_path / "c", protocol=protocol)
+    images, got_labels = load_cifar10(tmp_path / "c")
+    assert images.dtype == np.uint8 and images.shape == (30, 3, 32, 32)
+    np.testing.assert_array_equal(images, train)
+    np.testing.assert_array_equal(got_labels, labels)
+    images, _ = load_cifar10(tmp_path / "c", split="test")
+    np.testing.assert_array_equal(images, test)
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch pwned_by_pickle",))
+
+
+def test_malicious_pickle_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_cifar(tmp_path / "c")
+    with open(tmp_path / "c" / "data_batch_3", "wb") as f:
+        pickle.dump({b"data": _Evil(), b"labels": []}, f, protocol=2)
+    with pytest.raises(pickle.UnpicklingError, match=r"refused global '(posix|os|nt)\.system'"):
+        load_cifar10(tmp_path / "c")
+    assert not (tmp_path / "pwned_by_pickle").exists()
+
+
+def test_restricted_unpickler_refuses_other_callables(tmp_path):
+    path = tmp_path / "p"
+    with open(path, "wb") as f:
+        pickle.dump({b"x": np.random.default_rng(0)}, f, protocol=2)  # needs numpy.random globals
+    with pytest.raises(pickle.UnpicklingError, match="refused global 'numpy.random"):
+        restricted_load(path)
+
+
+def test_missing_cifar_without_download_says_where_to_put_files(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        load_cifar10(tmp_path / "nowhere", download=False)
+    msg = str(info.value)
+    assert str(tmp_path / "nowhere") in msg and "data_batch_1" in msg and "data.download" in msg
+
+
+def _archive_of(tmp_path, members):
+    """A .tar.gz of ``members``: (arcname, bytes) pairs; returns (path, md5)."""
+    path = tmp_path / "cifar-10-python.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, payload in members:
+            src = tmp_path / "payload.bin"
+            src.write_bytes(payload)
+            tar.add(src, arcname=name)
+    return path, hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def test_download_checks_md5_and_extracts(tmp_path):
+    write_cifar(tmp_path / "src" / "cifar-10-batches-py")
+    src = tmp_path / "src" / "cifar-10-batches-py"
+    archive_dir = tmp_path / "archive"
+    archive_dir.mkdir()
+    members = [(f"cifar-10-batches-py/{n}", (src / n).read_bytes()) for n in TRAIN_FILES + TEST_FILES]
+    archive, md5 = _archive_of(archive_dir, members)
+    root = tmp_path / "user" / "cifar"
+    with pytest.raises(RuntimeError, match="md5"):
+        download_cifar10(root, url=archive.as_uri(), md5="0" * 32, progress=False)
+    download_cifar10(root, url=archive.as_uri(), md5=md5, progress=False)
+    images, _ = load_cifar10(root)
+    reference, _ = load_cifar10(src)
+    np.testing.assert_array_equal(images, reference)
+
+
+def test_offline_download_fails_with_instructions(tmp_path):
+    root = tmp_path / "c"
+    with pytest.raises(RuntimeError) as info:
+        download_cifar10(root, url=(tmp_path / "no-such-archive.tar.gz").as_uri(), progress=False)
+    assert "could not download" in str(info.value) and str(root) in str(info.value)
+
+
+def test_safe_extract_refuses_path_traversal_and_links(tmp_path):
+    archive, _ = _archive_of(tmp_path, [("ok.txt", b"fine"), ("../escape.txt", b"bad")])
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(ValueError, match="escape.txt"):
+        safe_extract(archive, dest)
+    assert not (tmp_path / "escape.txt").exists() and not (dest / "ok.txt").exists()
+
+    link_archive = tmp_path / "link.tar.gz"
+    with tarfile.open(link_archive, "w:gz") as tar:
+        info = tarfile.TarInfo("evil_link")
+        info.type = tarfile.SYMTYPE
+        info.linkname = "/etc/passwd"
+        tar.addfile(info)
+    with pytest.raises(ValueError, match="evil_link"):
+        safe_extract(link_archive, dest)
+
+
+def test_image_loader_range_epochs_and_determinism():
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, size=(12, 3, 4, 4), dtype=np.uint8)
+    loader = ImageLoader(images, batch_size=4, seed=7)
+    epoch = np.concatenate([loader.next() for _ in range(3)])
+    assert epoch.dtype == np.float32 and epoch.shape == (12, 3, 4, 4)
+    expected = images.astype(np.float64) / 127.5 - 1.0
+    # One epoch visits every image exactly once.
+    order = [int(np.flatnonzero(np.all(np.isclose(expected, e, atol=1e-6), axis=(1, 2, 3)))[0]) for e in epoch]
+    assert sorted(order) == list(range(12))
+    assert order != list(range(12))  # shuffled
+    # The next epoch has another order; the same seed gives the same batches.
+    second = np.concatenate([loader.next() for _ in range(3)])
+    assert not np.array_equal(epoch, second)
+    again = ImageLoader(images, batch_size=4, seed=7)
+    np.testing.assert_array_equal(np.concatenate([again.next() for _ in range(6)]),
+                                  np.concatenate([epoch, second]))
+
+
+def test_image_loader_resumes_mid_epoch():
+    images = np.random.default_rng(0).integers(0, 256, size=(10, 3, 2, 2), dtype=np.uint8)
+    loader = ImageLoader(images, batch_size=3, seed=1, hflip=True)
+    for _ in range(4):
+        loader.next()
+    state = loader.state_dict()
+    rest = [loader.next() for _ in range(5)]
+    resumed = ImageLoader(images, batch_size=3, seed=1, hflip=True)
+    resumed.load_state_dict(state)
+    for a, b in zip(rest, [resumed.next() for _ in range(5)]):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_hflip_returns_originals_or_mirror_images():
+    images = np.random.default_rng(5).integers(0, 256, size=(64, 3, 3, 5), dtype=np.uint8)
+    plain = ImageLoader(images, batch_size=64, seed=2).next()
+    flipped = ImageLoader(images, batch_size=64, seed=2, hflip=True).next()  # same order
+    same = np.all(flipped == plain, axis=(1, 2, 3))
+    mirrored = np.all(flipped == plain[:, :, :, ::-1], axis=(1, 2, 3))
+    assert np.all(same | mirrored)
+    assert 10 < mirrored.sum() < 54
+
+
+def test_toy_loader_resumes():
+    loader, sampler = make_loader("grid25", batch_size=5, seed=3)
+    assert sampler.means.shape == (25, 2)
+    loader.next()
+    state = loader.state_dict()
+    a = loader.next()
+    other, _ = make_loader("grid25", batch_size=5, seed=3)
+    other.load_state_dict(state)
+    np.testing.assert_array_equal(a, other.next())
+    assert isinstance(loader, ToyLoader) and a.shape == (5, 2) and a.dtype == np.float32
+
+
+def test_image_folder_resize_and_center_crop(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    wide = rng.integers(0, 256, size=(32, 40, 3), dtype=np.uint8)  # H 32, W 40: no resize, crop 4..36
+    Image.fromarray(wide).save(tmp_path / "a.png")
+    (tmp_path / "sub").mkdir()
+    big = np.zeros((64, 96, 3), dtype=np.uint8)
+    big[:, :8] = 255  # a white band on the left that the crop removes
+    Image.fromarray(big).save(tmp_path / "sub" / "b.JPG", quality=95)
+    (tmp_path / "notes.txt").write_text("not an image")
+    images = load_image_folder(tmp_path)
+    assert images.shape == (2, 3, 32, 32) and images.dtype == np.uint8
+    np.testing.assert_array_equal(images[0], wide[:, 4:36].transpose(2, 0, 1))
+    assert images[1].max() < 40  # resized to 48x32 the band is columns 0..4; the crop keeps 8..40
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no PNG/JPEG"):
+        load_image_folder(tmp_path / "empty")
