@@ -1,0 +1,195 @@
+"""Config schema: validation messages, base extension, typed overrides, shipped configs, README."""
+import glob
+import os
+
+import pytest
+import yaml
+
+from gpgan.train.config import (
+    SCHEMA,
+    ConfigError,
+    Field,
+    apply_overrides,
+    config_reference_markdown,
+    default_config,
+    diff_configs,
+    load_config,
+    parse_override,
+    validate_config,
+)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def write(path, data):
+    path.write_text(yaml.safe_dump(data) if not isinstance(data, str) else data)
+    return path
+
+
+def test_defaults_validate_and_fill_missing_keys():
+    resolved = validate_config({"train": {"steps": 5}})
+    assert resolved["train"]["steps"] == 5
+    expected = default_config()
+    expected["train"]["steps"] = 5
+    assert resolved == expected
+
+
+@pytest.mark.parametrize("raw, wrong, suggestion", [
+    ({"train": {"stpes": 3}}, "train.stpes", "train.steps"),
+    ({"trian": {"steps": 3}}, "trian", "train"),
+    ({"optim": {"critic": {"learning_rate": 1e-3}}}, "optim.critic.learning_rate", None),
+    ({"penalty": {"wieght": 1.0}}, "penalty.wieght", "penalty.weight"),
+])
+def test_unknown_key_names_closest_valid_key(raw, wrong, suggestion):
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw, "x.yaml")
+    msg = str(info.value)
+    assert f"unknown key '{wrong}'" in msg and "x.yaml" in msg
+    if suggestion:
+        assert f"did you mean '{suggestion}'" in msg
+    else:  # no close match: the valid keys of the section are listed
+        assert "optim.critic.lr" in msg
+
+
+@pytest.mark.parametrize("raw, key, value, accepted", [
+    ({"train": {"steps": "many"}}, "train.steps", "'many'", "an integer >= 1"),
+    ({"train": {"steps": 0}}, "train.steps", "0", "an integer >= 1"),
+    ({"train": {"steps": 2.5}}, "train.steps", "2.5", "an integer"),
+    ({"train": {"ema": {"enabled": "yes"}}}, "train.ema.enabled", "'yes'", "true or false"),
+    ({"penalty": {"weight": -1}}, "penalty.weight", "-1", "a number >= 0"),
+    ({"optim": {"generator": {"betas": [0.5]}}}, "optim.generator.betas", "[0.5]", "a list of 2 numbers"),
+    ({"optim": {"generator": {"betas": [0.5, 1.0]}}}, "optim.generator.betas", "[0.5, 1.0]", "< 1"),
+    ({"device": "tpu"}, "device", "'tpu'", "one of 'cpu', 'cuda'"),
+    ({"loss": "wasserstein"}, "loss", "'wasserstein'", "'wgan'"),
+    ({"train": {"batch_size": True}}, "train.batch_size", "True", "an integer"),
+])
+def test_wrong_type_or_range_names_key_value_and_accepted(raw, key, value, accepted):
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    msg = str(info.value)
+    line = next(line for line in msg.splitlines() if line.strip().startswith(key + ":"))
+    assert f"got {value}" in line and accepted in line
+
+
+def test_all_errors_are_reported_together():
+    with pytest.raises(ConfigError) as info:
+        validate_config({"train": {"steps": -1, "seedd": 1}, "loss": 3})
+    msg = str(info.value)
+    assert "train.steps" in msg and "train.seedd" in msg and "loss: got 3" in msg
+
+
+def test_yaml_float_without_dot_is_accepted():
+    # PyYAML reads 1e-4 as a string; the schema reads it as the number it means.
+    assert validate_config(yaml.safe_load("optim: {critic: {lr: 1e-4}}"))["optim"]["critic"]["lr"] == 1e-4
+
+
+def test_base_extension_is_relative_and_deep(tmp_path):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "base.yaml", {"train": {"steps": 10, "batch_size": 8}, "penalty": {"type": "r1", "weight": 1.0}})
+    child = write(tmp_path / "sub" / "child.yaml", "base: ../base.yaml\ntrain: {steps: 20}\n")
+    grandchild = write(tmp_path / "sub" / "grand.yaml", "base: child.yaml\npenalty: {weight: 5}\n")
+    c = load_config(child)
+    assert c["train"]["steps"] == 20 and c["train"]["batch_size"] == 8 and c["penalty"]["type"] == "r1"
+    g = load_config(grandchild)
+    assert g["train"]["steps"] == 20 and g["penalty"] == {**c["penalty"], "weight": 5.0}
+
+
+def test_base_cycle_and_missing_base_fail_clearly(tmp_path):
+    write(tmp_path / "a.yaml", "base: b.yaml\n")
+    write(tmp_path / "b.yaml", "base: a.yaml\n")
+    with pytest.raises(ConfigError, match="cycle"):
+        load_config(tmp_path / "a.yaml")
+    write(tmp_path / "c.yaml", "base: nope.yaml\n")
+    with pytest.raises(ConfigError, match="nope.yaml does not exist"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_yaml_tags_are_refused(tmp_path):
+    path = write(tmp_path / "evil.yaml", "train: !!python/object/apply:os.system ['true']\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_overrides_are_typed_by_the_schema(tmp_path):
+    path = write(tmp_path / "c.yaml", {"train": {"steps": 10}})
+    c = load_config(path, ["train.steps=200", "penalty.weight=0.5", "train.ema.enabled=true",
+                           "optim.critic.betas=0.0,0.99", "optim.generator.betas=[0.1, 0.2]",
+                           "data.root=~/data/1e3", "train.generator_batch_size=null",
+                           "model.generator_options.width=8", "penalty.center=1"])
+    assert c["train"]["steps"] == 200 and isinstance(c["train"]["steps"], int)
+    assert c["penalty"]["weight"] == 0.5 and c["train"]["ema"]["enabled"] is True
+    assert c["optim"]["critic"]["betas"] == [0.0, 0.99] and c["optim"]["generator"]["betas"] == [0.1, 0.2]
+    assert c["data"]["root"] == "~/data/1e3"  # strings stay strings
+    assert c["train"]["generator_batch_size"] is None
+    assert c["model"]["generator_options"] == {"width": 8} and c["penalty"]["center"] == 1.0
+
+
+@pytest.mark.parametrize("text, match", [
+    ("train.stepz=3", "did you mean 'train.steps'"),
+    ("train=3", "is a section"),
+    ("train.steps", "expected key.sub=value"),
+    ("train.ema.enabled=maybe", "train.ema.enabled: got 'maybe'; accepted: true or false"),
+])
+def test_bad_overrides(text, match):
+    with pytest.raises(ConfigError, match=match):
+        parse_override(text)
+
+
+def test_override_with_wrong_value_names_key(tmp_path):
+    path = write(tmp_path / "c.yaml", {})
+    with pytest.raises(ConfigError, match=r"train.steps: got 'ten' \(not an integer\); accepted: an integer >= 1"):
+        load_config(path, ["train.steps=ten"])
+
+
+def test_diff_configs_lists_changed_keys():
+    a = default_config()
+    b = apply_overrides(a, ["train.steps=5", "model.critic_options.width=3", "optim.critic.lr=0.5"])
+    assert sorted(diff_configs(a, b)) == ["model.critic_options.width", "optim.critic.lr", "train.steps"]
+    assert diff_configs(a, a) == []
+
+
+def test_field_rejects_nan_and_inf():
+    f = Field("float", 0.0, "x", minimum=0)
+    for bad in (float("nan"), float("inf"), "nan"):
+        with pytest.raises(ValueError):
+            f.check(bad)
+
+
+def test_every_leaf_has_doc_and_a_valid_default():
+    def leaves(schema, prefix=""):
+        for k, v in schema.items():
+            if isinstance(v, Field):
+                yield prefix + k, v
+            else:
+                yield from leaves(v, prefix + k + ".")
+    for key, field in leaves(SCHEMA):
+        assert field.doc, key
+        assert field.check(field.default) == field.default, key
+
+
+SHIPPED = sorted(glob.glob(os.path.join(ROOT, "configs", "*.yaml")))
+
+
+def test_shipped_configs_exist():
+    names = {os.path.basename(p) for p in SHIPPED}
+    assert {"quickstart.yaml", "r1_cifar.yaml", "r2_cifar.yaml", "wgangp_cifar.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=os.path.basename)
+def test_shipped_configs_validate(path):
+    c = load_config(path)
+    text = open(path).read()
+    if "cifar" in os.path.basename(path):
+        assert c["data"]["name"] == "cifar10" and c["data"]["download"] is True
+        assert c["data"]["root"]
+    # Each config cites where its hyperparameters come from.
+    assert "#" in text and ("arXiv" in text or "github" in text.lower() or "et al" in text or "base:" in text)
+
+
+def test_readme_config_reference_is_in_sync():
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    start, end = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
+    assert start in readme and end in readme, "README.md lacks the config reference markers"
+    embedded = readme.split(start, 1)[1].split(end, 1)[0].strip()
+    assert embedded == config_reference_markdown().strip(), (
+        "README.md's config reference is stale; regenerate it with `python -m gpgan.train.config`")
