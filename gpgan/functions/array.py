@@ -1,13 +1,17 @@
-"""Shape functions: reshape, transpose, broadcast_to, sum_to, getitem and their kin.
+"""Shape functions: reshape, transpose, broadcast_to, sum_to, getitem, concat, stack, split, pad.
 
 Each backward is another function of this module (reshape <-> reshape, broadcast_to <-> sum_to,
-getitem <-> scatter-add), so every order of derivative stays inside the graph.
+getitem <-> scatter-add, concat <-> split, pad -> slicing), so every order of derivative stays
+inside the graph.
 """
+import numpy
+
 from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
 
 
-__all__ = ['broadcast_to', 'flatten', 'getitem', 'reshape', 'sum_to', 'transpose']
+__all__ = ['broadcast_to', 'flatten', 'getitem', 'reshape', 'sum_to', 'transpose', 'concat', 'cat', 'stack',
+           'split', 'pad']
 
 def _normalize_shape(shape):
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
@@ -130,6 +134,10 @@ def sum_to(x, shape):
     shape = tuple(shape)
     if x.shape == shape:
         return x
+    lead = len(x.shape) - len(shape)
+    if lead < 0 or any(t != 1 and t != d for t, d in zip(shape, x.shape[lead:])):
+        raise ValueError(f"sum_to: shape {tuple(x.shape)} cannot be summed down to {shape} "
+                         f"({shape} does not broadcast to {tuple(x.shape)})")
     return SumTo(shape).apply((x,))[0]
 
 
@@ -160,10 +168,12 @@ class ScatterAdd(FunctionNode):
         gx = xp.zeros(self.shape, dtype=gy.dtype)
         if _is_basic_index(self.index):
             gx[self.index] = gy  # slices and integers cannot select an element twice
-        elif xp.__name__ == "numpy":
+        elif hasattr(xp.add, "at"):
             xp.add.at(gx, self.index, gy)  # repeated integer indices must add up
-        else:
-            gx.scatter_add(self.index, gy)
+        else:  # CuPy before ufunc.at
+            import cupyx
+
+            cupyx.scatter_add(gx, self.index, gy)
         return (gx,)
 
     def backward(self, indexes, grad_outputs):
@@ -186,3 +196,149 @@ def _to_host_index(index):
 def getitem(x, index):
     """``x[index]`` with NumPy's basic and advanced indexing; repeated indices accumulate gradients."""
     return GetItem(_to_host_index(index)).apply((x,))[0]
+
+
+def _axis_for(name, axis, ndim):
+    if not -ndim <= axis < ndim:
+        raise ValueError(f"{name}: axis {axis} is out of range for inputs with {ndim} dimensions")
+    return axis % ndim
+
+
+class Concat(FunctionNode):
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, inputs):
+        shapes = [x.shape for x in inputs]
+        ndim = len(shapes[0])
+        if ndim == 0:
+            raise ValueError("concat: zero-dimensional inputs cannot be concatenated; use stack")
+        axis = self.axis = _axis_for("concat", self.axis, ndim)
+        for s in shapes:
+            if len(s) != ndim or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]:
+                raise ValueError(f"concat: input shapes {shapes} must agree except along axis {axis}")
+        self.sizes = [s[axis] for s in shapes]
+        return (get_array_module(*inputs).concatenate(inputs, axis=axis),)
+
+    def backward(self, indexes, grad_outputs):
+        bounds = list(numpy.cumsum(self.sizes[:-1]))
+        pieces = split(grad_outputs[0], bounds, axis=self.axis)
+        return tuple(pieces[i] for i in indexes)
+
+
+def concat(xs, axis=0):
+    """Join Variables along an existing ``axis`` (``torch.cat`` / ``numpy.concatenate``).
+
+    All inputs have the same shape except along ``axis``; the result's size there is the sum.
+    """
+    xs = tuple(xs)
+    if not xs:
+        raise ValueError("concat: needs at least one input")
+    if len(xs) == 1 and isinstance(xs[0], Variable):
+        return xs[0]
+    return Concat(axis).apply(xs)[0]
+
+
+cat = concat
+
+
+class Stack(FunctionNode):
+    def __init__(self, axis):
+        self.axis = axis
+
+    def forward(self, inputs):
+        shape = inputs[0].shape
+        if any(x.shape != shape for x in inputs):
+            raise ValueError(f"stack: all inputs must have the same shape, got {[x.shape for x in inputs]}")
+        self.axis = _axis_for("stack", self.axis, len(shape) + 1)
+        self.shape, self.count = shape, len(inputs)
+        return (get_array_module(*inputs).stack(inputs, axis=self.axis),)
+
+    def backward(self, indexes, grad_outputs):
+        pieces = split(grad_outputs[0], self.count, axis=self.axis)
+        return tuple(reshape(pieces[i], self.shape) for i in indexes)
+
+
+def stack(xs, axis=0):
+    """Join same-shaped Variables along a new ``axis``: n inputs of shape S give (..., n, ...)."""
+    xs = tuple(xs)
+    if not xs:
+        raise ValueError("stack: needs at least one input")
+    return Stack(axis).apply(xs)[0]
+
+
+class Split(FunctionNode):
+    def __init__(self, indices_or_sections, axis):
+        self.indices_or_sections, self.axis = indices_or_sections, axis
+
+    def forward(self, inputs):
+        x, = inputs
+        if x.ndim == 0:
+            raise ValueError("split: cannot split a zero-dimensional input")
+        self.axis = _axis_for("split", self.axis, x.ndim)
+        sections = self.indices_or_sections
+        if isinstance(sections, int) and (sections <= 0 or x.shape[self.axis] % sections):
+            raise ValueError(f"split: an input of shape {x.shape} cannot be split into {sections} equal "
+                             f"sections along axis {self.axis}; pass a list of split indices instead")
+        ys = get_array_module(x).split(x, sections, axis=self.axis)
+        self.out_shapes = [y.shape for y in ys]
+        self.dtype = x.dtype
+        return tuple(ys)
+
+    def backward(self, indexes, grad_outputs):
+        live = next(g for g in grad_outputs if g is not None)
+        xp = get_array_module(live.data)
+        # An output nobody used has no gradient: it contributes zeros of its shape.
+        parts = [g if g is not None else Variable._from_node(xp.zeros(s, dtype=live.dtype), None)
+                 for g, s in zip(grad_outputs, self.out_shapes)]
+        return (concat(parts, axis=self.axis),)
+
+
+def split(x, indices_or_sections, axis=0):
+    """Split ``x`` along ``axis`` with NumPy's semantics; returns a tuple of Variables.
+
+    Args:
+        indices_or_sections: an int ``n`` (``n`` equal parts; the size along ``axis`` must be
+            divisible by ``n``) or a sorted list of indices where the pieces start.
+    """
+    if not isinstance(indices_or_sections, int):
+        indices_or_sections = [int(i) for i in indices_or_sections]
+    return Split(indices_or_sections, axis).apply((x,))
+
+
+def _pad_widths(pad_width, ndim):
+    arr = numpy.asarray(pad_width)
+    if arr.dtype.kind not in "iu":
+        raise ValueError(f"pad: pad_width must hold integers, got {pad_width!r}")
+    try:
+        widths = numpy.broadcast_to(arr, (ndim, 2))
+    except ValueError:
+        raise ValueError(f"pad: pad_width {pad_width!r} does not fit an input with {ndim} dimensions; give an "
+                         "int, a (before, after) pair, or one pair per axis") from None
+    if (widths < 0).any():
+        raise ValueError(f"pad: pad widths must be non-negative, got {pad_width!r}")
+    return tuple((int(b), int(a)) for b, a in widths)
+
+
+class Pad(FunctionNode):
+    def __init__(self, pad_width, value):
+        self.pad_width, self.value = pad_width, value
+
+    def forward(self, inputs):
+        x, = inputs
+        self.widths = _pad_widths(self.pad_width, x.ndim)
+        self.in_shape = x.shape
+        return (get_array_module(x).pad(x, self.widths, mode="constant", constant_values=self.value),)
+
+    def backward(self, indexes, grad_outputs):
+        index = tuple(slice(b, b + n) for (b, _), n in zip(self.widths, self.in_shape))
+        return (getitem(grad_outputs[0], index),)
+
+
+def pad(x, pad_width, mode="constant", value=0.0):
+    """Pad ``x`` with a constant, NumPy-style: ``pad_width`` is an int, a ``(before, after)``
+    pair for every axis, or one pair per axis (``((0, 0), (0, 0), (1, 1), (1, 1))`` pads H and W
+    of an NCHW batch by one). Only ``mode="constant"`` is supported."""
+    if mode != "constant":
+        raise ValueError(f"pad: mode {mode!r} is not supported; accepted: 'constant'")
+    return Pad(pad_width, value).apply((x,))[0]

@@ -1,10 +1,10 @@
 """Matrix products: matmul (batched, NumPy semantics) and linear (``x @ W.T + b``)."""
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
-from gpgan.functions.array import sum_to, transpose
+from gpgan.functions.array import reshape, sum_to, transpose
 
 
-__all__ = ['matmul']
+__all__ = ['matmul', 'linear']
 
 def _swap_last(x):
     axes = list(range(x.ndim))
@@ -23,7 +23,6 @@ class MatMul(FunctionNode):
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
         gy, = grad_outputs
-        from gpgan.functions.array import reshape
         # Promote vectors to matrices so one rule covers every case.
         a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
         b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
@@ -46,3 +45,55 @@ class MatMul(FunctionNode):
 def matmul(a, b):
     """``a @ b`` with NumPy's matmul rules (batched, broadcast leading dimensions)."""
     return MatMul().apply((a, b))[0]
+
+
+class Linear(FunctionNode):
+    """``x @ W.T + b`` as one node: one GEMM forward, and a backward that skips unused gradients."""
+
+    def forward(self, inputs):
+        x, w = inputs[0], inputs[1]
+        b = inputs[2] if len(inputs) == 3 else None
+        if w.ndim != 2:
+            raise ValueError(f"linear: weight must be 2-D (out_features, in_features), got shape {w.shape}")
+        if x.ndim < 1 or x.shape[-1] != w.shape[1]:
+            raise ValueError(f"linear: input of shape {x.shape} does not match weight of shape {w.shape}; "
+                             f"the input's last dimension must be in_features = {w.shape[1]}")
+        if b is not None and b.shape != (w.shape[0],):
+            raise ValueError(f"linear: bias must have shape ({w.shape[0]},) to match weight of shape "
+                             f"{w.shape}, got {b.shape}")
+        self.retain_inputs((0, 1))
+        # Fold leading dimensions into one, so the product is a single 2-D GEMM.
+        y = get_array_module(x).matmul(x.reshape(-1, w.shape[1]), w.T)
+        if b is not None:
+            y += b
+        return (y.reshape(x.shape[:-1] + (w.shape[0],)),)
+
+    def backward(self, indexes, grad_outputs):
+        x, w = self.get_retained_inputs()
+        gy, = grad_outputs
+        out_features, in_features = w.shape
+        gy2 = reshape(gy, (-1, out_features))
+        out = []
+        for i in indexes:
+            if i == 0:
+                out.append(reshape(matmul(gy2, w), x.shape))
+            elif i == 1:
+                out.append(matmul(transpose(gy2), reshape(x, (-1, in_features))))
+            else:
+                out.append(sum_to(gy2, (out_features,)))
+        return tuple(out)
+
+
+def linear(x, weight, bias=None):
+    """``x @ weight.T + bias``.
+
+    Args:
+        x: (..., in_features).
+        weight: (out_features, in_features).
+        bias: (out_features,) or None.
+
+    Returns:
+        (..., out_features).
+    """
+    inputs = (x, weight) if bias is None else (x, weight, bias)
+    return Linear().apply(inputs)[0]

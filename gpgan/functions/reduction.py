@@ -1,20 +1,28 @@
-"""Reductions: sum and mean over axes, with ``keepdims``."""
+"""Reductions: sum and mean over axes (an int, a tuple, negative allowed, or None), with ``keepdims``."""
 from gpgan.autograd import FunctionNode
 from gpgan.functions.array import broadcast_to, reshape
 
 
 __all__ = ['sum', 'mean']
 
-def _normalize_axis(axis, ndim):
+def _normalize_axis(axis, ndim, name="sum"):
+    """``axis`` (int, tuple/list of ints, or None) as a sorted tuple of non-negative axes."""
     if axis is None:
         return tuple(range(ndim))
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
     out = []
     for a in axes:
-        if not -ndim <= a < max(ndim, 1):
-            raise ValueError(f"sum: axis {a} is out of range for an input with {ndim} dimensions")
-        out.append(a % ndim if ndim else 0)
-    return tuple(sorted(set(out)))
+        if isinstance(a, bool) or not isinstance(a, int) and not hasattr(a, "__index__"):
+            raise TypeError(f"{name}: axis must be an int, a tuple of ints or None, got {axis!r}")
+        a = int(a)
+        if ndim == 0 and a in (0, -1):
+            continue  # a scalar has nothing to reduce; accepted as PyTorch does
+        if not -ndim <= a < ndim:
+            raise ValueError(f"{name}: axis {a} is out of range for an input with {ndim} dimensions")
+        out.append(a % ndim)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name}: axis {axis!r} names the same axis twice")
+    return tuple(sorted(out))
 
 
 class Sum(FunctionNode):
@@ -42,7 +50,7 @@ def sum(x, axis=None, keepdims=False):
 
 def mean(x, axis=None, keepdims=False):
     """Mean over ``axis`` (an int, a tuple, or None for all axes)."""
-    axes = _normalize_axis(axis, x.ndim)
+    axes = _normalize_axis(axis, x.ndim, "mean")
     count = 1
     for a in axes:
         count *= x.shape[a]

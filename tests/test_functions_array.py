@@ -1,0 +1,221 @@
+"""Shape functions, reductions and linear: values against NumPy, first and second derivatives
+against finite differences, and the error messages."""
+import numpy as np
+import pytest
+
+import gpgan
+import gpgan.functions as F
+from gpgan.autograd import gradcheck, gradgradcheck
+
+
+def check(fn, inputs):
+    assert gradcheck(fn, inputs)
+    assert gradgradcheck(fn, inputs)
+
+
+@pytest.fixture
+def r():
+    return np.random.default_rng(42)
+
+
+# -- reductions --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("axis", [None, 0, -1, (0, 2), (-1, -3), (1,)])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_sum_and_mean_values_and_derivatives(r, axis, keepdims):
+    x = r.standard_normal((2, 3, 4))
+    np_axis = tuple(axis) if isinstance(axis, tuple) else axis
+    np.testing.assert_allclose(F.sum(gpgan.Variable(x), axis, keepdims).data, x.sum(np_axis, keepdims=keepdims))
+    np.testing.assert_allclose(F.mean(gpgan.Variable(x), axis, keepdims).data, x.mean(np_axis, keepdims=keepdims))
+    # multiply by the input so the second derivative is not identically zero
+    check(lambda v: F.sum(v * v, axis=axis, keepdims=keepdims), [x])
+    check(lambda v: F.mean(v * v, axis=axis, keepdims=keepdims), [x])
+
+
+def test_sum_of_a_scalar_and_bad_axes():
+    x = gpgan.Variable(np.array(3.0), requires_grad=True)
+    assert F.sum(x, axis=0).item() == 3.0
+    with pytest.raises(ValueError, match="sum: axis 3 is out of range"):
+        F.sum(gpgan.Variable(np.ones((2, 3))), axis=3)
+    with pytest.raises(ValueError, match="mean: axis -3 is out of range"):
+        F.mean(gpgan.Variable(np.ones((2, 3))), axis=-3)
+    with pytest.raises(ValueError, match="same axis twice"):
+        F.sum(gpgan.Variable(np.ones((2, 3))), axis=(1, -1))
+
+
+def test_variable_methods_reduce_like_functions(r):
+    x = r.standard_normal((3, 4))
+    v = gpgan.Variable(x)
+    np.testing.assert_allclose(v.sum(axis=-1, keepdims=True).data, x.sum(-1, keepdims=True))
+    np.testing.assert_allclose(v.mean(axis=0).data, x.mean(0))
+
+
+# -- reshape, transpose, broadcast, getitem --------------------------------------------------------
+def test_reshape_transpose_flatten_broadcast_sum_to(r):
+    x = r.standard_normal((2, 3, 4))
+    check(lambda v: F.reshape(v, (4, -1)) * F.reshape(v, 4, 6), [x])
+    check(lambda v: F.transpose(v, (2, 0, 1)) ** 2, [x])
+    check(lambda v: F.transpose(v, (-1, 0, -2)) ** 2, [x])
+    check(lambda v: F.transpose(v) * F.transpose(v), [x])
+    check(lambda v: F.flatten(v) ** 2, [x])
+    np.testing.assert_array_equal(F.flatten(gpgan.Variable(x), 0, -2).shape, (6, 4))
+    check(lambda v: F.broadcast_to(v, (2, 2, 3, 4)) ** 2, [x])
+    check(lambda v: F.sum_to(v * v, (3, 1)), [x])
+    np.testing.assert_allclose(F.sum_to(gpgan.Variable(x), (3, 1)).data, x.sum(axis=(0, 2))[:, None])
+    np.testing.assert_array_equal(F.transpose(gpgan.Variable(x), (-1, 0, -2)).data, x.transpose(2, 0, 1))
+
+
+def test_sum_to_rejects_shapes_that_do_not_broadcast():
+    with pytest.raises(ValueError, match=r"sum_to: shape \(2, 3\) cannot be summed down to \(4,\)"):
+        F.sum_to(gpgan.Variable(np.ones((2, 3))), (4,))
+    with pytest.raises(ValueError, match="sum_to"):
+        F.sum_to(gpgan.Variable(np.ones((3,))), (2, 3))
+
+
+@pytest.mark.parametrize("index", [
+    (slice(1, None), 0),
+    (Ellipsis, slice(None, None, -2)),
+    (None, 1),
+    ([0, 2, 0, 0],),  # repeated rows: gradients add up
+    (slice(None), [3, 1, 3]),
+    ([0, 0, 1], [1, 1, 2]),  # the same element picked twice
+    (np.array([True, False, True]),),
+])
+def test_getitem_basic_and_advanced_indexing(r, index):
+    x = r.standard_normal((3, 4))
+    np.testing.assert_array_equal(F.getitem(gpgan.Variable(x), index).data, x[index])
+    check(lambda v: F.getitem(v, index) * F.getitem(v, index), [x])
+
+
+def test_getitem_with_repeated_indices_accumulates_gradient():
+    x = gpgan.Variable(np.arange(4.0), requires_grad=True)
+    F.sum(x[[1, 1, 1, 3]]).backward()
+    np.testing.assert_array_equal(x.grad.data, [0, 3, 0, 1])
+
+
+# -- concat, stack, split, pad --------------------------------------------------------------------
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_concat_values_and_derivatives(r, axis):
+    shapes = [(2, 3, 4), (2, 3, 4), (2, 3, 4)]
+    shapes = [tuple(d + k if i == axis % 3 else d for i, d in enumerate(s)) for k, s in enumerate(shapes)]
+    xs = [r.standard_normal(s) for s in shapes]
+    np.testing.assert_array_equal(F.concat([gpgan.Variable(x) for x in xs], axis=axis).data,
+                                  np.concatenate(xs, axis=axis))
+    check(lambda a, b, c: F.cat([a, b * b, c], axis=axis) ** 2, xs)
+
+
+def test_concat_gradient_only_for_some_inputs():
+    a = gpgan.Variable(np.ones((2, 2)), requires_grad=True)
+    b = gpgan.Variable(np.ones((1, 2)))
+    y = F.concat([a, b])
+    g, = gpgan.grad(y, a, grad_outputs=np.arange(6.0).reshape(3, 2))
+    np.testing.assert_array_equal(g.data, [[0, 1], [2, 3]])
+
+
+def test_concat_and_stack_errors_name_the_function_and_shapes():
+    with pytest.raises(ValueError, match=r"concat: input shapes \[\(2, 3\), \(2, 4\)\] must agree except along axis 0"):
+        F.concat([gpgan.Variable(np.ones((2, 3))), gpgan.Variable(np.ones((2, 4)))])
+    with pytest.raises(ValueError, match="stack: all inputs must have the same shape"):
+        F.stack([gpgan.Variable(np.ones((2, 3))), gpgan.Variable(np.ones((3, 2)))])
+    with pytest.raises(ValueError, match="concat: axis 2 is out of range"):
+        F.concat([gpgan.Variable(np.ones((2, 3)))] * 2, axis=2)
+
+
+@pytest.mark.parametrize("axis", [0, 2, -1, -3])
+def test_stack_values_and_derivatives(r, axis):
+    xs = [r.standard_normal((2, 3)) for _ in range(3)]
+    np.testing.assert_array_equal(F.stack([gpgan.Variable(x) for x in xs], axis=axis).data, np.stack(xs, axis))
+    check(lambda a, b, c: F.stack([a, b * b, c * a], axis=axis) ** 2, xs)
+
+
+@pytest.mark.parametrize("sections,axis", [(2, 0), (3, -1), ([1, 3], 1), ([2], -1), ([0, 5], 1)])
+def test_split_values_and_derivatives(r, sections, axis):
+    x = r.standard_normal((4, 6))
+    pieces = F.split(gpgan.Variable(x), sections, axis=axis)
+    expected = np.split(x, sections, axis=axis)
+    assert isinstance(pieces, tuple) and len(pieces) == len(expected)
+    for p, e in zip(pieces, expected):
+        np.testing.assert_array_equal(p.data, e)
+    check(lambda v: tuple(p * p for p in F.split(v, sections, axis=axis)), [x])
+
+
+def test_split_with_unused_outputs_gets_zeros_for_them(r):
+    x = r.standard_normal((6, 2))
+    # only the middle piece is used: the other two get no gradient (None) and count as zeros
+    check(lambda v: F.split(v, 3)[1] ** 3, [x])
+    v = gpgan.Variable(x, requires_grad=True)
+    a, b, c = F.split(v, 3)
+    g, = gpgan.grad(F.sum(b), v)
+    np.testing.assert_array_equal(g.data, [[0, 0], [0, 0], [1, 1], [1, 1], [0, 0], [0, 0]])
+
+
+def test_split_unequal_sections_error():
+    with pytest.raises(ValueError, match=r"split: an input of shape \(5, 2\) cannot be split into 2 equal"):
+        F.split(gpgan.Variable(np.ones((5, 2))), 2)
+
+
+@pytest.mark.parametrize("pad_width", [1, (1, 2), ((0, 0), (2, 1), (1, 0)), ((1, 1),)])
+def test_pad_values_and_derivatives(r, pad_width):
+    x = r.standard_normal((2, 3, 2))
+    np.testing.assert_array_equal(F.pad(gpgan.Variable(x), pad_width, value=0.5).data,
+                                  np.pad(x, pad_width, constant_values=0.5))
+    check(lambda v: F.pad(v * v, pad_width, value=-1.0) ** 2, [x])
+
+
+def test_pad_errors():
+    x = gpgan.Variable(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="pad: mode 'reflect' is not supported"):
+        F.pad(x, 1, mode="reflect")
+    with pytest.raises(ValueError, match="pad: pad widths must be non-negative"):
+        F.pad(x, -1)
+    with pytest.raises(ValueError, match="pad: pad_width .* does not fit an input with 2 dimensions"):
+        F.pad(x, ((1, 1), (1, 1), (1, 1)))
+
+
+# -- matmul and linear -------------------------------------------------------------------------------
+@pytest.mark.parametrize("x_shape", [(4, 3), (2, 2, 3), (3,)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_values_and_derivatives(r, x_shape, with_bias):
+    x, w, b = r.standard_normal(x_shape), r.standard_normal((5, 3)), r.standard_normal(5)
+    expected = x @ w.T + (b if with_bias else 0)
+    args = [x, w, b] if with_bias else [x, w]
+    np.testing.assert_allclose(F.linear(*[gpgan.Variable(a) for a in args]).data, expected, rtol=1e-13)
+    # tanh makes the second derivative with respect to every input non-trivial
+    check(lambda *v: F.tanh(F.linear(*v)), args)
+
+
+def test_linear_skips_weight_gradient_when_only_the_input_is_asked(r):
+    x = gpgan.Variable(r.standard_normal((4, 3)), requires_grad=True)
+    w = gpgan.Variable(r.standard_normal((5, 3)), requires_grad=True)
+    y = F.linear(x, w)
+    calls = []
+    node = y.creator
+    original = node.backward
+    node.backward = lambda indexes, gys: calls.append(indexes) or original(indexes, gys)
+    gpgan.grad(F.sum(y), x)
+    assert calls == [(0,)]
+
+
+def test_linear_shape_errors():
+    with pytest.raises(ValueError, match=r"linear: input of shape \(2, 4\) does not match weight of shape \(5, 3\)"):
+        F.linear(gpgan.Variable(np.ones((2, 4))), gpgan.Variable(np.ones((5, 3))))
+    with pytest.raises(ValueError, match=r"linear: bias must have shape \(5,\)"):
+        F.linear(gpgan.Variable(np.ones((2, 3))), gpgan.Variable(np.ones((5, 3))), gpgan.Variable(np.ones(4)))
+    with pytest.raises(ValueError, match="linear: weight must be 2-D"):
+        F.linear(gpgan.Variable(np.ones((2, 3))), gpgan.Variable(np.ones(3)))
+
+
+def test_linear_keeps_float32(r):
+    x = gpgan.Variable(r.standard_normal((4, 3)).astype(np.float32), requires_grad=True)
+    w = gpgan.Variable(r.standard_normal((5, 3)).astype(np.float32), requires_grad=True)
+    b = gpgan.Variable(np.zeros(5, dtype=np.float32), requires_grad=True)
+    y = F.linear(x, w, b)
+    F.sum(y).backward()
+    assert y.dtype == x.grad.dtype == w.grad.dtype == b.grad.dtype == np.float32
+
+
+@pytest.mark.parametrize("shapes", [((3, 4), (4, 2)), ((2, 3, 4), (4, 2)), ((4,), (4, 2)), ((3, 4), (4,)),
+                                    ((2, 1, 3, 4), (3, 4, 2))])
+def test_matmul_derivatives(r, shapes):
+    a, b = r.standard_normal(shapes[0]), r.standard_normal(shapes[1])
+    np.testing.assert_allclose(F.matmul(gpgan.Variable(a), gpgan.Variable(b)).data, a @ b, rtol=1e-13)
+    check(F.matmul, [a, b])
