@@ -177,14 +177,14 @@ class _BatchNorm(Module):
 
 
 class BatchNorm1d(_BatchNorm):
-    """Batch normalization of (N, C) or (N, C, L) inputs per feature C (Ioffe & Szegedy 2015).
+    """Batch normalization of (N, C) inputs per feature C (Ioffe & Szegedy 2015).
 
     Training mode normalizes with the batch statistics and updates ``running_mean`` /
     ``running_var`` (``running = (1 - momentum) running + momentum batch``, unbiased variance);
     eval mode uses the running statistics.
     """
 
-    _expected_ndim = (2, 3)
+    _expected_ndim = (2,)
 
 
 class BatchNorm2d(_BatchNorm):

@@ -101,12 +101,12 @@ def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=No
     """
     if not isinstance(module, Module):
         raise TypeError(f"spectral_norm expects a Module, got {type(module).__name__}")
-    weight = module._parameters.get(name)
-    if weight is None:
-        raise ValueError(f"spectral_norm: {type(module).__name__} has no parameter {name!r}")
     for hook in module._forward_pre_hooks.values():
         if isinstance(hook, SpectralNorm) and hook.name == name:
             raise RuntimeError(f"spectral_norm: {type(module).__name__}.{name} is already spectrally normalized")
+    weight = module._parameters.get(name)
+    if weight is None:
+        raise ValueError(f"spectral_norm: {type(module).__name__} has no parameter {name!r}")
     if dim is None:
         from gpgan.nn.layers import ConvTranspose2d
 
