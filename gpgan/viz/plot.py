@@ -115,8 +115,9 @@ class _Axes:
             strip = strip.rotate(90, expand=True)
             self.image.paste(strip, (6, int((y0 + y1) / 2 - strip.height / 2)))
 
-    def legend(self, entries):
-        """``entries``: list of (label, rgb); a framed box in the plot area's top-right corner."""
+    def legend(self, entries, px=None, py=None):
+        """``entries``: list of (label, rgb); a framed box in the corner of the plot area that
+        covers the fewest of the plotted pixel positions ``px, py`` (top-right when none)."""
         entries = [(str(label), color) for label, color in entries if label]
         if not entries:
             return
@@ -124,8 +125,15 @@ class _Axes:
         widths = [self.text_size(label)[0] for label, _ in entries]
         row = max(self.text_size("Hg")[1], 10) + 6
         box_w, box_h = max(widths) + 34, row * len(entries) + 8
-        x1, y0 = self.box[2] - 8, self.box[1] + 8
-        x0 = x1 - box_w
+        bx0, by0, bx1, by1 = self.box
+        corners = [(bx1 - 8 - box_w, by0 + 8), (bx0 + 8, by0 + 8), (bx1 - 8 - box_w, by1 - 8 - box_h),
+                   (bx0 + 8, by1 - 8 - box_h)]
+        x0, y0 = corners[0]
+        if px is not None and len(px):
+            covered = [int(((px >= cx) & (px <= cx + box_w) & (py >= cy) & (py <= cy + box_h)).sum())
+                       for cx, cy in corners]
+            x0, y0 = corners[covered.index(min(covered))]
+        x1 = x0 + box_w
         d.rectangle([x0, y0, x1, y0 + box_h], fill=(255, 255, 255), outline=_GREY)
         for k, (label, color) in enumerate(entries):
             cy = y0 + 4 + k * row + row / 2
@@ -154,13 +162,13 @@ class _Axes:
         self.image.save(path)
 
 
-def scatter_plot(path, point_sets, limits=None, title="", size=(560, 560), radius=2):
+def scatter_plot(path, point_sets, limits=None, title="", size=(560, 560), radius=2, xlabel="x", ylabel="y"):
     """Scatter plot of 2-D point sets written to ``path`` (PNG).
 
     Args:
         point_sets: list of ``(points (n, 2), rgb color, label)``; later sets are drawn on top.
         limits: ``((xmin, xmax), (ymin, ymax))``, or None to fit every point with a 5% margin.
-        title: text above the plot.
+        title: text above the plot; ``xlabel``, ``ylabel``: axis labels.
     """
     sets = [(_host(p).reshape(-1, 2), tuple(int(c) for c in color), label) for p, color, label in point_sets]
     if limits is None:
@@ -170,12 +178,15 @@ def scatter_plot(path, point_sets, limits=None, title="", size=(560, 560), radiu
             every = numpy.zeros((1, 2))
         limits = (_padded(every[:, 0].min(), every[:, 0].max()), _padded(every[:, 1].min(), every[:, 1].max()))
     axes = _Axes(size, tuple(map(float, limits[0])), tuple(map(float, limits[1])))
-    axes.frame(title, "x", "y")
+    axes.frame(title, xlabel, ylabel)
+    all_px, all_py = [], []
     for points, color, _ in sets:
         finite = numpy.isfinite(points).all(axis=1)
         px, py = axes.to_pixels(points[finite, 0], points[finite, 1])
         axes.stamp(px, py, color, radius)
-    axes.legend([(label, color) for _, color, label in sets])
+        all_px.append(px)
+        all_py.append(py)
+    axes.legend([(label, color) for _, color, label in sets], numpy.concatenate(all_px), numpy.concatenate(all_py))
     axes.save(path)
 
 
@@ -225,9 +236,18 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=(640, 440
                 d.line([(x - 3, b), (x + 3, b)], fill=color)
         if len(px) > 1:
             d.line(list(zip(px.tolist(), py.tolist())), fill=color, width=2)
+    all_px, all_py = [numpy.zeros(0)], [numpy.zeros(0)]
     for label, xs, ys, err, color in prepared:
         ok = numpy.isfinite(xs) & numpy.isfinite(ys)
+        px, py = axes.to_pixels(xs[ok], ys[ok])
         if ok.sum() <= 60:  # markers only where they stay readable
-            axes.stamp(*axes.to_pixels(xs[ok], ys[ok]), color, radius=3)
-    axes.legend([(label, color) for label, _, _, _, color in prepared])
+            axes.stamp(px, py, color, radius=3)
+        if len(px) > 1:  # the lines between points count as covered too
+            t = numpy.linspace(0, 1, 8)[None, :]
+            px = (px[:-1, None] * (1 - t) + px[1:, None] * t).ravel()
+            py = (py[:-1, None] * (1 - t) + py[1:, None] * t).ravel()
+        all_px.append(px)
+        all_py.append(py)
+    axes.legend([(label, color) for label, _, _, _, color in prepared], numpy.concatenate(all_px),
+                numpy.concatenate(all_py))
     axes.save(path)
