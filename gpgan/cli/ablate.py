@@ -1,0 +1,90 @@
+"""gpgan-ablate: run a sweep of gpgan-train runs and write its report.
+
+    gpgan-ablate SWEEP.yaml [--jobs N] [--devices 0,1,...] [--out DIR] [--report-only] [--dry-run]
+
+Exit status: 0 when every run finished, 1 when some run failed or is unfinished (the report is
+written either way), 2 for a bad sweep file or bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
+
+
+def _devices(text: str) -> list[str]:
+    devices = [d.strip() for d in text.split(",") if d.strip()]
+    if not devices:
+        raise argparse.ArgumentTypeError("--devices needs a comma-separated list of CUDA device ids, e.g. 0,1")
+    for d in devices:
+        if not d.isdigit():
+            raise argparse.ArgumentTypeError(f"--devices: {d!r} is not a CUDA device id (a non-negative integer)")
+    return devices
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--jobs must be a positive integer, got {text!r}")
+    return n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpgan-ablate",
+        description="Run every combination of a sweep file's axes as a gpgan-train run (skipping "
+                    "finished runs, resuming unfinished ones) and write results.csv, REPORT.md and "
+                    "figures/ into the output folder.")
+    p.add_argument("sweep", help="sweep YAML file (base:, axes:, optional set:, metrics:, ...)")
+    p.add_argument("--jobs", "-j", type=_positive, default=None,
+                   help="runs at a time (default: number of --devices, else 1)")
+    p.add_argument("--devices", type=_devices, default=None,
+                   help="CUDA device ids, one per worker, e.g. 0,1 (each run gets CUDA_VISIBLE_DEVICES=<id> "
+                        "and --device cuda); default: the config's device")
+    p.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: the sweep's out:, else experiments/ablations/<sweep stem>)")
+    p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each; run nothing")
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        sweep = load_sweep(args.sweep)
+    except SweepError as exc:
+        print(f"gpgan-ablate: {exc}", file=sys.stderr)
+        return 2
+    out = args.out if args.out is not None else sweep.default_out()
+    jobs = args.jobs or (len(args.devices) if args.devices else 1)
+
+    if args.dry_run:
+        specs = expand_runs(sweep)
+        for spec in specs:
+            state, _ = run_state(out, spec.name)
+            action = {"finished": "skip", "resumable": "resume", "stale": "restart", "absent": "start"}[state]
+            print(f"{action:8s} {spec.name}")
+        print(f"{len(specs)} runs in {out}")
+        return 0
+
+    if not args.report_only:
+        summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices)
+        print(summary.line())
+    records = write_report(sweep, out)
+    failed = [r for r in records if r.status == "failed"]
+    incomplete = [r for r in records if r.status not in ("finished", "failed")]
+    print(f"report: {out / 'REPORT.md'} ({len(records) - len(failed) - len(incomplete)} finished, "
+          f"{len(failed)} failed, {len(incomplete)} not finished)")
+    for rec in failed:
+        last = rec.error.splitlines()[-1] if rec.error else ""
+        print(f"  failed: {rec.spec.name}: {last}", file=sys.stderr)
+    return 1 if failed or incomplete else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

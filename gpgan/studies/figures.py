@@ -1,0 +1,146 @@
+"""Figures of a sweep report: metric-vs-x plots (through gpgan.viz.line_plot) and sample tiles.
+
+Both are laid out per *panel*: one figure per combination of the setting axes other than the
+x and series axes (e.g. one per dataset).
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from PIL import Image, ImageDraw, ImageFont
+
+from gpgan.studies.sweep import IGNORED, format_value
+
+__all__ = ["slug", "metric_figure", "sample_tiles"]
+
+TILE = 256          # samples are scaled to fit a TILE x TILE cell
+LABEL_H = 18        # height of the label strip above each cell
+PAD = 4
+
+
+def slug(text: str) -> str:
+    """File-name fragment: 'eval/modes' -> 'eval-modes'."""
+    out = "".join(c if (c.isalnum() or c in "._+-") else "-" for c in str(text))
+    return out.strip("-") or "x"
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title) -> bool:
+    """Plot ``metric`` against the x axis, one line per series value.
+
+    ``points``: list of (series value, x value or IGNORED, mean, std) in sweep order, only for
+    settings with at least one finished run. A series whose x axis is ignored (e.g. penalty
+    "none", whose weight does not matter) is drawn as a constant line over every x. When no
+    series has two x values (one weight per type, or no x axis) the plot is a point plot
+    against the series instead. Returns False (and writes nothing) when there are no points.
+    """
+    from gpgan.viz import line_plot  # imported here: only report writing needs the plotting module
+
+    if not points:
+        return False
+    ylabel = f"{metric} ({'higher' if direction == 'max' else 'lower'} is better)"
+    series_order = []
+    for s, _, _, _ in points:
+        if not any(s == t for t in series_order):
+            series_order.append(s)
+    by_series = {format_value(s): [(x, m, d) for t, x, m, d in points if t == s] for s in series_order}
+    xs_used = [x for x in x_values if any(x == px for _, px, _, _ in points if px is not IGNORED)]
+    multi_x = any(len([p for p in pts if p[0] is not IGNORED]) > 1 for pts in by_series.values())
+
+    series = []
+    if x_axis is None or not multi_x:
+        # Point plot against the series: one single-point series per value, at x = its position.
+        for i, s in enumerate(series_order):
+            x, m, d = by_series[format_value(s)][0]
+            label = format_value(s) if x is IGNORED or x_axis is None else f"{format_value(s)} ({x_axis}={format_value(x)})"
+            series.append((label, [float(i)], [m], [d]))
+        names = ", ".join(f"{i}={format_value(s)}" for i, s in enumerate(series_order))
+        xlabel = f"{series_axis or 'setting'}: {names}"
+        logx = False
+    else:
+        numeric = all(_is_number(x) for x in xs_used)
+        if numeric:
+            pos = {format_value(x): float(x) for x in xs_used}
+            logx = all(x > 0 for x in xs_used) and max(xs_used) / min(xs_used) >= 10
+            xlabel = x_axis
+        else:
+            pos = {format_value(x): float(i) for i, x in enumerate(xs_used)}
+            logx = False
+            xlabel = f"{x_axis}: " + ", ".join(f"{i}={format_value(x)}" for i, x in enumerate(xs_used))
+        for s in series_order:
+            pts = by_series[format_value(s)]
+            fixed = [p for p in pts if p[0] is IGNORED]
+            if fixed:
+                _, m, d = fixed[0]
+                xs = sorted(pos.values())
+                series.append((f"{format_value(s)} (any {x_axis})", xs, [m] * len(xs), [d] * len(xs)))
+                continue
+            pts = sorted(pts, key=lambda p: pos[format_value(p[0])])
+            series.append((format_value(s) if series_axis else metric,
+                           [pos[format_value(p[0])] for p in pts], [p[1] for p in pts], [p[2] for p in pts]))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    line_plot(str(path), series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx)
+    return True
+
+
+def _font():
+    try:
+        return ImageFont.load_default(size=12)
+    except TypeError:  # Pillow < 10.1 has no size argument
+        return ImageFont.load_default()
+
+
+def _fit(img: Image.Image, size: int) -> Image.Image:
+    img = img.convert("RGB")
+    scale = min(size / img.width, size / img.height, 1.0)
+    if scale < 1.0:
+        img = img.resize((max(1, round(img.width * scale)), max(1, round(img.height * scale))), Image.LANCZOS)
+    return img
+
+
+def sample_tiles(path, cells, title="") -> bool:
+    """Tile sample images into one labelled PNG.
+
+    ``cells``: list of (row, column, label, image path); rows and columns are 0-based grid
+    positions; empty grid positions stay white. Returns False when there is nothing to tile.
+    """
+    cells = [c for c in cells if c[3] is not None]
+    if not cells:
+        return False
+    if max(c for _, c, _, _ in cells) == 0:
+        cells = [(c, r, label, p) for r, c, label, p in cells]  # a single column reads better as a row
+    images = {}
+    for r, c, label, p in cells:
+        with Image.open(p) as img:
+            images[r, c] = (label, _fit(img, TILE))
+    nrows = max(r for r, _ in images) + 1
+    ncols = max(c for _, c in images) + 1
+    font = _font()
+    measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
+    label_w = max(measure.textlength(label, font=font) for label, _ in images.values())
+    # Cells are wide enough for their labels (up to a limit), so small samples stay readable.
+    cw = max(max(img.width for _, img in images.values()), min(int(label_w) + 2, 2 * TILE))
+    ch = max(img.height for _, img in images.values())
+    cell_w, cell_h = cw + PAD, ch + LABEL_H + PAD
+    title_h = LABEL_H + PAD if title else 0
+    width = max(ncols * cell_w + PAD, int(measure.textlength(title, font=font)) + 2 * PAD if title else 0)
+    canvas = Image.new("RGB", (width, nrows * cell_h + PAD + title_h), "white")
+    draw = ImageDraw.Draw(canvas)
+    if title:
+        draw.text((PAD, PAD), title, fill=(0, 0, 0), font=font)
+    for (r, c), (label, img) in images.items():
+        x0 = PAD + c * cell_w
+        y0 = PAD + title_h + r * cell_h
+        # Cut the label to the cell width so neighbours never overlap.
+        text = label
+        while text and draw.textlength(text, font=font) > cw:
+            text = text[:-1]
+        draw.text((x0, y0), text, fill=(0, 0, 0), font=font)
+        canvas.paste(img, (x0 + (cw - img.width) // 2, y0 + LABEL_H + (ch - img.height) // 2))
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    canvas.save(path, format="PNG")
+    return True

@@ -1,0 +1,290 @@
+"""The sweep report: results.csv, REPORT.md and figures/ in the sweep's output folder.
+
+The report is a pure function of the run folders (no clock, no absolute paths), so rebuilding it
+with ``--report-only`` reproduces REPORT.md byte for byte.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpgan.studies.figures import metric_figure, sample_tiles, slug
+from gpgan.studies.results import RunRecord, collect_results, resolve_metrics, write_results_csv
+from gpgan.studies.sweep import IGNORED, Sweep, format_value
+
+__all__ = ["SettingStats", "mean_std", "summarize", "write_report"]
+
+ARROW = {"max": "↑", "min": "↓"}
+
+
+def mean_std(values) -> tuple[float | None, float | None, int]:
+    """(mean, sample standard deviation (ddof=1; None for fewer than 2 values), count) over the
+    finite values."""
+    vals = [v for v in values if v is not None and math.isfinite(v)]
+    n = len(vals)
+    if n == 0:
+        return None, None, 0
+    mean = math.fsum(vals) / n
+    if n < 2:
+        return mean, None, n
+    var = math.fsum((v - mean) ** 2 for v in vals) / (n - 1)
+    return mean, math.sqrt(var), n
+
+
+@dataclass
+class SettingStats:
+    """Runs sharing the non-seed axis values, and their statistics over seeds."""
+
+    values: dict            # setting axis -> value (IGNORED where an ignore rule dropped it)
+    records: list[RunRecord]
+    final: dict             # metric -> (mean, std, n)
+    best: dict
+    wall: tuple
+
+    @property
+    def finished(self) -> list[RunRecord]:
+        return [r for r in self.records if r.status == "finished"]
+
+
+def summarize(sweep: Sweep, records: list[RunRecord], metrics) -> list[SettingStats]:
+    """Group runs by setting (sweep order) and take mean/std over the finished seeds."""
+    groups: dict[tuple, list[RunRecord]] = {}
+    for rec in records:
+        groups.setdefault(rec.spec.setting, []).append(rec)
+    stats = []
+    for recs in groups.values():
+        done = [r for r in recs if r.status == "finished"]
+        values = {k: recs[0].spec.values[k] for k in sweep.setting_axes}
+        stats.append(SettingStats(
+            values=values, records=recs,
+            final={m: mean_std([r.final.get(m) for r in done]) for m, _ in metrics},
+            best={m: mean_std([r.best.get(m) for r in done]) for m, _ in metrics},
+            wall=mean_std([r.wall_time_s for r in done]),
+        ))
+    return stats
+
+
+# ----------------------------------------------------------------------------------------------
+# formatting
+
+def _num(v) -> str:
+    if v is None:
+        return "n/a"
+    if math.isnan(v):
+        return "nan"
+    return f"{v:.4g}"
+
+
+def _cell(stat) -> str:
+    mean, std, n = stat
+    if n == 0:
+        return "n/a"
+    return _num(mean) if std is None else f"{_num(mean)} ± {std:.2g}"
+
+
+def _val(v) -> str:
+    return "(any)" if v is IGNORED else format_value(v).replace("|", "\\|")
+
+
+def _describe(values: dict) -> str:
+    return ", ".join(f"{k}={_val(v)}" for k, v in values.items())
+
+
+def _table(header, rows) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def _panel_axes(sweep: Sweep) -> list[str]:
+    return [k for k in sweep.setting_axes if k not in (sweep.x_axis, sweep.series_axis)]
+
+
+def _panels(sweep: Sweep, stats: list[SettingStats]):
+    """[(panel values dict, settings in it)] in sweep order; one panel when no other axes."""
+    keys = _panel_axes(sweep)
+    panels: dict[tuple, tuple[dict, list]] = {}
+    for st in stats:
+        pv = {k: st.values[k] for k in keys}
+        ident = tuple(format_value(v) for v in pv.values())
+        panels.setdefault(ident, (pv, []))[1].append(st)
+    return list(panels.values())
+
+
+def _panel_slug(sweep: Sweep, pv: dict) -> str:
+    return "".join(f"__{slug(k.rsplit('.', 1)[-1])}-{slug(format_value(v))}" for k, v in pv.items())
+
+
+# ----------------------------------------------------------------------------------------------
+# figures
+
+def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str, str]]]]:
+    """Write figures/*.png; returns [(panel heading, [(caption, relative path)])]."""
+    fig_dir = out_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    for old in fig_dir.glob("*.png"):
+        old.unlink()  # figures of an earlier report (e.g. of a metric no longer listed)
+    x_values = sweep.axes.get(sweep.x_axis, []) if sweep.x_axis else []
+    series_values = sweep.axes.get(sweep.series_axis, [None]) if sweep.series_axis else [None]
+    out = []
+    for pv, settings in panels:
+        heading = _describe(pv) if pv else "all settings"
+        suffix = _panel_slug(sweep, pv)
+        items = []
+        for metric, direction in metrics:
+            points = []
+            for st in settings:
+                mean, std, n = st.final[metric]
+                if n == 0:
+                    continue
+                s = st.values.get(sweep.series_axis) if sweep.series_axis else None
+                x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
+                points.append((s, x, mean, std or 0.0))
+            rel = f"figures/{slug(metric)}{suffix}.png"
+            title = f"{metric}, {heading}" if pv else metric
+            if metric_figure(out_dir / rel, points, sweep.x_axis, sweep.series_axis, x_values,
+                             metric, direction, title):
+                items.append((f"{metric} (final, mean ± std over seeds)", rel))
+
+        # Sample tiles: rows = series values, columns = x values (first finished seed of each).
+        cells = []
+        for st in settings:
+            done = [r for r in st.finished if r.sample is not None]
+            if not done:
+                continue
+            s = st.values.get(sweep.series_axis) if sweep.series_axis else None
+            x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
+            row = next(i for i, v in enumerate(series_values) if format_value(v) == format_value(s))
+            if x is IGNORED or not x_values:
+                col = 0 if x_values else sum(1 for c in cells if c[0] == row)
+            else:
+                col = next(i for i, v in enumerate(x_values) if format_value(v) == format_value(x))
+            label = ", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
+            seed = done[0].spec.seed
+            if sweep.seed_axis is not None:
+                label += f" (seed {format_value(seed)})"
+            cells.append((row, col, label, done[0].sample))
+        if cells:
+            # Drop rows/columns with no image so the tile stays compact.
+            rows = sorted({c[0] for c in cells})
+            cols = sorted({c[1] for c in cells})
+            cells = [(rows.index(r), cols.index(c), lab, p) for r, c, lab, p in cells]
+            rel = f"figures/samples{suffix}.png"
+            if sample_tiles(out_dir / rel, cells, title=f"final samples, {heading}" if pv else "final samples"):
+                items.append(("final samples per setting", rel))
+        out.append((heading, items))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# REPORT.md
+
+def _best_lines(panels, metrics) -> list[str]:
+    lines = []
+    for pv, settings in panels:
+        for metric, direction in metrics:
+            scored = [(st.final[metric][0], i, st) for i, st in enumerate(settings)
+                      if st.final[metric][2] > 0 and not math.isnan(st.final[metric][0])]
+            if not scored:
+                continue
+            sign = -1 if direction == "max" else 1
+            _, _, st = min(scored, key=lambda t: (sign * t[0], t[1]))
+            rest = {k: v for k, v in st.values.items() if k not in pv}
+            where = f" ({_describe(pv)})" if pv else ""
+            lines.append(f"- `{metric}` {ARROW[direction]}{where}: {_describe(rest) or 'the only setting'}: "
+                         f"{_cell(st.final[metric])}")
+    return lines
+
+
+def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
+    total = len(records)
+    count = {}
+    for rec in records:
+        count[rec.status] = count.get(rec.status, 0) + 1
+    title = sweep.title or f"Ablation: {sweep.stem}"
+    lines = [f"# {title}", ""]
+    lines.append(f"Written by `gpgan-ablate` from the sweep file `{sweep.path.name}` "
+                 f"(base config `{sweep.base_text}`).")
+    lines.append("")
+    order = ["finished", "failed", "unfinished", "not run"]
+    order += sorted(s for s in count if s not in order)
+    status_text = ", ".join(f"{count[s]} {s}" for s in order if s in count)
+    lines.append(f"- Runs: {total} ({status_text}); per-run values are in [results.csv](results.csv).")
+    for key, values in sweep.axes.items():
+        role = " (seeds)" if key == sweep.seed_axis else ""
+        lines.append(f"- Axis `{key}`{role}: " + ", ".join(f"`{format_value(v)}`" for v in values))
+    if sweep.fixed:
+        lines.append("- Fixed overrides: " + ", ".join(f"`{k}={format_value(v)}`" for k, v in sweep.fixed.items()))
+    for when, dropped in sweep.ignore:
+        cond = " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in when.items())
+        lines.append(f"- Ignored: {', '.join(f'`{k}`' for k in dropped)} when {cond} "
+                     "(the base config's value is used; shown as (any), one run per seed).")
+    for rule in sweep.exclude:
+        cond = " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in rule.items())
+        lines.append(f"- Excluded: {cond}.")
+    seeds = f"`{sweep.seed_axis}`" if sweep.seed_axis else "runs (no seed axis)"
+    lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "
+                 "n = finished runs / runs. ↑ higher is better, ↓ lower is better.")
+    lines.append("")
+
+    header = list(sweep.setting_axes) + ["n"] + [f"{m} {ARROW[d]}" for m, d in metrics]
+    final_rows, best_rows = [], []
+    for st in stats:
+        base = [_val(st.values[k]) for k in sweep.setting_axes] + [f"{len(st.finished)}/{len(st.records)}"]
+        final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
+        best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
+    lines += ["## Final metrics", ""] + _table(header + ["wall time (s)"], final_rows) + [""]
+    lines += ["## Best value during training", "",
+              "Best evaluation of each run (max or min by the metric's direction), then mean ± std over seeds.",
+              ""] + _table(header, best_rows) + [""]
+
+    best = _best_lines(panels, metrics)
+    lines += ["## Best settings (by mean final value)", ""] + (best or ["No finished runs."]) + [""]
+
+    lines += ["## Figures", ""]
+    any_fig = False
+    for heading, items in figures:
+        if not items:
+            continue
+        any_fig = True
+        if len(figures) > 1:
+            lines += [f"### {heading}", ""]
+        for caption, rel in items:
+            lines += [f"{caption}:", "", f"![{caption}]({rel})", ""]
+    if not any_fig:
+        lines += ["No figures: no run has finished.", ""]
+
+    lines += ["## Failures", ""]
+    failing = [st for st in stats if any(r.status == "failed" for r in st.records)]
+    if not failing:
+        lines += ["None.", ""]
+    for st in failing:
+        bad = [r for r in st.records if r.status == "failed"]
+        seeds = ""
+        if sweep.seed_axis is not None:
+            seeds = f"; failed {sweep.seed_axis}: " + ", ".join(format_value(r.spec.seed) for r in bad)
+        lines += [f"- **{_describe(st.values) or 'the only setting'}** ({len(bad)}/{len(st.records)} runs failed{seeds}). "
+                  f"Error of `{bad[0].spec.name}`:", "", "  ```"]
+        lines += [f"  {line}" for line in bad[0].error.splitlines()] + ["  ```", ""]
+    incomplete = [r for r in records if r.status not in ("finished", "failed")]
+    if incomplete:
+        lines += ["## Incomplete runs", ""]
+        lines += [f"- `{r.spec.name}`: {r.status}" for r in incomplete] + [""]
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def write_report(sweep: Sweep, out_dir) -> list[RunRecord]:
+    """Collect the runs of ``sweep`` under ``out_dir`` and write results.csv, REPORT.md and
+    figures/ there. Returns the run records (sweep order)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    metrics = resolve_metrics(sweep, out_dir)
+    records = collect_results(sweep, out_dir, metrics)
+    write_results_csv(out_dir / "results.csv", sweep, records, metrics, out_dir)
+    stats = summarize(sweep, records, metrics)
+    panels = _panels(sweep, stats)
+    figures = _figures(sweep, out_dir, panels, metrics)
+    text = _markdown(sweep, records, stats, panels, metrics, figures)
+    (out_dir / "REPORT.md").write_text(text)
+    return records

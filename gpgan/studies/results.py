@@ -1,0 +1,199 @@
+"""Collecting a sweep's results from its run folders, and results.csv.
+
+Everything here reads files only (final.json, metrics.jsonl, OUT/logs/<name>/failure.json), so
+``--report-only`` gives the same rows as the sweep that produced the runs.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpgan.studies.runner import find_run_dir, logs_dir, read_final
+from gpgan.studies.sweep import IGNORED, RunSpec, Sweep, default_direction, expand_runs, format_value
+
+__all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns"]
+
+STATUSES = ("finished", "failed", "unfinished", "not run")
+
+
+@dataclass
+class RunRecord:
+    """What a sweep knows about one run.
+
+    ``status``: "finished", "failed" (last attempt exited non-zero; ``error`` holds the end of its
+    stderr), "unfinished" (a run folder without a finished final.json), "not run", or any other
+    status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value.
+    """
+
+    spec: RunSpec
+    status: str
+    run_dir: Path | None = None
+    final: dict[str, float] = field(default_factory=dict)
+    best: dict[str, float] = field(default_factory=dict)
+    steps: int | None = None
+    wall_time_s: float | None = None
+    error: str = ""
+    sample: Path | None = None
+
+
+def _aliases(name: str) -> list[str]:
+    """A metric may be spelled with or without its 'eval/' prefix in final.json."""
+    if name.startswith("eval/"):
+        return [name, name[len("eval/"):]]
+    return [name, "eval/" + name]
+
+
+def _number(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _lookup(mapping, name):
+    if not isinstance(mapping, dict):
+        return None
+    for key in _aliases(name):
+        if key in mapping:
+            return _number(mapping[key])
+    return None
+
+
+def _read_metrics_log(run_dir: Path) -> list[dict]:
+    rows = []
+    try:
+        with open(run_dir / "metrics.jsonl") as fh:
+            for line in fh:
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue  # a line cut short by a crash
+                if isinstance(row, dict):
+                    rows.append(row)
+    except OSError:
+        pass
+    return rows
+
+
+def _series(rows: list[dict], name: str) -> list[float]:
+    values = []
+    for row in rows:
+        v = _lookup(row, name)
+        if v is not None:
+            values.append(v)
+    return values
+
+
+def _best(values, direction):
+    finite = [v for v in values if math.isfinite(v)]
+    if not finite:
+        return None
+    return max(finite) if direction == "max" else min(finite)
+
+
+def resolve_metrics(sweep: Sweep, out_dir) -> list[tuple[str, str]]:
+    """The sweep's ``metrics``, or when none are listed every numeric 'eval/' metric found in a
+    finished run's final.json (sorted by name), or failing that every numeric final metric."""
+    if sweep.metrics:
+        return list(sweep.metrics)
+    names = set()
+    for spec in expand_runs(sweep):
+        final = read_final(find_run_dir(out_dir, spec.name)) or {}
+        if final.get("status") != "finished":
+            continue
+        for key, value in (final.get("final") or {}).items():
+            if _number(value) is not None:
+                names.add(key)
+    chosen = sorted(n for n in names if n.startswith("eval/")) or sorted(names)
+    return [(n, default_direction(n)) for n in chosen]
+
+
+def _read_failure(out_dir, name) -> str | None:
+    try:
+        data = json.loads((logs_dir(out_dir, name) / "failure.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return str(data.get("error") or f"exit code {data.get('returncode')}")
+
+
+def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
+    """One record per run of the sweep, in sweep order."""
+    out_dir = Path(out_dir)
+    metrics = resolve_metrics(sweep, out_dir) if metrics is None else metrics
+    records = []
+    for spec in expand_runs(sweep):
+        run_dir = find_run_dir(out_dir, spec.name)
+        final = read_final(run_dir)
+        failure = _read_failure(out_dir, spec.name)
+        rec = RunRecord(spec=spec, status="not run", run_dir=run_dir)
+        if final is not None and final.get("status") == "finished":
+            rec.status = "finished"
+        elif failure is not None:
+            rec.status, rec.error = "failed", failure
+        elif final is not None and isinstance(final.get("status"), str):
+            rec.status = final["status"]
+        elif run_dir is not None:
+            rec.status = "unfinished"
+        if final is not None:
+            steps = final.get("steps")
+            rec.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+            rec.wall_time_s = _number(final.get("wall_time_s"))
+        if run_dir is not None and rec.status != "failed":
+            rows = _read_metrics_log(run_dir)
+            for name, direction in metrics:
+                series = _series(rows, name)
+                last = _lookup((final or {}).get("final"), name)
+                if last is None and series:
+                    last = series[-1]
+                best = _best(series, direction)
+                if best is None:
+                    best = _lookup((final or {}).get("best"), name)
+                if last is not None:
+                    rec.final[name] = last
+                if best is not None:
+                    rec.best[name] = best
+            sample = run_dir / "samples" / "final.png"
+            rec.sample = sample if sample.is_file() else None
+        records.append(rec)
+    return records
+
+
+def csv_columns(sweep: Sweep, metrics) -> list[str]:
+    return (["run", "status"] + list(sweep.axes) + [f"final/{m}" for m, _ in metrics]
+            + [f"best/{m}" for m, _ in metrics] + ["steps", "wall_time_s", "run_dir", "error"])
+
+
+def _cell(value):
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def write_results_csv(path, sweep: Sweep, records: list[RunRecord], metrics, out_dir) -> None:
+    """results.csv: one row per run (axes, final and best metrics, steps, wall time, status,
+    run folder relative to the sweep's output folder, and the error of a failed run)."""
+    out_dir = Path(out_dir).resolve()
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh, lineterminator="\n")
+        writer.writerow(csv_columns(sweep, metrics))
+        for rec in records:
+            axes = ["" if rec.spec.values[k] is IGNORED else format_value(rec.spec.values[k]) for k in sweep.axes]
+            run_dir = ""
+            if rec.run_dir is not None:
+                try:
+                    run_dir = rec.run_dir.resolve().relative_to(out_dir).as_posix()
+                except ValueError:
+                    run_dir = rec.run_dir.as_posix()
+            writer.writerow(
+                [rec.spec.name, rec.status] + axes
+                + [_cell(rec.final.get(m)) for m, _ in metrics]
+                + [_cell(rec.best.get(m)) for m, _ in metrics]
+                + [_cell(rec.steps), _cell(rec.wall_time_s), run_dir, rec.error]
+            )

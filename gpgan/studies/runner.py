@@ -1,0 +1,313 @@
+"""Running a sweep: one gpgan-train subprocess per run, N at a time, one device each.
+
+Output folder layout (``OUT`` is the sweep's output folder)::
+
+    OUT/runs/<config name>/<run name>/   run folders written by gpgan-train (``--out OUT/runs``)
+    OUT/logs/<run name>/stdout.log       the trainer's stdout / stderr (appended on every attempt;
+    OUT/logs/<run name>/stderr.log       copied into the run folder when the attempt ends)
+    OUT/logs/<run name>/failure.json     written when an attempt fails, removed when one succeeds
+
+A run is skipped when its final.json says ``"status": "finished"``; a run folder without it is
+continued with ``--resume`` when it holds a checkpoint and otherwise cleared and started afresh.
+Failed runs are recorded and retried the next time the sweep runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpgan.studies.sweep import RunSpec, Sweep, expand_runs, override_text
+
+__all__ = [
+    "TRAINER_ENV",
+    "trainer_command",
+    "find_run_dir",
+    "read_final",
+    "run_state",
+    "JobResult",
+    "SweepSummary",
+    "run_sweep",
+    "stderr_tail",
+]
+
+TRAINER_ENV = "GPGAN_TRAIN_CMD"
+TAIL_LINES = 15
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def trainer_command(trainer_cmd=None) -> list[str]:
+    """The command that starts gpgan-train: ``trainer_cmd`` (list or shell-quoted string), else
+    the ``GPGAN_TRAIN_CMD`` environment variable, else ``python -m gpgan.cli.train``."""
+    if trainer_cmd is None:
+        trainer_cmd = os.environ.get(TRAINER_ENV) or None
+    if trainer_cmd is None:
+        return [sys.executable, "-m", "gpgan.cli.train"]
+    if isinstance(trainer_cmd, str):
+        trainer_cmd = shlex.split(trainer_cmd)
+    if not trainer_cmd:
+        raise ValueError(f"empty trainer command (check {TRAINER_ENV})")
+    return [str(part) for part in trainer_cmd]
+
+
+# ----------------------------------------------------------------------------------------------
+# inspecting run folders
+
+def runs_root(out_dir) -> Path:
+    return Path(out_dir) / "runs"
+
+
+def logs_dir(out_dir, name) -> Path:
+    return Path(out_dir) / "logs" / name
+
+
+def read_final(run_dir) -> dict | None:
+    """The run's final.json as a dict, or None when missing or unreadable."""
+    if run_dir is None:
+        return None
+    try:
+        with open(Path(run_dir) / "final.json") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def is_finished(run_dir) -> bool:
+    final = read_final(run_dir)
+    return final is not None and final.get("status") == "finished"
+
+
+def find_run_dir(out_dir, name) -> Path | None:
+    """The run folder ``OUT/runs/<config name>/<name>`` (the config name is the trainer's to
+    choose, so it is globbed); a finished one wins if several exist."""
+    candidates = sorted(p for p in runs_root(out_dir).glob(f"*/{name}") if p.is_dir())
+    if not candidates:
+        return None
+    finished = [p for p in candidates if is_finished(p)]
+    return (finished or candidates)[0]
+
+
+def has_checkpoint(run_dir) -> bool:
+    return run_dir is not None and any((Path(run_dir) / "checkpoints").glob("*.npz"))
+
+
+def run_state(out_dir, name) -> tuple[str, Path | None]:
+    """("finished" | "resumable" | "stale" | "absent", run folder or None)."""
+    run_dir = find_run_dir(out_dir, name)
+    if run_dir is None:
+        return "absent", None
+    if is_finished(run_dir):
+        return "finished", run_dir
+    if has_checkpoint(run_dir):
+        return "resumable", run_dir
+    return "stale", run_dir
+
+
+def stderr_tail(path, n=TAIL_LINES) -> list[str]:
+    """Last ``n`` non-empty lines of a log; progress bars redraw with '\\r', keep the last draw."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return []
+    lines = [line.split("\r")[-1].rstrip() for line in text.split("\n")]
+    lines = [line for line in lines if line.strip() and not line.startswith("=== gpgan-ablate")]
+    return lines[-n:]
+
+
+# ----------------------------------------------------------------------------------------------
+# running
+
+@dataclass
+class JobResult:
+    name: str
+    action: str          # "start" (no folder), "restart" (stale folder cleared), "resume"
+    status: str          # "finished" | "failed"
+    returncode: int | None
+    seconds: float
+    error: str = ""
+
+
+@dataclass
+class SweepSummary:
+    total: int
+    skipped: int
+    results: list[JobResult]
+
+    @property
+    def failed(self) -> list[JobResult]:
+        return [r for r in self.results if r.status == "failed"]
+
+    def counts(self) -> dict[str, int]:
+        c = {"total": self.total, "skipped": self.skipped}
+        for action in ("start", "restart", "resume"):
+            c[action] = sum(r.action == action for r in self.results)
+        c["finished"] = sum(r.status == "finished" for r in self.results)
+        c["failed"] = len(self.failed)
+        return c
+
+    def line(self) -> str:
+        c = self.counts()
+        return (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
+                f"resumed {c['resume']}; finished {c['finished']}, failed {c['failed']}")
+
+
+def _child_env(device, jobs) -> dict:
+    env = dict(os.environ)
+    # The trainer is started as "python -m gpgan.cli.train": make this gpgan importable from any cwd.
+    import gpgan
+    root = str(Path(gpgan.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # N concurrent trainers should not each spawn one BLAS thread per core.
+    threads = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+    for var in _THREAD_VARS:
+        env.setdefault(var, threads)
+    if device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(device)
+    return env
+
+
+class _Runner:
+    def __init__(self, sweep: Sweep, out_dir: Path, jobs: int, devices, trainer, log):
+        self.sweep, self.out_dir, self.jobs = sweep, out_dir, jobs
+        self.trainer, self.log = trainer, log
+        self.devices = None
+        if devices:
+            # One slot per worker; with more workers than devices, devices are shared round-robin.
+            self.devices = queue.Queue()
+            for i in range(max(jobs, len(devices))):
+                self.devices.put(devices[i % len(devices)])
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.stopping = False
+        self.done = 0
+
+    def command(self, spec: RunSpec, action: str, run_dir: Path | None, device) -> list[str]:
+        if action == "resume":
+            cmd = self.trainer + ["--resume", str(run_dir)]
+        else:
+            cmd = self.trainer + [str(self.sweep.base.resolve())]
+            for key, value in spec.overrides:
+                cmd += ["--set", f"{key}={override_text(value)}"]
+            cmd += ["--out", str(runs_root(self.out_dir).resolve()), "--name", spec.name]
+        if device is not None:
+            cmd += ["--device", "cuda"]
+        return cmd
+
+    def run(self, index: int, total: int, spec: RunSpec, action: str, run_dir: Path | None) -> JobResult:
+        device = self.devices.get() if self.devices is not None else None
+        try:
+            return self._run(index, total, spec, action, run_dir, device)
+        finally:
+            if self.devices is not None:
+                self.devices.put(device)
+
+    def _run(self, index, total, spec, action, run_dir, device) -> JobResult:
+        if self.stopping:
+            return JobResult(spec.name, action, "failed", None, 0.0, "sweep interrupted before this run started")
+        if action == "restart":
+            shutil.rmtree(run_dir)
+        logs = logs_dir(self.out_dir, spec.name)
+        logs.mkdir(parents=True, exist_ok=True)
+        cmd = self.command(spec, action, run_dir, device)
+        where = f" on device {device}" if device is not None else ""
+        with self.lock:
+            self.log(f"[{index}/{total}] {action} {spec.name}{where}")
+        header = f"=== gpgan-ablate {action}: {shlex.join(cmd)}\n"
+        t0 = time.perf_counter()
+        with open(logs / "stdout.log", "a") as out, open(logs / "stderr.log", "a") as err:
+            out.write(header)
+            err.write(header)
+            out.flush()
+            err.flush()
+            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                    env=_child_env(device, self.jobs))
+            with self.lock:
+                self.live.add(proc)
+            try:
+                rc = proc.wait()
+            finally:
+                with self.lock:
+                    self.live.discard(proc)
+        seconds = time.perf_counter() - t0
+
+        new_dir = find_run_dir(self.out_dir, spec.name)
+        if new_dir is not None:
+            for log_name in ("stdout.log", "stderr.log"):
+                shutil.copyfile(logs / log_name, new_dir / log_name)
+        failure = logs / "failure.json"
+        if rc == 0 and is_finished(new_dir):
+            failure.unlink(missing_ok=True)
+            result = JobResult(spec.name, action, "finished", rc, seconds)
+        else:
+            tail = stderr_tail(logs / "stderr.log")
+            if rc == 0:
+                tail.append(f"gpgan-ablate: gpgan-train exited 0 but wrote no final.json with status "
+                            f"finished under {runs_root(self.out_dir)}/*/{spec.name}")
+            error = "\n".join(tail) or f"exit code {rc} (stderr was empty)"
+            failure.write_text(json.dumps({"returncode": rc, "command": cmd, "error": error}, indent=1) + "\n")
+            result = JobResult(spec.name, action, "failed", rc, seconds, error)
+        with self.lock:
+            self.done += 1
+            if result.status == "finished":
+                self.log(f"[{self.done}/{total} done] finished {spec.name} ({seconds:.1f} s)")
+            else:
+                last = result.error.splitlines()[-1] if result.error else ""
+                self.log(f"[{self.done}/{total} done] FAILED {spec.name} (exit {rc}): {last}")
+        return result
+
+    def stop(self):
+        with self.lock:
+            self.stopping = True
+            live = list(self.live)
+        for proc in live:
+            proc.terminate()
+
+
+def run_sweep(sweep: Sweep, out_dir, jobs: int = 1, devices=None, trainer_cmd=None, log=print) -> SweepSummary:
+    """Run every run of ``sweep`` that has not finished, ``jobs`` at a time.
+
+    ``devices``: list of CUDA device ids; each job gets one (``CUDA_VISIBLE_DEVICES=<id>`` and
+    ``--device cuda``). Without devices the config's device is used. A failing run never stops
+    the sweep: it is returned with status "failed" and recorded in OUT/logs/<name>/failure.json.
+    """
+    out_dir = Path(out_dir)
+    jobs = max(1, int(jobs))
+    trainer = trainer_command(trainer_cmd)
+    specs = expand_runs(sweep)
+    todo, skipped = [], 0
+    for spec in specs:
+        state, run_dir = run_state(out_dir, spec.name)
+        if state == "finished":
+            skipped += 1
+            continue
+        action = {"absent": "start", "stale": "restart", "resumable": "resume"}[state]
+        todo.append((spec, action, run_dir))
+    runs_root(out_dir).mkdir(parents=True, exist_ok=True)
+    if skipped:
+        log(f"skipping {skipped} finished run(s)")
+
+    runner = _Runner(sweep, out_dir, jobs, list(devices) if devices else None, trainer, log)
+    results: dict[str, JobResult] = {}
+    pool = ThreadPoolExecutor(max_workers=jobs)
+    try:
+        futures = {pool.submit(runner.run, i + 1, len(todo), *job): job[0].name for i, job in enumerate(todo)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+    except BaseException:
+        # Ctrl-C (or a bug): stop the live trainers; their checkpoints let the next sweep resume.
+        runner.stop()
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    ordered = [results[spec.name] for spec, _, _ in todo]
+    return SweepSummary(total=len(specs), skipped=skipped, results=ordered)

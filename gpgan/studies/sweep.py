@@ -1,0 +1,474 @@
+"""Sweep files: schema, validation and expansion into individual gpgan-train runs.
+
+A sweep file (YAML) names a base config and the axes to vary::
+
+    base: ../quickstart.yaml            # relative to the sweep file
+    axes:                               # dotted config key -> list of values (full product)
+      penalty.type: [none, wgan_gp, r1]
+      penalty.weight: [0.1, 1, 10]
+      train.seed: [0, 1, 2]
+    set: {train.steps: 2000}            # fixed overrides for every run (optional)
+    metrics:                            # optional; "name" or {name: direction} (max | min)
+      - eval/modes: max
+      - eval/reverse_kl: min
+    seed_axis: train.seed               # mean/std are taken over this axis (optional)
+    x_axis: penalty.weight              # figures: x axis ...
+    series_axis: penalty.type           # ... and one line per value of this axis
+    ignore:                             # axes that do not matter for some settings (optional)
+      - when: {penalty.type: none}
+        axes: [penalty.weight]
+    exclude:                            # combinations not to run (optional)
+      - {penalty.type: r2, penalty.weight: 0.1}
+    out: experiments/ablations/mine     # default output folder (optional)
+    title: My ablation                  # REPORT.md heading (optional)
+
+``ignore``: in a combination matching ``when`` (every listed key has the listed value, or one of
+the listed values when a list is given) the listed axes are dropped: no override is passed for
+them (the base config's value applies, which does not matter by the rule's premise) and the
+combinations that differ only in those axes collapse into a single run. ``penalty.type: none``
+with three weights is therefore one run per seed, not three identical ones.
+
+``exclude``: each entry is a mapping of axis keys to a value (or a list of values); a combination
+matching every key of an entry is not run.
+"""
+from __future__ import annotations
+
+import difflib
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "SweepError",
+    "Sweep",
+    "RunSpec",
+    "IGNORED",
+    "default_direction",
+    "load_sweep",
+    "parse_sweep",
+    "expand_runs",
+    "format_value",
+    "yaml_scalar",
+    "override_text",
+]
+
+TOP_LEVEL_KEYS = (
+    "base", "axes", "set", "metrics", "seed_axis", "x_axis", "series_axis",
+    "ignore", "exclude", "out", "title",
+)
+IGNORE_KEYS = ("when", "axes")
+DIRECTIONS = ("max", "min")
+DEFAULT_SEED_AXIS = "train.seed"
+DEFAULT_X_AXIS = "penalty.weight"
+DEFAULT_SERIES_AXIS = "penalty.type"
+
+# Metric names that are better when small; every other metric defaults to "max".
+_MINIMIZED = re.compile(r"(kl|loss|fid|divergence|distance|error|time)", re.IGNORECASE)
+
+_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def default_direction(metric: str) -> str:
+    """"min" for metrics that look like costs (kl, loss, fid, distance, error, time), else "max"."""
+    return "min" if _MINIMIZED.search(metric) else "max"
+
+
+class SweepError(ValueError):
+    """A sweep file is malformed; the message names the file, the key and what is accepted."""
+
+
+class _Ignored:
+    """Marker for an axis that does not apply to a run (see ``ignore:``)."""
+
+    _instance = None
+
+    def __new__(cls):
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self):
+        return "IGNORED"
+
+    def __reduce__(self):
+        return (_Ignored, ())
+
+
+IGNORED = _Ignored()
+
+
+@dataclass
+class Sweep:
+    """A validated sweep file.
+
+    ``axes`` keeps the file's order (it fixes run order, table columns and name order);
+    ``metrics`` is a list of (name, direction) or empty, meaning "every eval/ metric found".
+    """
+
+    path: Path
+    base: Path
+    axes: dict[str, list]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    metrics: list[tuple[str, str]] = field(default_factory=list)
+    seed_axis: str | None = DEFAULT_SEED_AXIS
+    x_axis: str | None = DEFAULT_X_AXIS
+    series_axis: str | None = DEFAULT_SERIES_AXIS
+    ignore: list[tuple[dict[str, list], list[str]]] = field(default_factory=list)
+    exclude: list[dict[str, list]] = field(default_factory=list)
+    out: Path | None = None
+    title: str | None = None
+    base_text: str = ""          # ``base`` exactly as written in the file (for the report)
+
+    @property
+    def stem(self) -> str:
+        return self.path.stem
+
+    @property
+    def setting_axes(self) -> list[str]:
+        """Axes that define a setting (all but the seed axis)."""
+        return [k for k in self.axes if k != self.seed_axis]
+
+    def default_out(self) -> Path:
+        return self.out if self.out is not None else Path("experiments") / "ablations" / self.stem
+
+
+@dataclass
+class RunSpec:
+    """One gpgan-train run of a sweep.
+
+    ``values``: axis key -> value (``IGNORED`` for axes an ``ignore`` rule dropped);
+    ``overrides``: (dotted key, value) pairs passed as ``--set key=value``, fixed ones first;
+    ``setting``: the non-seed axis values as text (runs sharing it are averaged over seeds).
+    """
+
+    name: str
+    values: dict[str, Any]
+    overrides: list[tuple[str, Any]]
+    setting: tuple
+    seed: Any
+
+
+# ----------------------------------------------------------------------------------------------
+# value formatting
+
+def format_value(value) -> str:
+    """Human/filename-friendly text of an axis value: 0.1 -> '0.1', True -> 'true', None -> 'null'."""
+    if value is IGNORED:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, float):
+        return repr(value)  # '10.0' stays distinct from the int 10: the text is what the user wrote
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(format_value(v) for v in value) + "]"
+    return str(value)
+
+
+def yaml_scalar(value) -> str:
+    """``value`` as YAML flow text, so ``--set key=<text>`` parses back to the same value."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
+    if text.endswith("\n..."):
+        text = text[: -len("\n...")]
+    if text.endswith("..."):
+        text = text[: -len("...")].strip()
+    return text
+
+
+def override_text(value) -> str:
+    """The ``value`` part of ``--set key=value``: gpgan-train takes strings as typed and parses
+    numbers, booleans, null and lists itself (YAML flow text for those)."""
+    return value if isinstance(value, str) else yaml_scalar(value)
+
+
+def _safe_fragment(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]", "_", text)
+
+
+# ----------------------------------------------------------------------------------------------
+# validation helpers
+
+def _closest(word, options) -> str:
+    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=2, cutoff=0.5)
+    if close:
+        return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
+    return ""
+
+
+def _err(path, where, message) -> SweepError:
+    return SweepError(f"sweep file {path}: {where}: {message}")
+
+
+def _check_key(path, where, key):
+    if not isinstance(key, str) or not _KEY_RE.match(key):
+        raise _err(path, where, f"{key!r} is not a dotted config key like 'penalty.weight'")
+
+
+def _check_value(path, where, value):
+    ok = (isinstance(value, (str, bool, int, float)) or value is None
+          or (isinstance(value, list) and all(isinstance(v, (str, bool, int, float)) for v in value)))
+    if not ok:
+        raise _err(path, where, f"value {value!r} must be a scalar (or a list of scalars)")
+
+
+def _as_list(value):
+    return value if isinstance(value, list) else [value]
+
+
+def _check_axis_values(path, where, axes, mapping):
+    """``mapping``: axis key -> value or list of values; keys must be axes, values on the axis."""
+    if not isinstance(mapping, dict) or not mapping:
+        raise _err(path, where, "must be a non-empty mapping of axis keys to values")
+    out = {}
+    for key, val in mapping.items():
+        if key not in axes:
+            raise _err(path, where, f"{key!r} is not an axis; axes are {list(axes)}{_closest(key, axes)}")
+        vals = _as_list(val)
+        for v in vals:
+            if not any(_same(v, a) for a in axes[key]):
+                raise _err(path, where, f"{key}={v!r} is not among the axis values {axes[key]}")
+        out[key] = vals
+    return out
+
+
+def _same(a, b) -> bool:
+    """YAML-level equality (1 == 1.0 but True != 1)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    return a == b
+
+
+def _parse_metrics(path, raw):
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise _err(path, "metrics", "must be a list of metric names or {name: max|min} mappings")
+    metrics = []
+    for i, item in enumerate(raw):
+        where = f"metrics[{i}]"
+        if isinstance(item, str):
+            name, direction = item, None
+        elif isinstance(item, dict) and set(item) <= {"name", "direction"} and "name" in item:
+            name, direction = item["name"], item.get("direction")
+        elif isinstance(item, dict) and len(item) == 1:
+            (name, direction), = item.items()
+        else:
+            raise _err(path, where, f"{item!r} must be a name, {{name: max|min}} or {{name: ..., direction: ...}}")
+        if not isinstance(name, str) or not name:
+            raise _err(path, where, f"metric name {name!r} must be a non-empty string")
+        if direction is None:
+            direction = default_direction(name)
+        if direction not in DIRECTIONS:
+            raise _err(path, where, f"direction {direction!r} for {name!r} must be one of {list(DIRECTIONS)}"
+                       + _closest(direction, DIRECTIONS))
+        if any(name == m for m, _ in metrics):
+            raise _err(path, where, f"metric {name!r} is listed twice")
+        metrics.append((name, direction))
+    return metrics
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+def load_sweep(path) -> Sweep:
+    """Read and validate a sweep file (``yaml.safe_load``); raises :class:`SweepError`."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SweepError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SweepError(f"sweep file {path} is not valid YAML: {exc}") from None
+    return parse_sweep(raw, path)
+
+
+def parse_sweep(raw, path) -> Sweep:
+    """Validate an already-parsed sweep mapping; ``path`` locates ``base`` and names errors."""
+    path = Path(path)
+    if not isinstance(raw, dict):
+        raise SweepError(f"sweep file {path}: must be a mapping with at least 'base' and 'axes', "
+                         f"got {type(raw).__name__}")
+    unknown = [k for k in raw if k not in TOP_LEVEL_KEYS]
+    if unknown:
+        details = "; ".join(f"{k!r}{_closest(k, TOP_LEVEL_KEYS)}" for k in unknown)
+        raise SweepError(f"sweep file {path}: unknown key(s) {details}; valid keys are {list(TOP_LEVEL_KEYS)}")
+    for key in ("base", "axes"):
+        if key not in raw:
+            raise SweepError(f"sweep file {path}: missing required key {key!r}")
+
+    base_text = raw["base"]
+    if not isinstance(base_text, str) or not base_text:
+        raise _err(path, "base", f"must be a path to a config file, got {base_text!r}")
+    base = (path.parent / base_text)
+    if not base.is_file():
+        raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
+
+    axes_raw = raw["axes"]
+    if not isinstance(axes_raw, dict) or not axes_raw:
+        raise _err(path, "axes", "must be a non-empty mapping of dotted config keys to lists of values")
+    axes = {}
+    for key, values in axes_raw.items():
+        where = f"axes.{key}" if isinstance(key, str) else "axes"
+        _check_key(path, where, key)
+        if not isinstance(values, list) or not values:
+            raise _err(path, where, f"must be a non-empty list of values, got {values!r}")
+        for v in values:
+            _check_value(path, where, v)
+        for i, v in enumerate(values):
+            if any(_same(v, w) for w in values[:i]):
+                raise _err(path, where, f"value {v!r} is listed twice")
+        axes[key] = list(values)
+
+    fixed_raw = raw.get("set") or {}
+    if not isinstance(fixed_raw, dict):
+        raise _err(path, "set", "must be a mapping of dotted config keys to values")
+    fixed = {}
+    for key, value in fixed_raw.items():
+        _check_key(path, "set", key)
+        _check_value(path, f"set.{key}", value)
+        if key in axes:
+            raise _err(path, f"set.{key}", "is also an axis; a key is either fixed or varied")
+        fixed[key] = value
+
+    def axis_option(name, default):
+        if name not in raw:
+            return default if default in axes else None
+        value = raw[name]
+        if value is None:
+            return None
+        if value not in axes:
+            raise _err(path, name, f"{value!r} is not an axis; axes are {list(axes)}{_closest(value, axes)}")
+        return value
+
+    seed_axis = axis_option("seed_axis", DEFAULT_SEED_AXIS)
+    x_axis = axis_option("x_axis", DEFAULT_X_AXIS)
+    series_axis = axis_option("series_axis", DEFAULT_SERIES_AXIS)
+    if seed_axis is not None and seed_axis in (x_axis, series_axis):
+        raise _err(path, "seed_axis", f"{seed_axis!r} cannot also be the x or series axis of the figures")
+    if x_axis is not None and x_axis == series_axis:
+        raise _err(path, "x_axis", f"{x_axis!r} cannot also be the series axis")
+
+    ignore = []
+    ignore_raw = raw.get("ignore") or []
+    if not isinstance(ignore_raw, list):
+        raise _err(path, "ignore", "must be a list of {when: {axis: value}, axes: [axis, ...]} rules")
+    for i, rule in enumerate(ignore_raw):
+        where = f"ignore[{i}]"
+        if not isinstance(rule, dict):
+            raise _err(path, where, "must be a mapping {when: {axis: value}, axes: [axis, ...]}")
+        bad = [k for k in rule if k not in IGNORE_KEYS]
+        if bad:
+            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{_closest(k, IGNORE_KEYS)}" for k in bad)
+                       + f"; valid keys are {list(IGNORE_KEYS)}")
+        if "when" not in rule or "axes" not in rule:
+            raise _err(path, where, "needs both 'when' and 'axes'")
+        when = _check_axis_values(path, where + ".when", axes, rule["when"])
+        dropped = rule["axes"]
+        if isinstance(dropped, str):
+            dropped = [dropped]
+        if not isinstance(dropped, list) or not dropped:
+            raise _err(path, where + ".axes", "must be a non-empty list of axis keys")
+        for key in dropped:
+            if key not in axes:
+                raise _err(path, where + ".axes", f"{key!r} is not an axis; axes are {list(axes)}{_closest(key, axes)}")
+            if key in when:
+                raise _err(path, where + ".axes", f"{key!r} cannot be both tested in 'when' and ignored")
+            if key == seed_axis:
+                raise _err(path, where + ".axes", f"the seed axis {key!r} cannot be ignored")
+        ignore.append((when, list(dropped)))
+
+    exclude = []
+    exclude_raw = raw.get("exclude") or []
+    if not isinstance(exclude_raw, list):
+        raise _err(path, "exclude", "must be a list of {axis: value or [values]} mappings")
+    for i, rule in enumerate(exclude_raw):
+        exclude.append(_check_axis_values(path, f"exclude[{i}]", axes, rule))
+
+    out = raw.get("out")
+    if out is not None and (not isinstance(out, str) or not out):
+        raise _err(path, "out", f"must be a folder path, got {out!r}")
+    title = raw.get("title")
+    if title is not None and not isinstance(title, str):
+        raise _err(path, "title", f"must be a string, got {title!r}")
+
+    sweep = Sweep(
+        path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
+        seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
+        out=Path(out) if out is not None else None, title=title, base_text=base_text,
+    )
+    _check_config_keys(sweep)
+    specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
+    if not specs:
+        raise _err(path, "exclude", "excludes every combination; nothing to run")
+    return sweep
+
+
+def _check_config_keys(sweep: Sweep) -> None:
+    """Reject keys gpgan-train would reject (unknown keys, sections) before any run starts, using
+    the trainer's own override parser. Values are left to the trainer: a bad value fails only
+    its own runs, which the report then names."""
+    try:
+        from gpgan.train.config import ConfigError, parse_override
+    except ImportError:  # the training package is not importable here: the trainer will judge
+        return
+    items = [("set", k, v) for k, v in sweep.fixed.items()]
+    items += [("axes", k, v) for k, vals in sweep.axes.items() for v in vals]
+    for section, key, value in items:
+        try:
+            parse_override(f"{key}={override_text(value)}")
+        except ConfigError as exc:
+            raise _err(sweep.path, f"{section}.{key}", str(exc)) from None
+
+
+# ----------------------------------------------------------------------------------------------
+# expansion
+
+def _matches(values: dict, rule: dict[str, list]) -> bool:
+    return all(any(_same(values[k], v) for v in vals) for k, vals in rule.items())
+
+
+def _axis_labels(axes) -> dict[str, str]:
+    """Short label per axis for run names: the last key component unless two axes share it."""
+    last = {k: k.rsplit(".", 1)[-1] for k in axes}
+    counts = {}
+    for lab in last.values():
+        counts[lab] = counts.get(lab, 0) + 1
+    return {k: (lab if counts[lab] == 1 else k.replace(".", "-")) for k, lab in last.items()}
+
+
+def expand_runs(sweep: Sweep) -> list[RunSpec]:
+    """Every combination of the axes (file order, last axis fastest), after ``exclude`` and
+    ``ignore``; duplicates produced by ``ignore`` are kept once (first occurrence)."""
+    keys = list(sweep.axes)
+    labels = _axis_labels(keys)
+    specs, seen_names, seen_values = [], {}, set()
+    for combo in itertools.product(*(sweep.axes[k] for k in keys)):
+        values = dict(zip(keys, combo))
+        if any(_matches(values, rule) for rule in sweep.exclude):
+            continue
+        for when, dropped in sweep.ignore:
+            if _matches(values, when):
+                for k in dropped:
+                    values[k] = IGNORED
+        ident = tuple((k, format_value(values[k]), type(values[k]).__name__) for k in keys)
+        if ident in seen_values:
+            continue
+        seen_values.add(ident)
+        name = "__".join(f"{labels[k]}-{_safe_fragment(format_value(values[k]))}"
+                         for k in keys if values[k] is not IGNORED)
+        if name in seen_names:
+            raise _err(sweep.path, "axes", f"runs {seen_names[name]} and {values} get the same folder name "
+                       f"{name!r}; make the values differ in letters, digits or . + - _")
+        seen_names[name] = values
+        overrides = list(sweep.fixed.items()) + [(k, v) for k, v in values.items() if v is not IGNORED]
+        setting = tuple(format_value(values[k]) for k in sweep.setting_axes)
+        seed = values.get(sweep.seed_axis) if sweep.seed_axis else None
+        specs.append(RunSpec(name=name, values=values, overrides=overrides, setting=setting, seed=seed))
+    return specs

@@ -1,0 +1,340 @@
+"""gpgan-ablate end to end: sweeps from nothing, skipping, resuming, failures, report-only, validation.
+
+Most tests drive the CLI (gpgan.cli.ablate.main) against a small fake trainer (a script that
+writes a run folder per the run-folder contract, with metrics that are a known function of the
+seed and the penalty weight), so the report's statistics can be checked against closed forms.
+The tests marked "real" run the actual gpgan-train for a few steps.
+"""
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from gpgan.cli.ablate import main
+from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A stand-in for gpgan-train. Metrics: modes = 10 + seed + weight, high_quality = 0.5 + 0.1*seed,
+# reverse_kl = 1 / (1 + seed); evaluations at steps 1..steps with modes growing to the final value
+# except one early spike (final + 5 at step 1) so that "best" differs from "final".
+FAKE_TRAINER = r'''
+import json, os, sys
+from pathlib import Path
+import yaml
+from PIL import Image
+
+args = sys.argv[1:]
+if args[0] == "--resume":
+    run = Path(args[1])
+    state = json.loads((run / "fake_state.json").read_text())
+    with open(run / "calls.txt", "a") as fh:
+        fh.write("resume\n")
+else:
+    config, sets, out, name, device = args[0], {}, None, None, None
+    i = 1
+    while i < len(args):
+        if args[i] == "--set":
+            k, v = args[i + 1].split("=", 1); sets[k] = yaml.safe_load(v); i += 2
+        elif args[i] == "--out":
+            out = args[i + 1]; i += 2
+        elif args[i] == "--name":
+            name = args[i + 1]; i += 2
+        elif args[i] == "--device":
+            device = args[i + 1]; i += 2
+        else:
+            sys.exit("fake trainer: unexpected argument " + args[i])
+    if sets.get("penalty.weight", 0) < 0:
+        print("step 0 ok", file=sys.stderr)
+        print("ConfigError: penalty.weight: got -1 (out of range); accepted: a number >= 0", file=sys.stderr)
+        sys.exit(2)
+    run = Path(out) / Path(config).stem / name
+    if run.exists():
+        sys.exit("fake trainer: run folder exists: " + str(run))
+    run.mkdir(parents=True)
+    state = {"sets": sets, "device": device, "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+             "omp": os.environ.get("OMP_NUM_THREADS")}
+    (run / "fake_state.json").write_text(json.dumps(state))
+    with open(run / "calls.txt", "a") as fh:
+        fh.write("start\n")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "ckpt_1.npz").write_bytes(b"fake")
+    if os.environ.get("FAKE_CRASH"):
+        sys.exit("fake trainer: crashed after the first checkpoint")
+
+sets = state["sets"]
+seed, weight = sets.get("train.seed", 0), sets.get("penalty.weight", 0.0)
+final = {"eval/modes": 10 + seed + weight, "eval/high_quality": 0.5 + 0.1 * seed, "eval/reverse_kl": 1 / (1 + seed)}
+steps = 3
+with open(run / "metrics.jsonl", "w") as fh:
+    for step in range(1, steps + 1):
+        row = {"step": step, "loss/critic": 0.1}
+        row["eval/modes"] = final["eval/modes"] + (5 if step == 1 else step - steps)
+        row["eval/high_quality"] = final["eval/high_quality"]
+        row["eval/reverse_kl"] = final["eval/reverse_kl"] + (steps - step)
+        fh.write(json.dumps(row) + "\n")
+(run / "samples").mkdir(exist_ok=True)
+shade = int(40 * seed + 20 * weight) % 256
+Image.new("RGB", (40, 30), (shade, 100, 200)).save(run / "samples" / "final.png")
+print("training done")
+(run / "final.json").write_text(json.dumps({"status": "finished", "steps": steps, "wall_time_s": 1.5 + seed,
+                                            "final": final, "best": final}))
+'''
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    script = tmp_path / "fake_train.py"
+    script.write_text(FAKE_TRAINER)
+    monkeypatch.setenv("GPGAN_TRAIN_CMD", f"{sys.executable} {script}")
+    return script
+
+
+def write_sweep(tmp_path, body, name="sweep.yaml", base_text="device: cpu\n"):
+    base = tmp_path / "base.yaml"
+    if not base.exists():
+        base.write_text(base_text)
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def read_csv(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def is_png(path):
+    with Image.open(path) as img:
+        return img.format == "PNG" and img.width > 10 and img.height > 10
+
+
+TINY = """\
+    base: base.yaml
+    axes:
+      penalty.type: [r1, wgan_gp]
+      penalty.weight: [1.0]
+      train.seed: [0, 1]
+    metrics: [eval/modes, {eval/reverse_kl: min}]
+"""
+
+
+# ----------------------------------------------------------------------------------------------
+# fake trainer
+
+def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped 0" in printed and "finished 4" in printed
+
+    rows = read_csv(out / "results.csv")
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    assert [(r["penalty.type"], r["train.seed"]) for r in rows] == [("r1", "0"), ("r1", "1"), ("wgan_gp", "0"), ("wgan_gp", "1")]
+    for r in rows:
+        seed, weight = int(r["train.seed"]), float(r["penalty.weight"])
+        assert float(r["final/eval/modes"]) == 10 + seed + weight
+        assert float(r["best/eval/modes"]) == 10 + seed + weight + 5        # max over the log
+        assert float(r["best/eval/reverse_kl"]) == pytest.approx(1 / (1 + seed))  # min over the log
+        assert float(r["wall_time_s"]) == 1.5 + seed
+        assert (out / r["run_dir"] / "final.json").is_file()
+        # logs captured into the run folder
+        assert "training done" in (out / r["run_dir"] / "stdout.log").read_text()
+
+    report = (out / "REPORT.md").read_text()
+    modes = [10 + s + 1.0 for s in (0, 1)]
+    cell = f"{statistics.mean(modes):.4g} ± {statistics.stdev(modes):.2g}"
+    assert f"| r1 | 1.0 | 2/2 | {cell} |" in report
+    kl = [1 / (1 + s) for s in (0, 1)]
+    assert f"{statistics.mean(kl):.4g} ± {statistics.stdev(kl):.2g}" in report
+    assert "## Failures\n\nNone." in report
+    figures = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert figures == ["eval-modes.png", "eval-reverse_kl.png", "samples.png"]
+    for name in figures:
+        assert f"(figures/{name})" in report
+        assert is_png(out / "figures" / name)
+    # the sample tile holds one 40x30 sample per setting, side by side
+    with Image.open(out / "figures" / "samples.png") as tiles:
+        assert tiles.width >= 2 * 40 and tiles.height >= 30
+
+    # Second run: everything finished, nothing is started.
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/final.json")}
+    assert len(stamps) == 4
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped 4" in printed and "started 0" in printed
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/final.json")} == stamps
+    for calls in out.glob("runs/*/*/calls.txt"):
+        assert calls.read_text() == "start\n"
+    assert (out / "REPORT.md").read_text() == report
+
+    # --report-only rebuilds identical files, also after they were deleted.
+    csv_text = (out / "results.csv").read_text()
+    (out / "REPORT.md").unlink()
+    (out / "results.csv").unlink()
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    assert (out / "REPORT.md").read_text() == report
+    assert (out / "results.csv").read_text() == csv_text
+
+
+def test_failing_setting_is_reported_and_others_finish(tmp_path, fake, capsys):
+    sweep = write_sweep(tmp_path, """\
+        base: base.yaml
+        axes:
+          penalty.type: [r1]
+          penalty.weight: [1, -1]
+          train.seed: [0, 1]
+    """)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 1
+    rows = {(r["penalty.weight"], r["train.seed"]): r for r in read_csv(out / "results.csv")}
+    assert rows["1", "0"]["status"] == rows["1", "1"]["status"] == "finished"
+    for seed in ("0", "1"):
+        bad = rows["-1", seed]
+        assert bad["status"] == "failed"
+        assert "penalty.weight: got -1" in bad["error"]
+        assert bad["final/eval/modes"] == ""
+    report = (out / "REPORT.md").read_text()
+    failures = report.split("## Failures", 1)[1]
+    assert "penalty.type=r1, penalty.weight=-1" in failures
+    assert "2/2 runs failed" in failures
+    assert "ConfigError: penalty.weight: got -1" in failures
+    assert "| r1 | -1 | 0/2 | n/a | n/a | n/a | n/a |" in report
+    # The finished setting is still summarised (modes = 10 + seed + 1).
+    # (no metrics listed: every eval/ metric, sorted: high_quality = 0.5 + 0.1 seed, modes, ...)
+    assert "| r1 | 1 | 2/2 | 0.55 ± 0.071 | 11.5 ± 0.71 |" in report
+    # --report-only reproduces the failure section from the recorded failures.
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
+    assert (out / "REPORT.md").read_text() == report
+
+
+def test_unfinished_run_is_resumed_and_stale_one_restarted(tmp_path, fake, monkeypatch, capsys):
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    monkeypatch.setenv("FAKE_CRASH", "1")
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
+    rows = read_csv(out / "results.csv")
+    assert [r["status"] for r in rows] == ["failed"] * 4
+    assert all("crashed after the first checkpoint" in r["error"] for r in rows)
+    # Make one run "stale": a folder without checkpoint must be cleared and started afresh.
+    stale = next(out.glob("runs/base/type-r1__weight-1.0__seed-0"))
+    for ckpt in (stale / "checkpoints").glob("*.npz"):
+        ckpt.unlink()
+    (stale / "leftover.txt").write_text("from a broken attempt")
+    monkeypatch.delenv("FAKE_CRASH")
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "restart  type-r1__weight-1.0__seed-0" in plan and plan.count("resume   type-") == 3
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    assert "started 1, resumed 3" in capsys.readouterr().out
+    assert not (stale / "leftover.txt").exists()
+    assert (stale / "calls.txt").read_text() == "start\n"
+    for run in out.glob("runs/base/*"):
+        if run != stale:
+            assert (run / "calls.txt").read_text() == "start\nresume\n"
+            assert "--resume" in (run / "stderr.log").read_text()
+    rows = read_csv(out / "results.csv")
+    assert [r["status"] for r in rows] == ["finished"] * 4 and all(r["error"] == "" for r in rows)
+    assert "## Failures\n\nNone." in (out / "REPORT.md").read_text()
+
+
+def test_devices_and_overrides_reach_the_trainer(tmp_path, fake):
+    sweep = write_sweep(tmp_path, """\
+        base: base.yaml
+        set: {train.steps: 7, data.name: ring8}
+        axes:
+          penalty.type: [r1, r2, lp]
+          train.seed: [3]
+    """)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--devices", "0,1"]) == 0
+    states = [json.loads(p.read_text()) for p in sorted(out.glob("runs/base/*/fake_state.json"))]
+    assert len(states) == 3
+    for st in states:
+        assert st["device"] == "cuda" and st["cuda_visible"] in ("0", "1")
+        assert st["sets"]["train.steps"] == 7 and st["sets"]["data.name"] == "ring8"
+        assert st["sets"]["train.seed"] == 3
+    assert sorted(st["sets"]["penalty.type"] for st in states) == ["lp", "r1", "r2"]
+    # One weight per type (no x axis here): the metric figure is a point plot against the type.
+    assert is_png(out / "figures" / "eval-modes.png")
+
+
+def test_ignore_collapses_runs_and_panels_split_figures(tmp_path, fake):
+    sweep_path = write_sweep(tmp_path, """\
+        base: base.yaml
+        axes:
+          data.name: [grid25, ring8]
+          penalty.type: [none, r1]
+          penalty.weight: [0.1, 10]
+          train.seed: [0, 1]
+        ignore:
+          - when: {penalty.type: none}
+            axes: [penalty.weight]
+        exclude:
+          - {data.name: ring8, penalty.weight: 10}
+    """)
+    sweep = load_sweep(sweep_path)
+    specs = expand_runs(sweep)
+    # grid25: none x 2 seeds + r1 x 2 weights x 2 seeds; ring8: none x 2 + r1 x 1 weight x 2.
+    assert len(specs) == 6 + 4
+    none = [s for s in specs if s.values["penalty.type"] == "none"]
+    assert all(s.values["penalty.weight"] is IGNORED for s in none)
+    assert all("penalty.weight" not in dict(s.overrides) for s in none)
+    assert none[0].name == "name-grid25__type-none__seed-0"
+    assert len({s.name for s in specs}) == len(specs)
+
+    out = tmp_path / "out"
+    assert main([str(sweep_path), "--out", str(out), "--jobs", "2"]) == 0
+    figures = sorted(p.name for p in (out / "figures").glob("*.png"))
+    assert "eval-modes__name-grid25.png" in figures and "samples__name-ring8.png" in figures
+    report = (out / "REPORT.md").read_text()
+    assert "| grid25 | none | (any) | 2/2 |" in report
+    assert "### data.name=ring8" in report
+    rows = read_csv(out / "results.csv")
+    assert sum(r["penalty.weight"] == "" for r in rows) == 4
+    # Best setting per panel for modes (max): r1 with weight 10 on grid25 (modes grow with weight).
+    assert "- `eval/modes` ↑ (data.name=grid25): penalty.type=r1, penalty.weight=10:" in report
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+
+@pytest.mark.parametrize("body, message", [
+    ("base: base.yaml\naxis: {penalty.type: [r1]}\n", "unknown key(s) 'axis' (did you mean 'x_axis' or 'axes'?)"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nseeds_axis: train.seed\n", "did you mean 'seed_axis' or"),
+    ("base: missing.yaml\naxes: {penalty.type: [r1]}\n", "does not exist"),
+    ("axes: {penalty.type: [r1]}\n", "missing required key 'base'"),
+    ("base: base.yaml\naxes: {penalty.type: r1}\n", "axes.penalty.type: must be a non-empty list"),
+    ("base: base.yaml\naxes: {penalty.type: [r1, r1]}\n", "listed twice"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nx_axis: penalty.wieght\n",
+     "'penalty.wieght' is not an axis"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nmetrics: [{eval/modes: maximum}]\n",
+     "direction 'maximum' for 'eval/modes' must be one of ['max', 'min'] (did you mean 'max'?)"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nignore: [{if: {penalty.type: r1}, axes: [x]}]\n",
+     "ignore[0]: unknown key(s) 'if'"),
+    ("base: base.yaml\naxes: {penalty.type: [r1, r2]}\nexclude: [{penalty.type: r3}]\n",
+     "penalty.type='r3' is not among the axis values"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nexclude: [{penalty.type: r1}]\n", "excludes every combination"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nset: {penalty.type: r2}\n", "is also an axis"),
+    ("base: base.yaml\naxes: {penalty.wieght: [1]}\n", "did you mean 'penalty.weight'?"),
+    ("base: base.yaml\naxes: {penalty.type: [a/b, a_b]}\n", "get the same folder name"),
+    ("- just a list\n", "must be a mapping"),
+])
+def test_sweep_validation_errors(tmp_path, capsys, body, message):
+    path = write_sweep(tmp_path, body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert message in str(info.value)
+    assert str(path) in str(info.value)
+    assert main([str(path), "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
