@@ -24,7 +24,7 @@ def _as_parameter_list(params, owner):
     if isinstance(params, Variable):
         raise TypeError(f"{owner}: params must be an iterable of Parameters, got a single Variable; "
                         "wrap it in a list")
-    if hasattr(params, "named_parameters") and not hasattr(params, "__iter__"):
+    if hasattr(params, "named_parameters"):
         raise TypeError(f"{owner}: params must be an iterable of Parameters, got a "
                         f"{type(params).__name__}; pass module.parameters()")
     params = list(params)
