@@ -337,6 +337,8 @@ def test_schedule_state_round_trip_and_errors():
     sched2 = LinearDecayLR(opt2, 10)
     sched2.load_state_dict(state)
     assert opt2.lr == opt.lr == pytest.approx(0.6) and sched2.last_step == 4
+    with pytest.raises(ValueError, match="the state dict is for a LinearDecayLR"):
+        ConstantLR(opt2).load_state_dict(state)
     with pytest.raises(ValueError, match="unknown learning-rate schedule 'cosine'; accepted: constant, linear"):
         make_schedule("cosine", opt, 10)
     with pytest.raises(ValueError, match="needs total_steps"):

@@ -42,14 +42,18 @@ class LRSchedule:
         """``{"type", "base_lr", "last_step"}``."""
         return {"type": type(self).__name__, "base_lr": self.base_lr, "last_step": self.last_step}
 
-    def load_state_dict(self, state_dict):
-        """Restore ``base_lr`` and ``last_step`` and set the optimizer's rate accordingly."""
+    def validate_state_dict(self, state_dict):
+        """Raise ValueError if ``state_dict`` is not a state of this kind of schedule."""
         kind = state_dict.get("type", type(self).__name__)
         if kind != type(self).__name__:
             raise ValueError(f"{type(self).__name__}.load_state_dict: the state dict is for a {kind}")
         for key in ("base_lr", "last_step"):
             if key not in state_dict:
                 raise ValueError(f"{type(self).__name__}.load_state_dict: missing key {key!r}")
+
+    def load_state_dict(self, state_dict):
+        """Restore ``base_lr`` and ``last_step`` and set the optimizer's rate accordingly."""
+        self.validate_state_dict(state_dict)
         self.base_lr = float(state_dict["base_lr"])
         self.last_step = int(state_dict["last_step"])
         self.optimizer.lr = self.lr_at(self.last_step)
