@@ -157,7 +157,10 @@ class _Select(_MaskNode):
             raise self.broadcast_error(a, b) from None
         xp = get_array_module(a, b)
         self.mask = self.select(xp, a, b, shape)
-        return (xp.where(self.mask, a, b),)
+        return (self.value(xp, a, b),)
+
+    def value(self, xp, a, b):
+        return xp.where(self.mask, a, b)
 
     def operand_shapes(self, a, b):
         return a.shape, b.shape
@@ -178,12 +181,18 @@ class Maximum(_Select):
     def select(self, xp, a, b, shape):
         return a >= b  # ties go to the first input
 
+    def value(self, xp, a, b):
+        return xp.maximum(a, b)  # propagates NaN like NumPy
+
 
 class Minimum(_Select):
     name = "minimum"
 
     def select(self, xp, a, b, shape):
         return a <= b  # ties go to the first input
+
+    def value(self, xp, a, b):
+        return xp.minimum(a, b)
 
 
 class Where(_Select):
@@ -213,12 +222,15 @@ class Clip(_MaskNode):
         lo = None if self.lo is None else xp.asarray(self.lo, dtype=x.dtype)
         hi = None if self.hi is None else xp.asarray(self.hi, dtype=x.dtype)
         inside = xp.ones(x.shape, dtype=bool)
+        y = x
         if lo is not None:
             inside &= x >= lo
+            y = xp.maximum(y, lo)
         if hi is not None:
             inside &= x <= hi
+            y = xp.minimum(y, hi)  # after the lower bound: with min > max every entry is max, as NumPy
         self.mask = inside
-        return (xp.clip(x, lo, hi),)
+        return (y,)
 
     def backward(self, indexes, grad_outputs):
         return (grad_outputs[0] * _const(self.get_mask()),)
