@@ -16,9 +16,10 @@ weight and its weight gradient is ``Conv2dGradWeight``; ``ConvTranspose2d``'s in
 are ``ConvTranspose2d(gy, ggW)`` for ``x`` and ``Conv2d(x, ggW)`` for ``gy``. Each backward
 computes only the gradients asked for (an R1 penalty's image gradient computes no weight gradient).
 
-Internally the column matrix has shape ``(G, Cg*kH*kW, N*Ho*Wo)`` (groups ``G``): channels and
-kernel offsets on the rows, batch and pixels on the columns, so the GEMM is a single (batched
-over groups) matrix product and the weight gradient needs no second copy of the columns.
+Internally the kernels work channels-last: the column matrix is ``(G, N*Ho*Wo, kH*kW*Cg)``
+(groups ``G``), copied from a channels-last padded input so the copy moves contiguous runs of
+channels, and col2im adds runs of channels too. The GEMM is a single (batched over groups)
+matrix product; NCHW layout is restored with one transposing copy of each result.
 """
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
@@ -58,34 +59,38 @@ def _as_strided(xp, x, shape, strides):
     return xp.lib.stride_tricks.as_strided(x, shape, strides)
 
 
-def _pad(xp, x, p):
-    """Zero-pad the last two axes of ``x`` by ``p = (pH, pW)`` (no copy when there is none)."""
-    pH, pW = p
-    if pH == 0 and pW == 0:
-        return x
+def _pad_channels_last(xp, x, p):
+    """``x`` (N, C, H, W) as a zero-padded channels-last copy (N, H + 2pH, W + 2pW, C)."""
     N, C, H, W = x.shape
-    out = xp.zeros((N, C, H + 2 * pH, W + 2 * pW), dtype=x.dtype)
-    out[:, :, pH:pH + H, pW:pW + W] = x
+    pH, pW = p
+    alloc = xp.zeros if (pH or pW) else xp.empty  # only the border needs zeros
+    out = alloc((N, H + 2 * pH, W + 2 * pW, C), dtype=x.dtype)
+    out[:, pH:pH + H, pW:pW + W, :] = x.transpose(0, 2, 3, 1)
     return out
 
 
 def _im2col(xp, x, ksize, out_hw, s, p, d, groups):
-    """Columns ``(G, Cg*kH*kW, N*Ho*Wo)`` of ``x`` (N, C, H, W): one copy of a strided view."""
+    """Columns ``(G, N*Ho*Wo, kH*kW*Cg)`` of ``x`` (N, C, H, W): one copy of a strided view.
+
+    The view reads a channels-last copy of the padded input, so each row of the copy is a run of
+    contiguous channels (``kW*Cg`` of them when ``dilation == 1``), which copies several times
+    faster than gathering strided pixels from NCHW.
+    """
     N, C, H, W = x.shape
     kH, kW = ksize
     Ho, Wo = out_hw
-    xpad = _pad(xp, x, p)
-    # The view reads past no edge: callers check (Ho-1)*s + d*(k-1) + 1 <= H + 2p.
-    if (Ho - 1) * s[0] + d[0] * (kH - 1) >= xpad.shape[2] or (Wo - 1) * s[1] + d[1] * (kW - 1) >= xpad.shape[3]:
+    xpad = _pad_channels_last(xp, x, p)
+    # as_strided does no bounds check: make sure the last window ends inside the padded input.
+    if (Ho - 1) * s[0] + d[0] * (kH - 1) >= xpad.shape[1] or (Wo - 1) * s[1] + d[1] * (kW - 1) >= xpad.shape[2]:
         raise AssertionError("im2col window exceeds the padded input")
-    sN, sC, sH, sW = xpad.strides
+    sN, sH, sW, sC = xpad.strides
     Cg = C // groups
     view = _as_strided(
         xp, xpad,
-        (groups, Cg, kH, kW, N, Ho, Wo),
-        (Cg * sC, sC, d[0] * sH, d[1] * sW, sN, s[0] * sH, s[1] * sW),
+        (groups, N, Ho, Wo, kH, kW, Cg),
+        (Cg * sC, sN, s[0] * sH, s[1] * sW, d[0] * sH, d[1] * sW, sC),
     )
-    return xp.ascontiguousarray(view).reshape(groups, Cg * kH * kW, N * Ho * Wo)
+    return xp.ascontiguousarray(view).reshape(groups, N * Ho * Wo, kH * kW * Cg)
 
 
 def _gemm(xp, a, b):
@@ -98,12 +103,14 @@ def _gemm(xp, a, b):
 def _conv2d_forward(xp, x, w, s, p, d, groups):
     N = x.shape[0]
     O, Cg, kH, kW = w.shape
+    Og = O // groups
     Ho = _conv_out_size(x.shape[2], kH, s[0], p[0], d[0])
     Wo = _conv_out_size(x.shape[3], kW, s[1], p[1], d[1])
-    col = _im2col(xp, x, (kH, kW), (Ho, Wo), s, p, d, groups)
-    w2 = w.reshape(groups, O // groups, Cg * kH * kW)
-    y = _gemm(xp, w2, col)  # (G, Og, N*Ho*Wo)
-    y = y.reshape(groups, O // groups, N, Ho, Wo).transpose(2, 0, 1, 3, 4)
+    col = _im2col(xp, x, (kH, kW), (Ho, Wo), s, p, d, groups)  # (G, M, K)
+    # The weight's rows in the columns' (kH, kW, Cg) order: a small copy.
+    w2 = w.reshape(groups, Og, Cg, kH, kW).transpose(0, 3, 4, 2, 1).reshape(groups, kH * kW * Cg, Og)
+    y = _gemm(xp, col, w2)  # (G, M, Og)
+    y = y.reshape(groups, N, Ho, Wo, Og).transpose(1, 0, 4, 2, 3)
     return xp.ascontiguousarray(y).reshape(N, O, Ho, Wo)
 
 
@@ -113,21 +120,22 @@ def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
     _, Cog, kH, kW = w.shape
     Cig = Cin // groups
     Ho, Wo = out_hw
-    Hp, Wp = Ho + 2 * p[0], Wo + 2 * p[1]
-    # Rows beyond the last window (output_padding) receive nothing; windows never pass the end.
-    Hp = max(Hp, (H - 1) * s[0] + d[0] * (kH - 1) + 1)
-    Wp = max(Wp, (W - 1) * s[1] + d[1] * (kW - 1) + 1)
-    x2 = xp.ascontiguousarray(x.reshape(N, groups, Cig, H * W).transpose(1, 2, 0, 3)).reshape(groups, Cig, N * H * W)
-    w2 = w.reshape(groups, Cig, Cog * kH * kW).transpose(0, 2, 1)
-    cols = _gemm(xp, w2, x2).reshape(groups, Cog, kH, kW, N, H, W)
-    ypad = xp.zeros((groups, Cog, N, Hp, Wp), dtype=cols.dtype)
+    # Rows past the last window (output_padding) receive nothing; no window passes the end.
+    Hp = max(Ho + 2 * p[0], (H - 1) * s[0] + d[0] * (kH - 1) + 1)
+    Wp = max(Wo + 2 * p[1], (W - 1) * s[1] + d[1] * (kW - 1) + 1)
+    x2 = xp.ascontiguousarray(x.reshape(N, groups, Cig, H, W).transpose(1, 0, 3, 4, 2))
+    w2 = xp.ascontiguousarray(w.reshape(groups, Cig, Cog, kH, kW).transpose(0, 1, 3, 4, 2))
+    cols = _gemm(xp, x2.reshape(groups, N * H * W, Cig), w2.reshape(groups, Cig, kH * kW * Cog))
+    cols = cols.reshape(groups, N, H, W, kH, kW, Cog)
+    # col2im, channels last so every strided add moves runs of Cog contiguous values.
+    ypad = xp.zeros((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
     hs, ws = (H - 1) * s[0] + 1, (W - 1) * s[1] + 1
-    for i in range(kH):  # col2im: one strided add per kernel offset
+    for i in range(kH):
         for j in range(kW):
             h0, w0 = i * d[0], j * d[1]
-            ypad[:, :, :, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, :, i, j]
-    y = ypad[:, :, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(2, 0, 1, 3, 4)
-    return xp.ascontiguousarray(y).reshape(N, groups * Cog, Ho, Wo)
+            ypad[:, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)
+    y = ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].reshape(N, Ho, Wo, groups * Cog).transpose(0, 3, 1, 2)
+    return xp.ascontiguousarray(y)
 
 
 def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
@@ -135,11 +143,12 @@ def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
     N, C, _, _ = x.shape
     _, O, Ho, Wo = gy.shape
     kH, kW = ksize
-    col = _im2col(xp, x, ksize, (Ho, Wo), s, p, d, groups)  # (G, K, M)
-    gy2 = xp.ascontiguousarray(gy.reshape(N, groups, O // groups, Ho * Wo).transpose(1, 2, 0, 3))
-    gy2 = gy2.reshape(groups, O // groups, N * Ho * Wo)
-    gw = _gemm(xp, gy2, col.transpose(0, 2, 1))  # (G, Og, K)
-    return gw.reshape(O, C // groups, kH, kW)
+    Og, Cg = O // groups, C // groups
+    col = _im2col(xp, x, ksize, (Ho, Wo), s, p, d, groups)  # (G, M, K)
+    gy2 = xp.ascontiguousarray(gy.reshape(N, groups, Og, Ho * Wo).transpose(1, 2, 0, 3))
+    gw = _gemm(xp, gy2.reshape(groups, Og, N * Ho * Wo), col)  # (G, Og, kH*kW*Cg)
+    gw = gw.reshape(groups, Og, kH, kW, Cg).transpose(0, 1, 4, 2, 3)
+    return xp.ascontiguousarray(gw).reshape(O, Cg, kH, kW)
 
 
 def _crop(v, hw):

@@ -1,0 +1,222 @@
+#!/usr/bin/env python3
+"""Time the engine on a DCGAN critic step with an R1 penalty (double backward), CPU and CUDA.
+
+The critic (32x32x3 images): conv(3->64, k4 s2 p1), leaky_relu(0.2), conv(64->128, k4 s2 p1),
+leaky_relu, conv(128->256, k4 s2 p1), leaky_relu, flatten, linear(4096->1); plain Variables as
+weights (no gpgan.nn). One R1 step is
+
+    loss = mean(softplus(-D(x_real))) + mean(softplus(D(x_fake)))
+           + 5 * mean_i ||d sum(D(x_real)) / d x_real_i||^2
+
+with the image gradient taken by ``gpgan.grad(create_graph=True)``, then ``loss.backward()`` to all
+critic weights. The plain step is the same without the penalty (first order only).
+
+Reported: milliseconds per step (mean and min over ``--steps`` after ``--warmup``) and peak
+memory. CPU memory is the tracemalloc peak during one extra step (NumPy reports its array buffers
+to tracemalloc); CUDA memory is the peak of the CuPy memory pool's used bytes, tracked by an
+allocator wrapper, and the pool's total reserved bytes.
+
+    python scripts/bench_engine.py                    # CPU, and CUDA when CuPy sees a GPU
+    python scripts/bench_engine.py --device cpu --profile
+"""
+import argparse
+import cProfile
+import os
+import platform
+import pstats
+import sys
+import time
+import tracemalloc
+
+import numpy
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import gpgan  # noqa: E402
+import gpgan.functions as F  # noqa: E402
+from gpgan.backend import cupy_available, to_device  # noqa: E402
+
+
+def cpu_description():
+    model = platform.processor() or "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{model}, {cores} cores available (os.cpu_count()={os.cpu_count()})"
+
+
+def blas_description():
+    try:
+        info = numpy.show_config(mode="dicts")
+        blas = info["Build Dependencies"]["blas"]
+        return f"{blas.get('name')} {blas.get('version')}"
+    except Exception:
+        return "unknown BLAS"
+
+
+def make_critic(rng, dtype, device):
+    """Weights (DCGAN-style N(0, 0.02)) as plain Variables on ``device``."""
+    shapes = [(64, 3, 4, 4), (64,), (128, 64, 4, 4), (128,), (256, 128, 4, 4), (256,), (1, 4096), (1,)]
+    params = []
+    for shape in shapes:
+        data = (rng.standard_normal(shape) * 0.02).astype(dtype)
+        params.append(gpgan.Variable(to_device(data, device), requires_grad=True))
+    return params
+
+
+def critic(params, x):
+    w1, b1, w2, b2, w3, b3, w4, b4 = params
+    h = F.leaky_relu(F.conv2d(x, w1, b1, stride=2, padding=1), 0.2)
+    h = F.leaky_relu(F.conv2d(h, w2, b2, stride=2, padding=1), 0.2)
+    h = F.leaky_relu(F.conv2d(h, w3, b3, stride=2, padding=1), 0.2)
+    return F.linear(F.flatten(h), w4, b4)
+
+
+def r1_step(params, x_real_data, x_fake_data, gamma=5.0):
+    for p in params:
+        p.grad = None
+    x_real = gpgan.Variable(x_real_data, requires_grad=True)
+    x_fake = gpgan.Variable(x_fake_data)
+    d_real = critic(params, x_real)
+    d_fake = critic(params, x_fake)
+    g, = gpgan.grad(d_real.sum(), [x_real], create_graph=True)
+    penalty = F.mean(F.sum(g * g, axis=(1, 2, 3)))
+    loss = F.mean(F.softplus(-d_real)) + F.mean(F.softplus(d_fake)) + gamma * penalty
+    loss.backward()
+    return loss
+
+
+def plain_step(params, x_real_data, x_fake_data):
+    for p in params:
+        p.grad = None
+    d_real = critic(params, gpgan.Variable(x_real_data))
+    d_fake = critic(params, gpgan.Variable(x_fake_data))
+    loss = F.mean(F.softplus(-d_real)) + F.mean(F.softplus(d_fake))
+    loss.backward()
+    return loss
+
+
+def _synchronize(device):
+    if device == "cuda":
+        import cupy
+
+        cupy.cuda.Device().synchronize()
+
+
+def time_step(step, args, device, inputs):
+    for _ in range(args.warmup):
+        step(*inputs)
+    _synchronize(device)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step(*inputs)
+        _synchronize(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return float(numpy.mean(times)), float(numpy.min(times))
+
+
+def peak_memory_cpu(step, inputs):
+    tracemalloc.start()
+    tracemalloc.reset_peak()
+    step(*inputs)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return peak
+
+
+class _PeakAllocator:
+    """CuPy allocator that records the peak of the default pool's used bytes."""
+
+    def __init__(self, cupy):
+        self.pool = cupy.get_default_memory_pool()
+        self.peak = 0
+
+    def __call__(self, size):
+        mem = self.pool.malloc(size)
+        used = self.pool.used_bytes()
+        if used > self.peak:
+            self.peak = used
+        return mem
+
+
+def peak_memory_cuda(step, inputs):
+    import cupy
+
+    allocator = _PeakAllocator(cupy)
+    cupy.cuda.set_allocator(allocator)
+    try:
+        base = allocator.pool.used_bytes()
+        allocator.peak = base
+        step(*inputs)
+        cupy.cuda.Device().synchronize()
+    finally:
+        cupy.cuda.set_allocator(allocator.pool.malloc)
+    return allocator.peak, base, allocator.pool.total_bytes()
+
+
+def bench_device(args, device):
+    dtype = numpy.dtype(args.dtype)
+    rng = numpy.random.default_rng(0)
+    params = make_critic(rng, dtype, device)
+    shape = (args.batch, 3, 32, 32)
+    x_real = to_device(rng.uniform(-1, 1, shape).astype(dtype), device)
+    x_fake = to_device(rng.uniform(-1, 1, shape).astype(dtype), device)
+    inputs = (params, x_real, x_fake)
+    if device == "cuda":
+        import cupy
+
+        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
+        name = name.decode() if isinstance(name, bytes) else name
+        print(f"\n[cuda] {name}, CuPy {cupy.__version__}")
+    else:
+        print(f"\n[cpu] {cpu_description()}; NumPy {numpy.__version__}, {blas_description()}")
+    print(f"batch {args.batch} x 3x32x32, {dtype}, {args.warmup} warmup + {args.steps} timed steps")
+    for label, step in (("R1 step (double backward)", r1_step), ("plain step (first order)", plain_step)):
+        mean_ms, min_ms = time_step(step, args, device, inputs)
+        if device == "cpu":
+            peak = peak_memory_cpu(step, inputs)
+            mem = f"peak {peak / 2**20:.1f} MiB (tracemalloc, one step)"
+        else:
+            peak, base, total = peak_memory_cuda(step, inputs)
+            mem = (f"peak used {peak / 2**20:.1f} MiB (pool used bytes, {base / 2**20:.1f} MiB before the step), "
+                   f"pool total {total / 2**20:.1f} MiB")
+        print(f"  {label:28s} {mean_ms:8.1f} ms/step (min {min_ms:.1f}); {mem}")
+    if args.profile and device == "cpu":
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.steps):
+            r1_step(*inputs)
+        profiler.disable()
+        print(f"\n  cProfile of {args.steps} R1 steps (top {args.profile_top} by own time):")
+        pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
+                        help="'all' (default): the CPU, and CUDA when CuPy sees a GPU")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--profile", action="store_true", help="cProfile the CPU R1 step")
+    parser.add_argument("--profile-top", type=int, default=25)
+    args = parser.parse_args(argv)
+    devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else ["cpu"]
+    if args.device == "all" and cupy_available():
+        devices.append("cuda")
+    if "cuda" in devices and not cupy_available():
+        parser.error("--device cuda: CuPy with a CUDA GPU is not available")
+    for device in devices:
+        bench_device(args, device)
+
+
+if __name__ == "__main__":
+    main()
