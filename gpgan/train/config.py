@@ -222,8 +222,9 @@ SCHEMA = {
     "loss": Field("str", "non_saturating", "adversarial loss (gpgan.losses.make_loss name)", choices=_loss_names),
     "penalty": {
         "type": Field("str", "none", "gradient penalty (gpgan.losses.make_penalty name)", choices=_penalty_names),
-        "weight": Field("float", 0.0, "penalty weight (lambda for WGAN-GP, gamma for R1/R2, applied as given)",
-                        minimum=0),
+        "weight": Field("float", None, "penalty weight: lambda (wgan_gp, dragan, lp) or gamma (r1, r2, "
+                        "zero_gp: gamma / 2 * E||g||^2); null takes the penalty's default (10)",
+                        nullable=True, minimum=0),
         "center": Field("float", None, "target gradient norm; null takes the penalty's own default "
                         "(1 for wgan_gp/lp, 0 for r1/r2/zero_gp)", nullable=True, minimum=0),
         "interval": Field("int", 1, "lazy regularization: apply the penalty every N critic steps "
