@@ -228,3 +228,25 @@ def test_shape_errors_name_function_and_shapes():
         F.conv_transpose2d(x, gpgan.Variable(np.zeros((3, 2, 3, 3))), stride=2, output_padding=2)
     with pytest.raises(ValueError, match=r"conv2d: x must have 4 dimensions"):
         F.conv2d(gpgan.Variable(np.zeros((3, 5, 5))), gpgan.Variable(np.zeros((4, 3, 3, 3))))
+
+
+@pytest.mark.cuda
+def test_conv_family_cuda_matches_cpu_to_second_order(rng):
+    from gpgan.backend import to_device
+
+    x = rng.standard_normal((2, 4, 7, 6))
+    w = rng.standard_normal((6, 2, 3, 3))
+    wt = rng.standard_normal((6, 2, 2, 2))
+
+    def run(device):
+        xv = gpgan.Variable(to_device(x, device), requires_grad=True)
+        wv = gpgan.Variable(to_device(w, device), requires_grad=True)
+        wtv = gpgan.Variable(to_device(wt, device), requires_grad=True)
+        h = F.conv2d(xv, wv, stride=2, padding=1, groups=2)
+        y = F.conv_transpose2d(h, wtv, stride=2, padding=1, output_padding=1, groups=2, dilation=2)
+        gx, = gpgan.grad((y * y).sum(), [xv], create_graph=True)
+        (gx * gx).sum().backward()
+        return [v.numpy() for v in (y, gx, wv.grad, wtv.grad)]
+
+    for a, b in zip(run("cpu"), run("cuda")):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)
