@@ -21,6 +21,8 @@ Internally the kernels work channels-last: the column matrix is ``(G, N*Ho*Wo, k
 channels, and col2im adds runs of channels too. The GEMM is a single (batched over groups)
 matrix product; NCHW layout is restored with one transposing copy of each result.
 """
+import numbers
+
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 from gpgan.functions.array import getitem
@@ -39,9 +41,9 @@ def _pair(value, name, fn, minimum):
     else:
         pair = (value, value)
     for v in pair:
-        if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < minimum:
             raise ValueError(f"{fn}: {name} must be an int >= {minimum} or a pair of them, got {value!r}")
-    return pair
+    return (int(pair[0]), int(pair[1]))
 
 
 def _conv_out_size(size, k, s, p, d):
@@ -257,7 +259,7 @@ class Conv2dGradWeight(FunctionNode):
 
 # -- public API ---------------------------------------------------------------------------------
 def _check_groups(fn, groups):
-    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1:
+    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
         raise ValueError(f"{fn}: groups must be an int >= 1, got {groups!r}")
 
 
@@ -300,6 +302,7 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     p = _pair(padding, "padding", fn, 0)
     d = _pair(dilation, "dilation", fn, 1)
     _check_groups(fn, groups)
+    groups = int(groups)
     N, C, H, W = x.shape
     O, Cg, kH, kW = weight.shape
     if C % groups or O % groups or Cg * groups != C:
@@ -342,6 +345,7 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
     op = _pair(output_padding, "output_padding", fn, 0)
     d = _pair(dilation, "dilation", fn, 1)
     _check_groups(fn, groups)
+    groups = int(groups)
     N, C, H, W = x.shape
     Cin, Cog, kH, kW = weight.shape
     if Cin != C or C % groups:
@@ -382,6 +386,7 @@ def conv2d_grad_weight(x, grad_output, kernel_size, stride=1, padding=0, dilatio
     p = _pair(padding, "padding", fn, 0)
     d = _pair(dilation, "dilation", fn, 1)
     _check_groups(fn, groups)
+    groups = int(groups)
     N, C, H, W = x.shape
     Ng, O, Ho, Wo = grad_output.shape
     if Ng != N or C % groups or O % groups:

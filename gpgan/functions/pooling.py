@@ -6,6 +6,8 @@ differentiates into itself: average pooling's gradient spreads each output gradi
 nearest upsampling's gradient sums each ``s x s`` block (``SumPool2d``), whose gradient is
 upsampling again. Loops run over kernel offsets only.
 """
+import numbers
+
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 
@@ -15,9 +17,9 @@ __all__ = ['avg_pool2d', 'upsample_nearest2d']
 
 def _pair(value, name, fn, minimum):
     pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    if len(pair) != 2 or any(not isinstance(v, int) or isinstance(v, bool) or v < minimum for v in pair):
+    if len(pair) != 2 or any(not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < minimum for v in pair):
         raise ValueError(f"{fn}: {name} must be an int >= {minimum} or a pair of them, got {value!r}")
-    return pair
+    return (int(pair[0]), int(pair[1]))
 
 
 def _check_4d(fn, x):
