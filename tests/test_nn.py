@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import gpgan
-import gpgan.functions as F
 import gpgan.nn as nn
 from gpgan.autograd import gradcheck, gradgradcheck
 from gpgan.nn import init
@@ -457,3 +456,24 @@ def test_module_to_cuda_moves_parameters_and_buffers_in_place():
     assert all(p.grad.device == "cuda" for p in params)
     model.to("cpu")
     assert all(p.device == "cpu" for p in params)
+
+
+def test_deepcopy_and_pickle_give_independent_modules():
+    import copy
+    import pickle
+
+    rng = np.random.default_rng(8)
+    model = _sn_bn_model(3)
+    x = gpgan.Variable(rng.standard_normal((4, 2, 4, 4)).astype(np.float32))
+    model(x)  # leaves a graph-carrying normalized weight on the spectral-norm layers
+    clone = copy.deepcopy(model)
+    restored = pickle.loads(pickle.dumps(model))
+    for other in (clone, restored):
+        assert all(a is not b and np.array_equal(a.data, b.data)
+                   for a, b in zip(model.parameters(), other.parameters()))
+        assert all(isinstance(p, nn.Parameter) and p.requires_grad for p in other.parameters())
+    clone(x).sum().backward()  # gradients land in the copy only
+    assert all(p.grad is not None for p in clone.parameters())
+    assert all(p.grad is None for p in model.parameters())
+    model.eval(), restored.eval()
+    assert np.array_equal(model(x).data, restored(x).data)

@@ -41,6 +41,16 @@ class Parameter(Variable):
         self.grad = None
         self._node = VariableNode(array.shape, array.dtype, True, leaf=self) if requires_grad else None
 
+    def __deepcopy__(self, memo):
+        # The default copy would share the graph node, whose weak leaf reference points back at
+        # this Parameter: gradients of the copy would land here. A fresh leaf instead.
+        copy = Parameter(self.data.copy(), requires_grad=self.requires_grad)
+        memo[id(self)] = copy
+        return copy
+
+    def __reduce__(self):
+        return (Parameter, (self.numpy(), self.requires_grad))
+
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
 
@@ -399,6 +409,22 @@ class Module:
                 if hasattr(hook, "refresh"):
                     hook.refresh(module)
         return IncompatibleKeys(missing, unexpected)
+
+    # -- copying and pickling -----------------------------------------------------------------
+    def __getstate__(self):
+        # Attributes derived by hooks (spectral norm's normalized weight, a graph output) are not
+        # state: they are dropped here and recomputed by __setstate__.
+        state = self.__dict__.copy()
+        for hook in self._forward_pre_hooks.values():
+            for name in getattr(hook, "derived_attributes", ()):
+                state.pop(name, None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        for hook in self._forward_pre_hooks.values():
+            if hasattr(hook, "refresh"):
+                hook.refresh(self)
 
     # -- printing -------------------------------------------------------------------------------
     def extra_repr(self):

@@ -30,6 +30,7 @@ class SpectralNorm:
         if n_power_iterations < 1:
             raise ValueError(f"spectral_norm: n_power_iterations must be >= 1, got {n_power_iterations}")
         self.name, self.n_power_iterations, self.dim, self.eps = name, n_power_iterations, dim, eps
+        self.derived_attributes = (name,)  # recomputed, so not copied or pickled with the module
 
     def _matrix_array(self, w):
         """The raw weight array reshaped to (size of dim ``dim``, -1)."""
