@@ -1,0 +1,257 @@
+"""gpgan-train end to end, through subprocesses: run folder contents, determinism, interruption
+(train.stop_after and a real SIGINT) and exact resumption, config errors, non-finite losses,
+and the image path on a fixture CIFAR-10 folder with tiny DCGANs."""
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")
+
+# The quickstart made tiny: small MLPs, few steps, frequent logs / checkpoints / evaluations.
+TINY = ["model.generator_options.width=16", "model.critic_options.width=16", "train.batch_size=32",
+        "train.log_interval=2", "train.checkpoint_interval=4", "train.sample_interval=6",
+        "train.eval_interval=6", "train.eval_samples=200"]
+# Exercise every random stream on resume: the penalty's interpolation coefficients, lazy
+# regularization over critic steps, several critic steps per generator step, a linear schedule.
+RANDOM_PENALTY = ["loss=wgan", "penalty.type=wgan_gp", "penalty.weight=1", "penalty.interval=3",
+                  "train.critic_steps=2", "optim.critic.schedule=linear"]
+
+
+def gpgan_train(*args, cwd=None, check=None):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, "-m", "gpgan.cli.train", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+    if check is not None:
+        assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return proc
+
+
+def sets(items):
+    return [a for item in items for a in ("--set", item)]
+
+
+def metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        records = [json.loads(line) for line in f]
+    return [{k: v for k, v in r.items() if k != "time_per_step"} for r in records]
+
+
+def final_arrays(run_dir):
+    ckpts = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
+    with np.load(os.path.join(run_dir, "checkpoints", ckpts[-1]), allow_pickle=False) as f:
+        return ckpts[-1], {k: f[k] for k in f.files if k != "__meta__"}
+
+
+def assert_same_weights(a, b):
+    name_a, arrays_a = final_arrays(a)
+    name_b, arrays_b = final_arrays(b)
+    assert name_a == name_b and arrays_a.keys() == arrays_b.keys()
+    assert any(k.startswith("module/generator/") for k in arrays_a)
+    for k in arrays_a:
+        np.testing.assert_array_equal(arrays_a[k], arrays_b[k], err_msg=k)
+
+
+@pytest.fixture(scope="module")
+def reference_runs(tmp_path_factory):
+    """Two uninterrupted tiny quickstart runs with the same seed (12 steps)."""
+    out = tmp_path_factory.mktemp("exp")
+    args = [QUICKSTART, *sets(TINY + RANDOM_PENALTY + ["train.steps=12"]), "--out", str(out), "--quiet"]
+    gpgan_train(*args, "--name", "a", check=0)
+    gpgan_train(*args, "--name", "b", check=0)
+    return out / "quickstart" / "a", out / "quickstart" / "b", out
+
+
+def test_run_folder_contents(reference_runs):
+    run, _, _ = reference_runs
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    assert config["train"]["steps"] == 12 and config["penalty"]["type"] == "wgan_gp"
+    assert config["model"]["generator_options"]["width"] == 16
+    manifest = json.loads((run / "manifest.json").read_text())
+    for key in ("gpgan_version", "git_commit", "python", "numpy", "cupy", "device", "seed", "command"):
+        assert key in manifest
+    assert manifest["device"] == "cpu" and manifest["seed"] == 0 and "quickstart.yaml" in manifest["command"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [2, 4, 6, 8, 10, 12]
+    for r in records:
+        for key in ("loss/critic", "loss/generator", "penalty", "grad_norm/real", "grad_norm/fake", "time_per_step"):
+            assert np.isfinite(r[key]), key
+    evals = [r for r in records if "eval/modes" in r]
+    assert [r["step"] for r in evals] == [6, 12]
+    # The linear schedule reaches lr * (12 - 12) / 12 = 0 at the last step; the generator's is constant.
+    assert records[-1]["lr/critic"] == 0.0 and records[-1]["lr/generator"] == 1e-3
+    assert sorted(os.listdir(run / "samples")) == ["final.png", "step_000006.png", "step_000012.png"]
+    # Checkpoints every 4 steps and at the end, last 3 kept.
+    assert sorted(os.listdir(run / "checkpoints")) == ["ckpt_000004.npz", "ckpt_000008.npz", "ckpt_000012.npz"]
+    assert any(name.startswith("events.out.tfevents") for name in os.listdir(run))
+    final = json.loads((run / "final.json").read_text())
+    assert final["status"] == "finished" and final["steps"] == 12
+    assert final["final"]["eval/modes"] == evals[-1]["eval/modes"]
+    assert final["best"]["eval/modes"] == max(r["eval/modes"] for r in evals)
+    assert final["best"]["eval/reverse_kl"] == min(r["eval/reverse_kl"] for r in evals)
+
+
+def test_same_seed_gives_identical_runs(reference_runs):
+    a, b, _ = reference_runs
+    assert metrics(a) == metrics(b)
+    assert_same_weights(a, b)
+
+
+def test_other_seed_gives_another_run(reference_runs):
+    a, _, out = reference_runs
+    gpgan_train(QUICKSTART, *sets(TINY + RANDOM_PENALTY + ["train.steps=2", "train.seed=1"]),
+                "--out", str(out), "--name", "seed1", "--quiet", check=0)
+    assert metrics(out / "quickstart" / "seed1")[0] != metrics(a)[0]
+
+
+def test_stop_after_then_resume_equals_uninterrupted(reference_runs):
+    a, _, out = reference_runs
+    proc = gpgan_train(QUICKSTART, *sets(TINY + RANDOM_PENALTY + ["train.steps=12", "train.stop_after=5"]),
+                       "--out", str(out), "--name", "stopped", "--quiet", check=130)
+    run = out / "quickstart" / "stopped"
+    assert "step 5" in proc.stderr and f"--resume {run}" in proc.stderr
+    assert not (run / "final.json").exists()
+    assert (run / "checkpoints" / "ckpt_000005.npz").exists()
+    # A crash after step 7 (simulated: metrics written beyond the checkpoint) loses those lines.
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 6, "loss/critic": 123.0}) + "\n")
+    proc = gpgan_train("--resume", str(run), "--quiet", check=0)
+    assert "resuming" in proc.stderr and "from step 5" in proc.stderr
+    assert metrics(run) == metrics(a)
+    assert_same_weights(run, a)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [r["from_step"] for r in manifest["resumes"]] == [5]
+    # A finished run has nothing left to do; extending it is allowed.
+    proc = gpgan_train("--resume", str(run), "--quiet", check=0)
+    assert "already finished" in proc.stderr
+
+
+def test_sigint_saves_checkpoint_and_resume_matches(tmp_path):
+    """A real Ctrl-C: the run stops at some step s with a checkpoint; resumed up to step s + 3
+    it equals a run that went from 0 to s + 3 in one go."""
+    args = [QUICKSTART, *sets(TINY + RANDOM_PENALTY + ["train.steps=100000", "train.checkpoint_interval=3"]),
+            "--out", str(tmp_path), "--quiet"]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "gpgan.cli.train", *args, "--name", "int"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    ckpts = tmp_path / "quickstart" / "int" / "checkpoints"
+    deadline = time.time() + 120
+    while time.time() < deadline and not (ckpts.exists() and any(ckpts.iterdir())):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted (Ctrl-C)" in err and "Resume with: gpgan-train --resume" in err
+    run = tmp_path / "quickstart" / "int"
+    stopped_at = max(int(p.name[5:11]) for p in ckpts.iterdir())
+    target = stopped_at + 3
+    gpgan_train("--resume", str(run), "--set", f"train.stop_after={target}", "--quiet", check=130)
+    gpgan_train(*sets([f"train.stop_after={target}"]), *args, "--name", "straight", check=130)
+    straight = tmp_path / "quickstart" / "straight"
+    assert metrics(run) == metrics(straight)
+    assert_same_weights(run, straight)
+
+
+def test_resume_with_changed_config_is_refused(reference_runs, tmp_path):
+    a, _, _ = reference_runs
+    run = tmp_path / "copy"
+    shutil.copytree(a, run)
+    proc = gpgan_train("--resume", str(run), "--set", "optim.critic.lr=0.5", "--set", "train.seed=3", check=2)
+    assert "optim.critic.lr: run has 0.001, requested 0.5" in proc.stderr and "train.seed" in proc.stderr
+    proc = gpgan_train("--resume", str(run), "--set", "train.steps=6", check=2)
+    assert "train.steps may only grow" in proc.stderr
+    # A CONFIG that differs from the run's is refused too, naming the keys.
+    proc = gpgan_train("--resume", str(run), QUICKSTART, check=2)
+    assert "model.generator_options.width" in proc.stderr
+    # Growing train.steps continues the finished run.
+    gpgan_train("--resume", str(run), "--set", "train.steps=14", "--quiet", check=0)
+    assert [r["step"] for r in metrics(run)][-2:] == [12, 14]
+    assert json.loads((run / "final.json").read_text())["steps"] == 14
+
+
+@pytest.mark.parametrize("content, overrides, expected", [
+    ("base: {q}\ntrain: {{stesp: 3}}\n", [], ["unknown key 'train.stesp'", "did you mean 'train.steps'"]),
+    ("base: {q}\npenalty: {{wieght: 3}}\n", [], ["did you mean 'penalty.weight'"]),
+    ("base: {q}\ntrain: {{steps: many}}\n", [], ["train.steps: got 'many'", "accepted: an integer >= 1"]),
+    ("base: {q}\n", ["penalty.weight=-2"], ["penalty.weight: got '-2'", "accepted: a number >= 0"]),
+    ("base: {q}\n", ["optim.critic.betas=0.5"], ["optim.critic.betas: got ['0.5']", "a list of 2 numbers"]),
+    ("base: {q}\n", ["train.ema.enable=true"], ["unknown key 'train.ema.enable'", "did you mean 'train.ema.enabled'"]),
+    ("base: {q}\nloss: wasserstein\n", [], ["loss: got 'wasserstein'", "one of", "'wgan'"]),
+])
+def test_bad_configs_fail_before_any_work(tmp_path, content, overrides, expected):
+    path = tmp_path / "bad.yaml"
+    path.write_text(content.format(q=QUICKSTART))
+    proc = gpgan_train(str(path), *sets(overrides), "--out", str(tmp_path / "exp"), check=2)
+    for text in expected:
+        assert text in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "exp").exists()
+
+
+def test_non_finite_loss_stops_with_clear_message(tmp_path):
+    proc = gpgan_train(QUICKSTART, *sets(TINY + ["train.steps=50", "train.checkpoint_interval=1",
+                                                 "optim.critic.lr=1e30", "optim.generator.lr=1e30"]),
+                       "--out", str(tmp_path), "--name", "nan", "--quiet", check=1)
+    assert "non-finite loss/" in proc.stderr or "non-finite penalty" in proc.stderr
+    assert " at step " in proc.stderr and "Traceback" not in proc.stderr
+    run = tmp_path / "quickstart" / "nan"
+    assert not (run / "final.json").exists()
+    for name in os.listdir(run / "checkpoints"):
+        with np.load(run / "checkpoints" / name, allow_pickle=False) as f:
+            for key in f.files:
+                if f[key].dtype.kind == "f":
+                    assert np.isfinite(f[key]).all(), (name, key)
+
+
+def write_cifar_fixture(folder, per_batch=4):
+    rng = np.random.default_rng(0)
+    os.makedirs(folder, exist_ok=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        with open(os.path.join(folder, name), "wb") as f:
+            pickle.dump({b"data": rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8),
+                         b"labels": [0] * per_batch}, f, protocol=2)
+
+
+TINY_DCGAN = ["model.generator_options.width=2", "model.generator_options.latent_dim=8",
+              "model.critic_options.width=2", "train.batch_size=4", "train.n_samples=4",
+              "train.log_interval=1", "train.sample_interval=2", "train.checkpoint_interval=2", "data.hflip=true"]
+
+
+def test_cifar_fixture_with_tiny_dcgan(tmp_path):
+    write_cifar_fixture(tmp_path / "cifar")
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    gpgan_train(config, *sets(TINY_DCGAN + [f"data.root={tmp_path / 'cifar'}", "train.steps=3"]),
+                "--out", str(tmp_path / "exp"), "--name", "c", "--quiet", check=0)
+    run = tmp_path / "exp" / "r1_cifar" / "c"
+    from PIL import Image
+
+    with Image.open(run / "samples" / "final.png") as img:
+        assert img.size == (2 * 34 + 2, 2 * 34 + 2)  # 4 images of 32x32, 2 per row, 2 px padding
+    assert sorted(os.listdir(run / "samples")) == ["final.png", "step_000002.png"]
+    assert [r["step"] for r in metrics(run)] == [1, 2, 3]
+    assert sorted(os.listdir(run / "checkpoints")) == ["ckpt_000002.npz", "ckpt_000003.npz"]
+
+
+def test_missing_cifar_offline_message(tmp_path):
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    proc = gpgan_train(config, "--set", f"data.root={tmp_path / 'nothing'}", "--set", "data.download=false",
+                       "--out", str(tmp_path / "exp"), check=1)
+    assert "data_batch_1" in proc.stderr and str(tmp_path / "nothing") in proc.stderr
+    assert not (tmp_path / "exp").exists()
+
+
+def test_help_documents_every_option():
+    exe = shutil.which("gpgan-train")
+    cmd = [exe, "--help"] if exe else [sys.executable, "-m", "gpgan.cli.train", "--help"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    for option in ("CONFIG", "--set", "--device", "--out", "--name", "--resume", "--quiet"):
+        assert option in out
