@@ -121,9 +121,11 @@ def test_stop_after_then_resume_equals_uninterrupted(reference_runs):
     assert "step 5" in proc.stderr and f"--resume {run}" in proc.stderr
     assert not (run / "final.json").exists()
     assert (run / "checkpoints" / "ckpt_000005.npz").exists()
-    # A crash after step 7 (simulated: metrics written beyond the checkpoint) loses those lines.
+    # A crash after step 7 (simulated: metrics written beyond the checkpoint, the last line torn)
+    # loses those lines.
     with open(run / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 6, "loss/critic": 123.0}) + "\n")
+        f.write('{"step": 8, "loss/cri')  # cut short by the crash
     proc = gpgan_train("--resume", str(run), "--quiet", check=0)
     assert "resuming" in proc.stderr and "from step 5" in proc.stderr
     assert metrics(run) == metrics(a)

@@ -193,3 +193,12 @@ def test_readme_config_reference_is_in_sync():
     embedded = readme.split(start, 1)[1].split(end, 1)[0].strip()
     assert embedded == config_reference_markdown().strip(), (
         "README.md's config reference is stale; regenerate it with `python -m gpgan.train.config`")
+
+
+def test_unknown_model_option_names_closest_option():
+    with pytest.raises(ConfigError) as info:
+        validate_config({"model": {"generator_options": {"widht": 8}, "critic_options": {"zzz": 1}}})
+    msg = str(info.value)
+    assert "unknown key 'model.generator_options.widht'" in msg
+    assert "did you mean 'model.generator_options.width'" in msg
+    assert "model.critic_options.zzz" in msg and "accepted options:" in msg

@@ -376,9 +376,29 @@ def validate_config(raw, source="config"):
         return out
 
     resolved = visit(SCHEMA, raw if raw is not None else {}, "")
+    if not errors:
+        errors.extend(_check_model_options(resolved))
     if errors:
         raise ConfigError(f"invalid config ({source}):\n  " + "\n  ".join(errors))
     return resolved
+
+
+def _check_model_options(config):
+    """Unknown keys in model.*_options, with the closest option the model accepts."""
+    try:
+        from gpgan.models import model_options
+    except ImportError:  # models not importable: make_model reports it later
+        return []
+    errors = []
+    for role in ("generator", "critic"):
+        accepted = [k for k in model_options(config["model"][role]) if k != "rng"]
+        for key in config["model"][f"{role}_options"]:
+            if key not in accepted:
+                prefix = f"model.{role}_options."
+                match = difflib.get_close_matches(key, accepted, n=1, cutoff=0.5)
+                hint = f"did you mean '{prefix}{match[0]}'?" if match else "accepted options: " + ", ".join(accepted)
+                errors.append(f"unknown key '{prefix}{key}' for model {config['model'][role]!r}; {hint}")
+    return errors
 
 
 # --- overrides --------------------------------------------------------------------------------

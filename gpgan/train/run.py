@@ -211,8 +211,17 @@ class RunFolder:
     def read_metrics(self):
         if not os.path.isfile(self.metrics_path):
             return []
+        records = []
         with open(self.metrics_path, encoding="utf-8") as f:
-            return [json.loads(line) for line in f if line.strip()]
+            lines = [line for line in f if line.strip()]
+        for k, line in enumerate(lines):
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                if k == len(lines) - 1:  # a line cut short by a crash (SIGKILL while writing)
+                    break
+                raise ValueError(f"{self.metrics_path}: line {k + 1} is not JSON: {line[:80]!r}") from None
+        return records
 
     def truncate_metrics(self, step):
         """Keep only the records up to ``step`` (what the checkpoint at ``step`` had seen)."""
