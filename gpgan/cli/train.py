@@ -30,6 +30,9 @@ On resume the config comes from the run folder; only train.steps (to grow the ru
 train.stop_after and device may differ (via --set, --device, or a CONFIG that differs only
 there). metrics.jsonl is cut back to the checkpoint's step, and the run continues exactly as the
 uninterrupted run would have. Run `python -m gpgan.train.config` for every config key.
+
+Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
+1 error (missing data, non-finite loss), 2 bad command line or config, 130 interrupted.
 """
 
 
@@ -174,6 +177,9 @@ def main(argv=None):
         return _new_run(args, overrides)
     except ConfigError as exc:
         return _error(str(exc), 2)
+    except KeyboardInterrupt:  # before training started (loading data, building models)
+        print("\ngpgan-train: interrupted before training started; nothing to resume", file=sys.stderr)
+        return 130
     except (FileNotFoundError, FileExistsError, RuntimeError, ValueError, TypeError) as exc:
         # Missing data, an unusable device, unknown model options, ...: say what, not a traceback.
         if os.environ.get("GPGAN_DEBUG"):
