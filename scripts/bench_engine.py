@@ -11,9 +11,11 @@ weights (no gpgan.nn). One R1 step is
 with the image gradient taken by ``gpgan.grad(create_graph=True)``, then ``loss.backward()`` to all
 critic weights. The plain step is the same without the penalty (first order only).
 
-Reported: milliseconds per step (mean and min over ``--steps`` after ``--warmup``) and peak
-memory. CPU memory is the tracemalloc peak during one extra step (NumPy reports its array buffers
-to tracemalloc); CUDA memory is the peak of the CuPy memory pool's used bytes, tracked by an
+Reported: wall milliseconds per step (mean and min over ``--steps`` after ``--warmup``), the
+smallest process CPU time of a step (all threads; with ``OPENBLAS_NUM_THREADS=1`` a figure that
+other load on the machine barely moves), and peak memory. CPU memory is the tracemalloc peak of
+the allocations made during one extra step (NumPy reports its array buffers to tracemalloc;
+weights and input batches, allocated before, are not counted); CUDA memory is the peak of the CuPy memory pool's used bytes, tracked by an
 allocator wrapper, and the pool's total reserved bytes.
 
     python scripts/bench_engine.py                    # CPU, and CUDA when CuPy sees a GPU
@@ -113,13 +115,14 @@ def time_step(step, args, device, inputs):
     for _ in range(args.warmup):
         step(*inputs)
     _synchronize(device)
-    times = []
+    times, cpu_times = [], []
     for _ in range(args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         step(*inputs)
         _synchronize(device)
         times.append((time.perf_counter() - t0) * 1e3)
-    return float(numpy.mean(times)), float(numpy.min(times))
+        cpu_times.append((time.process_time() - c0) * 1e3)
+    return float(numpy.mean(times)), float(numpy.min(times)), float(numpy.min(cpu_times))
 
 
 def peak_memory_cpu(step, inputs):
@@ -179,7 +182,7 @@ def bench_device(args, device):
         print(f"\n[cpu] {cpu_description()}; NumPy {numpy.__version__}, {blas_description()}")
     print(f"batch {args.batch} x 3x32x32, {dtype}, {args.warmup} warmup + {args.steps} timed steps")
     for label, step in (("R1 step (double backward)", r1_step), ("plain step (first order)", plain_step)):
-        mean_ms, min_ms = time_step(step, args, device, inputs)
+        mean_ms, min_ms, cpu_ms = time_step(step, args, device, inputs)
         if device == "cpu":
             peak = peak_memory_cpu(step, inputs)
             mem = f"peak {peak / 2**20:.1f} MiB (tracemalloc, one step)"
@@ -187,7 +190,7 @@ def bench_device(args, device):
             peak, base, total = peak_memory_cuda(step, inputs)
             mem = (f"peak used {peak / 2**20:.1f} MiB (pool used bytes, {base / 2**20:.1f} MiB before the step), "
                    f"pool total {total / 2**20:.1f} MiB")
-        print(f"  {label:28s} {mean_ms:8.1f} ms/step (min {min_ms:.1f}); {mem}")
+        print(f"  {label:28s} {mean_ms:8.1f} ms/step (min {min_ms:.1f}; process CPU time min {cpu_ms:.1f} ms); {mem}")
     if args.profile and device == "cpu":
         profiler = cProfile.Profile()
         profiler.enable()

@@ -136,8 +136,8 @@ def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
         for j in range(kW):
             h0, w0 = i * d[0], j * d[1]
             ypad[:, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)
-    y = ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].reshape(N, Ho, Wo, groups * Cog).transpose(0, 3, 1, 2)
-    return xp.ascontiguousarray(y)
+    y = ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(0, 3, 4, 1, 2)  # crop + NCHW: one copy
+    return xp.ascontiguousarray(y).reshape(N, groups * Cog, Ho, Wo)
 
 
 def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
