@@ -257,3 +257,21 @@ def test_help_documents_every_option():
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     for option in ("CONFIG", "--set", "--device", "--out", "--name", "--resume", "--quiet"):
         assert option in out
+
+
+def test_image_run_resumes_exactly_across_epochs(tmp_path):
+    """Images: BatchNorm statistics, EMA, flips and the per-epoch order all come back on resume
+    (20 images, batch 4, 2 critic steps: the stop at step 3 falls inside the second epoch)."""
+    write_cifar_fixture(tmp_path / "cifar")
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    common = [config, *sets(TINY_DCGAN + [f"data.root={tmp_path / 'cifar'}", "train.steps=5",
+                                          "train.critic_steps=2", "train.ema.decay=0.5"]),
+              "--out", str(tmp_path / "exp"), "--quiet"]
+    gpgan_train(*common, "--name", "straight", check=0)
+    gpgan_train(*common, "--name", "resumed", "--set", "train.stop_after=3", check=130)
+    run = tmp_path / "exp" / "r1_cifar" / "resumed"
+    gpgan_train("--resume", str(run), "--quiet", check=0)
+    straight = tmp_path / "exp" / "r1_cifar" / "straight"
+    assert metrics(run) == metrics(straight)
+    assert_same_weights(run, straight)
+    assert any(k.startswith("ema/") for k in final_arrays(run)[1])
