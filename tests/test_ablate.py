@@ -338,3 +338,96 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
     assert main([str(path), "--out", str(tmp_path / "out")]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# the real gpgan-train (a few steps of a tiny MLP GAN per run)
+
+REAL_TINY = f"""\
+base: {REPO / 'configs' / 'quickstart.yaml'}
+set:
+  model.generator_options: {{latent_dim: 2, width: 16, depth: 2}}
+  model.critic_options: {{width: 16, depth: 2}}
+  train.steps: 12
+  train.batch_size: 32
+  train.ema.enabled: false
+  train.log_interval: 4
+  train.eval_interval: 6
+  train.eval_samples: 200
+  train.sample_interval: 0
+  train.checkpoint_interval: 6
+axes:
+  penalty.type: [r1, wgan_gp]
+  penalty.weight: [1.0]
+  train.seed: [0, 1]
+metrics: [eval/modes, eval/high_quality, {{eval/reverse_kl: min}}]
+"""
+
+
+@pytest.fixture
+def real_trainer(monkeypatch):
+    monkeypatch.delenv("GPGAN_TRAIN_CMD", raising=False)
+
+
+def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(REAL_TINY)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0, capsys.readouterr()
+    assert "finished 4" in capsys.readouterr().out
+    rows = read_csv(out / "results.csv")
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    for r in rows:
+        run = out / r["run_dir"]
+        assert run.parent.name == "quickstart" and run.name == r["run"]
+        final = json.loads((run / "final.json").read_text())
+        assert final["steps"] == 12 and r["steps"] == "12"
+        assert float(r["final/eval/modes"]) == final["final"]["eval/modes"]
+        assert float(r["wall_time_s"]) == final["wall_time_s"]
+        # best over the logged evaluations, by direction
+        evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        modes = [e["eval/modes"] for e in evals if "eval/modes" in e]
+        kls = [e["eval/reverse_kl"] for e in evals if "eval/reverse_kl" in e]
+        assert len(modes) >= 2
+        assert float(r["best/eval/modes"]) == max(modes)
+        assert float(r["best/eval/reverse_kl"]) == min(kls)
+        config = (run / "config.yaml").read_text()
+        assert f"seed: {r['train.seed']}" in config and f"type: {r['penalty.type']}" in config
+        assert (run / "stderr.log").is_file()
+    report = (out / "REPORT.md").read_text()
+    for ptype in ("r1", "wgan_gp"):
+        vals = [float(r["final/eval/modes"]) for r in rows if r["penalty.type"] == ptype]
+        mean, std = statistics.mean(vals), statistics.stdev(vals)
+        assert f"| {ptype} | 1.0 | 2/2 | {mean:.4g} ± {std:.2g} |" in report
+    for name in ("eval-modes.png", "eval-high_quality.png", "eval-reverse_kl.png", "samples.png"):
+        assert is_png(out / "figures" / name)
+
+    stamps = {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()}
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    assert "skipped 4, started 0, resumed 0" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()} == stamps
+    assert (out / "REPORT.md").read_text() == report
+
+
+def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
+    # weight -1 is rejected by gpgan-train's config schema (exit 2); stop_after makes the other
+    # runs stop at step 6 with a checkpoint (exit 130), so the second sweep must resume them.
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(REAL_TINY.replace("train.steps: 12", "train.steps: 12\n  train.stop_after: 6")
+                     .replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]")
+                     .replace("penalty.weight: [1.0]", "penalty.weight: [1.0, -1]")
+                     .replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
+    rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
+    assert rows["1.0"]["status"] == rows["-1"]["status"] == "failed"
+    assert "penalty.weight: got" in rows["-1"]["error"] and "out of range" in rows["-1"]["error"]
+    assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
+    assert "started 1, resumed 1; finished 1, failed 1" in capsys.readouterr().out
+    rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
+    assert rows["1.0"]["status"] == "finished" and rows["1.0"]["steps"] == "12"
+    assert rows["-1"]["status"] == "failed"
+    failures = (out / "REPORT.md").read_text().split("## Failures", 1)[1]
+    assert "penalty.type=r1, penalty.weight=-1" in failures and "out of range" in failures
+    assert "penalty.weight=1.0" not in failures

@@ -133,8 +133,9 @@ class JobResult:
     action: str          # "start" (no folder), "restart" (stale folder cleared), "resume"
     status: str          # "finished" | "failed"
     returncode: int | None
-    seconds: float
+    seconds: float       # wall time of this attempt
     error: str = ""
+    cpu_seconds: float | None = None
 
 
 @dataclass
@@ -159,6 +160,19 @@ class SweepSummary:
         c = self.counts()
         return (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
                 f"resumed {c['resume']}; finished {c['finished']}, failed {c['failed']}")
+
+
+def _wait(proc: subprocess.Popen) -> tuple[int, float | None]:
+    """Wait for ``proc``; returns (exit code, its CPU seconds (user + system) where the OS says)."""
+    if not hasattr(os, "wait4"):
+        return proc.wait(), None
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # already reaped
+        return proc.wait(), None
+    rc = os.waitstatus_to_exitcode(status)
+    proc.returncode = rc  # reaped here, so tell Popen
+    return rc, usage.ru_utime + usage.ru_stime
 
 
 def _child_env(device, jobs) -> dict:
@@ -234,7 +248,7 @@ class _Runner:
             with self.lock:
                 self.live.add(proc)
             try:
-                rc = proc.wait()
+                rc, cpu = _wait(proc)
             finally:
                 with self.lock:
                     self.live.discard(proc)
@@ -247,7 +261,7 @@ class _Runner:
         failure = logs / "failure.json"
         if rc == 0 and is_finished(new_dir):
             failure.unlink(missing_ok=True)
-            result = JobResult(spec.name, action, "finished", rc, seconds)
+            result = JobResult(spec.name, action, "finished", rc, seconds, cpu_seconds=cpu)
         else:
             tail = stderr_tail(logs / "stderr.log")
             if rc == 0:
@@ -255,11 +269,12 @@ class _Runner:
                             f"finished under {runs_root(self.out_dir)}/*/{spec.name}")
             error = "\n".join(tail) or f"exit code {rc} (stderr was empty)"
             failure.write_text(json.dumps({"returncode": rc, "command": cmd, "error": error}, indent=1) + "\n")
-            result = JobResult(spec.name, action, "failed", rc, seconds, error)
+            result = JobResult(spec.name, action, "failed", rc, seconds, error, cpu_seconds=cpu)
         with self.lock:
             self.done += 1
             if result.status == "finished":
-                self.log(f"[{self.done}/{total} done] finished {spec.name} ({seconds:.1f} s)")
+                cpu_text = f", cpu {cpu:.1f} s" if cpu is not None else ""
+                self.log(f"[{self.done}/{total} done] finished {spec.name} ({seconds:.1f} s{cpu_text})")
             else:
                 last = result.error.splitlines()[-1] if result.error else ""
                 self.log(f"[{self.done}/{total} done] FAILED {spec.name} (exit {rc}): {last}")

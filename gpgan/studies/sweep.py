@@ -209,11 +209,13 @@ def _check_key(path, where, key):
         raise _err(path, where, f"{key!r} is not a dotted config key like 'penalty.weight'")
 
 
-def _check_value(path, where, value):
+def _check_value(path, where, value, allow_mapping=False):
     ok = (isinstance(value, (str, bool, int, float)) or value is None
-          or (isinstance(value, list) and all(isinstance(v, (str, bool, int, float)) for v in value)))
+          or (isinstance(value, list) and all(isinstance(v, (str, bool, int, float)) for v in value))
+          or (allow_mapping and isinstance(value, dict) and all(isinstance(k, str) for k in value)))
     if not ok:
-        raise _err(path, where, f"value {value!r} must be a scalar (or a list of scalars)")
+        what = "a scalar, a list of scalars or a mapping" if allow_mapping else "a scalar (or a list of scalars)"
+        raise _err(path, where, f"value {value!r} must be {what}")
 
 
 def _as_list(value):
@@ -332,7 +334,7 @@ def parse_sweep(raw, path) -> Sweep:
     fixed = {}
     for key, value in fixed_raw.items():
         _check_key(path, "set", key)
-        _check_value(path, f"set.{key}", value)
+        _check_value(path, f"set.{key}", value, allow_mapping=True)
         if key in axes:
             raise _err(path, f"set.{key}", "is also an axis; a key is either fixed or varied")
         fixed[key] = value
