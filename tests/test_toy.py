@@ -1,0 +1,112 @@
+"""Toy 2-D samplers, VEEGAN/PacGAN mode metrics, and a short R1 training on the 25-Gaussian grid."""
+import math
+import os
+import time
+
+import numpy as np
+import pytest
+
+import gpgan
+from gpgan import Variable
+from gpgan.data.toy import TOY_DATASETS, make_toy
+from gpgan.losses import make_loss, make_penalty
+from gpgan.metrics import DEFAULT_NUM_SAMPLES, mode_metrics
+
+
+# -- samplers -----------------------------------------------------------------------------------
+def test_pacgan_definitions():
+    ring, grid = make_toy("ring8"), make_toy("grid25")
+    angles = 2 * np.pi * np.arange(8) / 8
+    np.testing.assert_allclose(ring.means, np.stack([np.cos(angles), np.sin(angles)], 1), atol=1e-15)
+    assert ring.std == 0.01 and grid.std == 0.05
+    expected = {(x, y) for x in (-4, -2, 0, 2, 4) for y in (-4, -2, 0, 2, 4)}
+    assert {tuple(m) for m in grid.means.astype(int)} == expected and len(grid.means) == 25
+
+
+def test_wgan_gp_scaling():
+    ring, grid = make_toy("ring8", scale="wgan_gp"), make_toy("grid25", scale="wgan_gp")
+    np.testing.assert_allclose(np.hypot(*ring.means.T), 2 / 1.414)
+    np.testing.assert_allclose(ring.std, 0.02 / 1.414)
+    np.testing.assert_allclose(np.abs(grid.means).max(), 4 / 2.828)
+    np.testing.assert_allclose(grid.std, 0.05 / 2.828)
+
+
+@pytest.mark.parametrize("name", TOY_DATASETS)
+@pytest.mark.parametrize("scale", ["pacgan", "wgan_gp"])
+def test_samples_are_seeded_float32(name, scale):
+    data = make_toy(name, scale=scale)
+    a = data.sample(500, np.random.default_rng(3))
+    b = data.sample(500, np.random.default_rng(3))
+    assert a.shape == (500, 2) and a.dtype == np.float32
+    np.testing.assert_array_equal(a, b)
+    gpgan.manual_seed(5)
+    c = data.sample(10)
+    gpgan.manual_seed(5)
+    np.testing.assert_array_equal(c, data.sample(10))
+
+
+@pytest.mark.parametrize("name", ["ring8", "grid25"])
+def test_mixture_statistics(name):
+    data = make_toy(name)
+    x = data.sample(20000, np.random.default_rng(0)).astype(np.float64)
+    nearest = ((x[:, None] - data.means[None]) ** 2).sum(-1).argmin(1)
+    counts = np.bincount(nearest, minlength=len(data.means))
+    k = len(data.means)
+    assert np.all(np.abs(counts / len(x) - 1 / k) < 4 * np.sqrt((1 / k) / len(x)))  # uniform modes
+    offsets = x - data.means[nearest]
+    np.testing.assert_allclose(offsets.std(axis=0), data.std, rtol=0.03)
+
+
+def test_swiss_roll_formula():
+    data = make_toy("swiss_roll")
+    assert data.means is None
+    np.testing.assert_allclose(data.std, 0.25 / 7.5)
+    x = data.sample(5000, np.random.default_rng(0)).astype(np.float64) * 7.5
+    radius = np.hypot(*x.T)
+    # t cos t, t sin t with t in [1.5 pi, 4.5 pi]: the radius is t, blurred by noise 0.25.
+    assert radius.min() > 1.5 * np.pi - 1.5 and radius.max() < 4.5 * np.pi + 1.5
+
+
+def test_unknown_names():
+    with pytest.raises(ValueError, match="unknown toy dataset 'moons'.*ring8"):
+        make_toy("moons")
+    with pytest.raises(ValueError, match="unknown scale"):
+        make_toy("ring8", scale="big")
+
+
+# -- metrics ------------------------------------------------------------------------------------
+def test_metrics_on_real_data():
+    data = make_toy("grid25")
+    m = mode_metrics(data.sample(DEFAULT_NUM_SAMPLES, np.random.default_rng(0)), data.means, data.std)
+    assert DEFAULT_NUM_SAMPLES == 2500
+    assert m["modes"] == 25
+    assert m["high_quality"] > 0.98  # P(chi_2 <= 9) = 1 - exp(-4.5) = 0.989
+    assert 0 <= m["reverse_kl"] < 0.02
+
+
+def test_metrics_by_hand():
+    means = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0], [10.0, 10.0]])
+    std = 1.0
+    samples = np.array([
+        [0.5, 0.5], [0.0, 2.9], [-1.0, 0.0],   # mode 0, all within 3 std
+        [10.0, 1.0],                            # mode 1
+        [5.0, 5.0],                             # nearest mode 0 but 7.07 away: low quality
+        [13.5, 10.0],                           # 3.5 away from mode 3: low quality
+    ])
+    m = mode_metrics(samples, means, std)
+    assert m["modes"] == 2
+    assert m["high_quality"] == pytest.approx(4 / 6)
+    p = np.array([3 / 4, 1 / 4])  # histogram over high-quality samples; empty modes add 0
+    assert m["reverse_kl"] == pytest.approx(float((p * np.log(p * 4)).sum()))
+
+
+def test_metrics_edge_cases():
+    means = np.array([[0.0, 0.0], [5.0, 0.0]])
+    m = mode_metrics(np.array([[100.0, 100.0]]), means, 0.1)
+    assert m == {"modes": 0, "high_quality": 0.0, "reverse_kl": math.inf}
+    m = mode_metrics(np.array([[0.0, 0.0], [5.0, 0.0]]), means, 0.1)
+    assert m["modes"] == 2 and m["reverse_kl"] == pytest.approx(0.0)
+    m = mode_metrics(np.zeros((7, 2)), means, 0.1)  # collapse onto one of K = 2 modes: KL = log 2
+    assert m["modes"] == 1 and m["reverse_kl"] == pytest.approx(math.log(2))
+    with pytest.raises(ValueError, match="mode_metrics"):
+        mode_metrics(np.zeros((3, 3)), means, 0.1)
