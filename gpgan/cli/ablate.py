@@ -73,7 +73,12 @@ def main(argv=None) -> int:
         return 0
 
     if not args.report_only:
-        summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices)
+        try:
+            summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices)
+        except KeyboardInterrupt:
+            print("\ngpgan-ablate: interrupted; the running trainers were stopped (with a checkpoint "
+                  "where they could). Run the same command again to continue the sweep.", file=sys.stderr)
+            return 130
         print(summary.line())
     records = write_report(sweep, out)
     failed = [r for r in records if r.status == "failed"]

@@ -14,7 +14,7 @@ from gpgan.studies.sweep import IGNORED, format_value
 
 __all__ = ["slug", "metric_figure", "sample_tiles"]
 
-TILE = 256          # samples are scaled to fit a TILE x TILE cell
+TILE = 200          # samples are scaled to fit a TILE x TILE cell
 LABEL_H = 18        # height of the label strip above each cell
 PAD = 4
 

@@ -20,11 +20,15 @@ ARROW = {"max": "↑", "min": "↓"}
 
 def mean_std(values) -> tuple[float | None, float | None, int]:
     """(mean, sample standard deviation (ddof=1; None for fewer than 2 values), count) over the
-    finite values."""
-    vals = [v for v in values if v is not None and math.isfinite(v)]
+    values that are not None or NaN. An infinite value (e.g. the reverse KL of a run with no
+    high-quality sample) makes the mean infinite and the deviation None."""
+    vals = [v for v in values if v is not None and not math.isnan(v)]
     n = len(vals)
     if n == 0:
         return None, None, 0
+    if any(math.isinf(v) for v in vals):
+        signs = {v > 0 for v in vals if math.isinf(v)}
+        return (math.nan if len(signs) == 2 else math.copysign(math.inf, 1 if True in signs else -1)), None, n
     mean = math.fsum(vals) / n
     if n < 2:
         return mean, None, n

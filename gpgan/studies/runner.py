@@ -18,6 +18,7 @@ import os
 import queue
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -158,8 +159,12 @@ class SweepSummary:
 
     def line(self) -> str:
         c = self.counts()
-        return (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
+        text = (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
                 f"resumed {c['resume']}; finished {c['finished']}, failed {c['failed']}")
+        cpu = [r.cpu_seconds for r in self.results if r.cpu_seconds is not None]
+        if cpu:
+            text += f" (trainer CPU time {sum(cpu):.0f} s, {sum(cpu) / len(cpu):.1f} s per run)"
+        return text
 
 
 def _wait(proc: subprocess.Popen) -> tuple[int, float | None]:
@@ -243,15 +248,21 @@ class _Runner:
             err.write(header)
             out.flush()
             err.flush()
-            proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                    env=_child_env(device, self.jobs))
-            with self.lock:
-                self.live.add(proc)
             try:
-                rc, cpu = _wait(proc)
-            finally:
+                proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                                        env=_child_env(device, self.jobs))
+            except OSError as exc:  # e.g. a GPGAN_TRAIN_CMD that does not exist: this run fails
+                err.write(f"gpgan-ablate: cannot start the trainer {cmd[0]!r}: {exc}\n")
+                proc = None
+                rc, cpu = 127, None
+            if proc is not None:
                 with self.lock:
-                    self.live.discard(proc)
+                    self.live.add(proc)
+                try:
+                    rc, cpu = _wait(proc)
+                finally:
+                    with self.lock:
+                        self.live.discard(proc)
         seconds = time.perf_counter() - t0
 
         new_dir = find_run_dir(self.out_dir, spec.name)
@@ -280,12 +291,22 @@ class _Runner:
                 self.log(f"[{self.done}/{total} done] FAILED {spec.name} (exit {rc}): {last}")
         return result
 
-    def stop(self):
+    def stop(self, grace=60.0):
+        """Stop the live trainers the way Ctrl-C stops gpgan-train (SIGINT: it saves a checkpoint
+        and exits 130), so that the next sweep resumes them; terminate those still running after
+        ``grace`` seconds."""
         with self.lock:
             self.stopping = True
             live = list(self.live)
         for proc in live:
-            proc.terminate()
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + grace
+        for proc in live:
+            while proc.returncode is None and time.monotonic() < deadline:
+                time.sleep(0.1)  # the worker thread reaps it (os.wait4) and sets returncode
+            if proc.returncode is None:
+                proc.terminate()
 
 
 def run_sweep(sweep: Sweep, out_dir, jobs: int = 1, devices=None, trainer_cmd=None, log=print) -> SweepSummary:
