@@ -7,8 +7,11 @@ The tests marked "real" run the actual gpgan-train for a few steps.
 """
 import csv
 import json
+import math
 import os
+import signal
 import statistics
+import time
 import subprocess
 import sys
 import textwrap
@@ -19,6 +22,8 @@ from PIL import Image
 
 from gpgan.cli.ablate import main
 from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
+from gpgan.studies.report import mean_std
+from gpgan.studies.runner import stderr_tail
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -68,6 +73,14 @@ else:
     (run / "checkpoints" / "ckpt_1.npz").write_bytes(b"fake")
     if os.environ.get("FAKE_CRASH"):
         sys.exit("fake trainer: crashed after the first checkpoint")
+    if os.environ.get("FAKE_SLEEP"):  # train "forever"; Ctrl-C exits 130 like gpgan-train
+        import time
+        try:
+            while True:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            print("fake trainer: interrupted", file=sys.stderr)
+            sys.exit(130)
 
 sets = state["sets"]
 seed, weight = sets.get("train.seed", 0), sets.get("penalty.weight", 0.0)
@@ -305,6 +318,47 @@ def test_ignore_collapses_runs_and_panels_split_figures(tmp_path, fake):
     assert "- `eval/modes` ↑ (data.name=grid25): penalty.type=r1, penalty.weight=10:" in report
 
 
+def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake):
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    env = dict(os.environ, FAKE_SLEEP="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "gpgan.cli.ablate", str(sweep), "--out", str(out), "--jobs", "2"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while len(list(out.glob("runs/base/*/fake_state.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.3)  # let both trainers reach their loop
+    proc.send_signal(signal.SIGINT)  # only gpgan-ablate: it must pass the interrupt on
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Run the same command again" in stderr
+    running = sorted(p.parent.name for p in out.glob("runs/base/*/fake_state.json"))
+    assert len(running) == 2  # the other two never started
+    for name in running:
+        assert "fake trainer: interrupted" in (out / "logs" / name / "stderr.log").read_text()
+    assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    rows = read_csv(out / "results.csv")
+    assert [r["status"] for r in rows] == ["finished"] * 4
+    for r in rows:
+        calls = (out / r["run_dir"] / "calls.txt").read_text()
+        assert calls == ("start\nresume\n" if r["run"] in running else "start\n")
+
+
+def test_mean_std_and_stderr_tail(tmp_path):
+    values = [0.3, 1.7, 2.5]
+    mean, std, n = mean_std(values + [None, math.nan])
+    assert n == 3 and mean == pytest.approx(statistics.mean(values)) and std == pytest.approx(statistics.stdev(values))
+    assert mean_std([4.0]) == (4.0, None, 1)
+    assert mean_std([]) == (None, None, 0)
+    assert mean_std([1.0, math.inf]) == (math.inf, None, 2)  # a reverse KL of inf is not dropped
+    log = tmp_path / "stderr.log"
+    log.write_text("=== gpgan-ablate start: x\n" + "".join(f"line {i}\n" for i in range(30))
+                   + "  5%|#   | 5/100\r 50%|#####  | 50/100\r\nTraceback: boom\n\n")
+    tail = stderr_tail(log, n=3)
+    assert tail == ["line 29", " 50%|#####  | 50/100", "Traceback: boom"]
+
+
 # ----------------------------------------------------------------------------------------------
 # validation
 
@@ -407,6 +461,13 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
     assert "skipped 4, started 0, resumed 0" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()} == stamps
     assert (out / "REPORT.md").read_text() == report
+
+    # After editing `set:` the finished runs no longer match their names: refuse to mix configs.
+    sweep.write_text(REAL_TINY.replace("train.steps: 12", "train.steps: 14"))
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "4 run folder(s)" in err and "train.steps: run has 12, sweep asks 14" in err
+    assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()} == stamps
 
 
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):

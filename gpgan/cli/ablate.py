@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
+from gpgan.studies.runner import config_mismatches, stale_message
 
 
 def _devices(text: str) -> list[str]:
@@ -75,11 +76,18 @@ def main(argv=None) -> int:
     if not args.report_only:
         try:
             summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices)
+        except SweepError as exc:  # run folders made with another config
+            print(f"gpgan-ablate: {exc}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:
             print("\ngpgan-ablate: interrupted; the running trainers were stopped (with a checkpoint "
                   "where they could). Run the same command again to continue the sweep.", file=sys.stderr)
             return 130
         print(summary.line())
+    else:
+        stale = config_mismatches(sweep, out)
+        if stale:
+            print(f"gpgan-ablate: warning: {stale_message(out, stale)}", file=sys.stderr)
     records = write_report(sweep, out)
     failed = [r for r in records if r.status == "failed"]
     incomplete = [r for r in records if r.status not in ("finished", "failed")]

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpgan.studies.sweep import RunSpec, Sweep, expand_runs, override_text
+from gpgan.studies.sweep import RunSpec, Sweep, SweepError, expand_runs, override_text
 
 __all__ = [
     "TRAINER_ENV",
@@ -39,6 +39,9 @@ __all__ = [
     "SweepSummary",
     "run_sweep",
     "stderr_tail",
+    "StaleRunError",
+    "config_mismatches",
+    "stale_message",
 ]
 
 TRAINER_ENV = "GPGAN_TRAIN_CMD"
@@ -117,12 +120,69 @@ def run_state(out_dir, name) -> tuple[str, Path | None]:
 def stderr_tail(path, n=TAIL_LINES) -> list[str]:
     """Last ``n`` non-empty lines of a log; progress bars redraw with '\\r', keep the last draw."""
     try:
-        text = Path(path).read_text(errors="replace")
+        with open(path, newline="", errors="replace") as fh:  # newline="": keep the '\r's
+            text = fh.read()
     except OSError:
         return []
-    lines = [line.split("\r")[-1].rstrip() for line in text.split("\n")]
+    lines = [line.split("\r")[-1].rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     lines = [line for line in lines if line.strip() and not line.startswith("=== gpgan-ablate")]
     return lines[-n:]
+
+
+# ----------------------------------------------------------------------------------------------
+# runs made with another config
+
+# Keys that may differ between a run folder and the sweep: where the run trained, and the stop
+# point of an interrupted attempt (gpgan-train lets both change on resume).
+_IGNORED_CONFIG_KEYS = ("device", "train.stop_after")
+
+
+class StaleRunError(SweepError):
+    """Existing run folders were made with a config other than the one the sweep asks for."""
+
+
+def config_mismatches(sweep: Sweep, out_dir, specs=None) -> list[tuple[str, list[tuple[str, object, object]]]]:
+    """[(run name, [(key, value in the run's config.yaml, value the sweep asks for)])] for every
+    existing run folder whose config differs from base + set + axes (e.g. after ``set:`` was
+    edited: its name alone would make the old run count as done). Empty when gpgan.train is not
+    importable or the folders hold no config.yaml (the trainer is someone else's)."""
+    try:
+        import yaml
+
+        from gpgan.train.config import ConfigError, diff_configs, get_key, load_config
+    except ImportError:
+        return []
+    out = []
+    for spec in expand_runs(sweep) if specs is None else specs:
+        run_dir = find_run_dir(out_dir, spec.name)
+        if run_dir is None or not (run_dir / "config.yaml").is_file():
+            continue
+        try:
+            with open(run_dir / "config.yaml") as fh:
+                saved = yaml.safe_load(fh)
+            wanted = load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
+        except (OSError, yaml.YAMLError, ConfigError):
+            continue  # an unreadable folder or a setting the trainer rejects: it fails on its own
+        if not isinstance(saved, dict):
+            continue
+        keys = [k for k in diff_configs(saved, wanted) if k not in _IGNORED_CONFIG_KEYS]
+
+        def get(config, key):
+            try:
+                return get_key(config, key)
+            except (KeyError, TypeError):
+                return None
+        if keys:
+            out.append((spec.name, [(k, get(saved, k), get(wanted, k)) for k in keys]))
+    return out
+
+
+def stale_message(out_dir, stale) -> str:
+    name, diffs = stale[0]
+    what = "; ".join(f"{k}: run has {old!r}, sweep asks {new!r}" for k, old, new in diffs[:5])
+    return (f"{len(stale)} run folder(s) under {runs_root(out_dir)} were made with another config than "
+            f"the sweep now asks for (first: {name}: {what}). Skipping or resuming them would mix "
+            "configs: use another --out, or delete those run folders to run them again.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,11 +375,18 @@ def run_sweep(sweep: Sweep, out_dir, jobs: int = 1, devices=None, trainer_cmd=No
     ``devices``: list of CUDA device ids; each job gets one (``CUDA_VISIBLE_DEVICES=<id>`` and
     ``--device cuda``). Without devices the config's device is used. A failing run never stops
     the sweep: it is returned with status "failed" and recorded in OUT/logs/<name>/failure.json.
+
+    Raises:
+        StaleRunError: before running anything, when existing run folders were made with another
+            config (see :func:`config_mismatches`).
     """
     out_dir = Path(out_dir)
     jobs = max(1, int(jobs))
     trainer = trainer_command(trainer_cmd)
     specs = expand_runs(sweep)
+    stale = config_mismatches(sweep, out_dir, specs)
+    if stale:
+        raise StaleRunError(stale_message(out_dir, stale))
     todo, skipped = [], 0
     for spec in specs:
         state, run_dir = run_state(out_dir, spec.name)
