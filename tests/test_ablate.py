@@ -334,6 +334,12 @@ def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake):
     assert "Run the same command again" in stderr
     running = sorted(p.parent.name for p in out.glob("runs/base/*/fake_state.json"))
     assert len(running) == 2  # the other two never started
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
+    statuses = {r["run"]: r["status"] for r in read_csv(out / "results.csv")}
+    assert statuses == {n: ("interrupted" if n in running else "not run") for n in statuses}
+    report = (out / "REPORT.md").read_text()
+    assert "## Failures\n\nNone." in report and "## Incomplete runs" in report
+    assert f"- `{running[0]}`: interrupted (fake trainer: interrupted)" in report
     for name in running:
         assert "fake trainer: interrupted" in (out / "logs" / name / "stderr.log").read_text()
     assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
@@ -481,7 +487,7 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
-    assert rows["1.0"]["status"] == rows["-1"]["status"] == "failed"
+    assert rows["1.0"]["status"] == "interrupted" and rows["-1"]["status"] == "failed"
     assert "penalty.weight: got" in rows["-1"]["error"] and "out of range" in rows["-1"]["error"]
     assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1

@@ -211,7 +211,7 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
     lines.append(f"Written by `gpgan-ablate` from the sweep file `{sweep.path.name}` "
                  f"(base config `{sweep.base_text}`).")
     lines.append("")
-    order = ["finished", "failed", "unfinished", "not run"]
+    order = ["finished", "failed", "interrupted", "unfinished", "not run"]
     order += sorted(s for s in count if s not in order)
     status_text = ", ".join(f"{count[s]} {s}" for s in order if s in count)
     lines.append(f"- Runs: {total} ({status_text}); per-run values are in [results.csv](results.csv).")
@@ -274,7 +274,10 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
     incomplete = [r for r in records if r.status not in ("finished", "failed")]
     if incomplete:
         lines += ["## Incomplete runs", ""]
-        lines += [f"- `{r.spec.name}`: {r.status}" for r in incomplete] + [""]
+        for r in incomplete:
+            last = r.error.splitlines()[-1] if r.error else ""
+            lines.append(f"- `{r.spec.name}`: {r.status}" + (f" ({last})" if last else ""))
+        lines += ["", "Running the sweep again resumes interrupted and unfinished runs and starts the others.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -16,7 +16,7 @@ from gpgan.studies.sweep import IGNORED, RunSpec, Sweep, default_direction, expa
 
 __all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns"]
 
-STATUSES = ("finished", "failed", "unfinished", "not run")
+STATUSES = ("finished", "failed", "interrupted", "unfinished", "not run")
 
 
 @dataclass
@@ -24,7 +24,9 @@ class RunRecord:
     """What a sweep knows about one run.
 
     ``status``: "finished", "failed" (last attempt exited non-zero; ``error`` holds the end of its
-    stderr), "unfinished" (a run folder without a finished final.json), "not run", or any other
+    stderr), "interrupted" (last attempt stopped with exit 130 and left a checkpoint: the next
+    sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
+    an attempt), "not run", or any other
     status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value.
     """
 
@@ -113,12 +115,16 @@ def resolve_metrics(sweep: Sweep, out_dir) -> list[tuple[str, str]]:
     return [(n, default_direction(n)) for n in chosen]
 
 
-def _read_failure(out_dir, name) -> str | None:
+def _read_failure(out_dir, name) -> tuple[str, str] | None:
+    """(status, error) of the last unsuccessful attempt, from OUT/logs/<name>/failure.json."""
     try:
         data = json.loads((logs_dir(out_dir, name) / "failure.json").read_text())
     except (OSError, ValueError):
         return None
-    return str(data.get("error") or f"exit code {data.get('returncode')}")
+    if not isinstance(data, dict):
+        return None
+    status = data.get("status") if data.get("status") in ("failed", "interrupted") else "failed"
+    return status, str(data.get("error") or f"exit code {data.get('returncode')}")
 
 
 def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
@@ -134,7 +140,7 @@ def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
         if final is not None and final.get("status") == "finished":
             rec.status = "finished"
         elif failure is not None:
-            rec.status, rec.error = "failed", failure
+            rec.status, rec.error = failure
         elif final is not None and isinstance(final.get("status"), str):
             rec.status = final["status"]
         elif run_dir is not None:
@@ -143,7 +149,7 @@ def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
             steps = final.get("steps")
             rec.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
             rec.wall_time_s = _number(final.get("wall_time_s"))
-        if run_dir is not None and rec.status != "failed":
+        if run_dir is not None and rec.status == "finished":
             rows = _read_metrics_log(run_dir)
             for name, direction in metrics:
                 series = _series(rows, name)

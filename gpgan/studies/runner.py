@@ -192,7 +192,7 @@ def stale_message(out_dir, stale) -> str:
 class JobResult:
     name: str
     action: str          # "start" (no folder), "restart" (stale folder cleared), "resume"
-    status: str          # "finished" | "failed"
+    status: str          # "finished" | "failed" | "interrupted" (exit 130 with a checkpoint)
     returncode: int | None
     seconds: float       # wall time of this attempt
     error: str = ""
@@ -215,12 +215,15 @@ class SweepSummary:
             c[action] = sum(r.action == action for r in self.results)
         c["finished"] = sum(r.status == "finished" for r in self.results)
         c["failed"] = len(self.failed)
+        c["interrupted"] = sum(r.status == "interrupted" for r in self.results)
         return c
 
     def line(self) -> str:
         c = self.counts()
         text = (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
                 f"resumed {c['resume']}; finished {c['finished']}, failed {c['failed']}")
+        if c["interrupted"]:
+            text += f", interrupted {c['interrupted']}"
         cpu = [r.cpu_seconds for r in self.results if r.cpu_seconds is not None]
         if cpu:
             text += f" (trainer CPU time {sum(cpu):.0f} s, {sum(cpu) / len(cpu):.1f} s per run)"
@@ -292,7 +295,7 @@ class _Runner:
 
     def _run(self, index, total, spec, action, run_dir, device) -> JobResult:
         if self.stopping:
-            return JobResult(spec.name, action, "failed", None, 0.0, "sweep interrupted before this run started")
+            return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
         if action == "restart":
             shutil.rmtree(run_dir)
         logs = logs_dir(self.out_dir, spec.name)
@@ -339,8 +342,11 @@ class _Runner:
                 tail.append(f"gpgan-ablate: gpgan-train exited 0 but wrote no final.json with status "
                             f"finished under {runs_root(self.out_dir)}/*/{spec.name}")
             error = "\n".join(tail) or f"exit code {rc} (stderr was empty)"
-            failure.write_text(json.dumps({"returncode": rc, "command": cmd, "error": error}, indent=1) + "\n")
-            result = JobResult(spec.name, action, "failed", rc, seconds, error, cpu_seconds=cpu)
+            # Exit 130 (Ctrl-C, train.stop_after) with a checkpoint: stopped, not broken.
+            status = "interrupted" if rc in (130, -signal.SIGINT) and has_checkpoint(new_dir) else "failed"
+            failure.write_text(json.dumps({"status": status, "returncode": rc, "command": cmd, "error": error},
+                                          indent=1) + "\n")
+            result = JobResult(spec.name, action, status, rc, seconds, error, cpu_seconds=cpu)
         with self.lock:
             self.done += 1
             if result.status == "finished":
@@ -348,7 +354,7 @@ class _Runner:
                 self.log(f"[{self.done}/{total} done] finished {spec.name} ({seconds:.1f} s{cpu_text})")
             else:
                 last = result.error.splitlines()[-1] if result.error else ""
-                self.log(f"[{self.done}/{total} done] FAILED {spec.name} (exit {rc}): {last}")
+                self.log(f"[{self.done}/{total} done] {result.status.upper()} {spec.name} (exit {rc}): {last}")
         return result
 
     def stop(self, grace=60.0):
