@@ -35,11 +35,36 @@ def _positive(text: str) -> int:
     return n
 
 
+EPILOG = """\
+sweep file (YAML):
+  base: ../quickstart.yaml             config to start from (relative to the sweep file)
+  axes:                                dotted config key -> values; every combination is a run
+    penalty.type: [none, wgan_gp, r1]
+    penalty.weight: [0.1, 1, 10]
+    train.seed: [0, 1, 2]
+  set: {train.steps: 1000}             fixed overrides (optional)
+  metrics: [eval/modes, {eval/reverse_kl: min}]   reported metrics and direction (optional)
+  seed_axis: train.seed                mean/std over this axis (default train.seed)
+  x_axis: penalty.weight               figures: x axis (default penalty.weight) ...
+  series_axis: penalty.type            ... one line per value (default penalty.type)
+  ignore: [{when: {penalty.type: none}, axes: [penalty.weight]}]   axes that do not matter there:
+                                       one run instead of one per weight (optional)
+  exclude: [{penalty.type: r2, penalty.weight: 10}]   combinations not to run (optional)
+  out: experiments/ablations/NAME      default output folder (optional)
+  title: ...                           REPORT.md heading (optional)
+
+output folder: runs/<config>/<run>/ (gpgan-train run folders), logs/<run>/ (trainer stdout and
+stderr), results.csv, REPORT.md, figures/. Finished runs are skipped, runs with a checkpoint are
+resumed, failed runs are recorded and retried on the next invocation. GPGAN_TRAIN_CMD replaces
+the trainer command (default: python -m gpgan.cli.train).
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="gpgan-ablate",
-        description="Run every combination of a sweep file's axes as a gpgan-train run (skipping "
-                    "finished runs, resuming unfinished ones) and write results.csv, REPORT.md and "
+        prog="gpgan-ablate", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run every combination of a sweep file's axes as a gpgan-train run (skipping\n"
+                    "finished runs, resuming unfinished ones) and write results.csv, REPORT.md and\n"
                     "figures/ into the output folder.")
     p.add_argument("sweep", help="sweep YAML file (base:, axes:, optional set:, metrics:, ...)")
     p.add_argument("--jobs", "-j", type=_positive, default=None,

@@ -157,6 +157,8 @@ def config_mismatches(sweep: Sweep, out_dir, specs=None) -> list[tuple[str, list
         run_dir = find_run_dir(out_dir, spec.name)
         if run_dir is None or not (run_dir / "config.yaml").is_file():
             continue
+        if not (is_finished(run_dir) or has_checkpoint(run_dir)):
+            continue  # a folder without checkpoint is cleared and started again anyway
         try:
             with open(run_dir / "config.yaml") as fh:
                 saved = yaml.safe_load(fh)
@@ -321,6 +323,8 @@ class _Runner:
             if proc is not None:
                 with self.lock:
                     self.live.add(proc)
+                    if self.stopping:  # started just as the sweep was stopped: stop it too
+                        proc.send_signal(signal.SIGINT)
                 try:
                     rc, cpu = _wait(proc)
                 finally:
