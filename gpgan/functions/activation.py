@@ -64,12 +64,19 @@ class LeakyReLU(FunctionNode):
         # For a positive slope, y > 0 exactly where x > 0, so the output suffices for the mask.
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
         xp = get_array_module(x)
-        return (xp.where(x > 0, x, x * _scalar(self.slope, x)),)
+        y = x * _scalar(self.slope, x)
+        if 0 <= self.slope <= 1:
+            # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
+            return (xp.maximum(x, y, out=y),)
+        return (xp.where(x > 0, x, y),)
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_outputs() if self.slope > 0 else self.get_retained_inputs()
-        xp = get_array_module(ref.data)
-        scale = xp.where(ref.data > 0, _scalar(1, ref.data), _scalar(self.slope, ref.data))
+        positive = ref.data > 0
+        # scale = 1 where positive, slope elsewhere: slope + (1 - slope) * mask, in place.
+        scale = positive.astype(ref.dtype)
+        scale *= _scalar(1 - self.slope, ref.data)
+        scale += _scalar(self.slope, ref.data)
         return (grad_outputs[0] * _const(scale),)
 
 
