@@ -197,6 +197,16 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     assert (out / "REPORT.md").read_text() == report
     assert (out / "results.csv").read_text() == csv_text
 
+    # --report-dir: the same report elsewhere, run folders linked relative to it.
+    elsewhere = tmp_path / "reports" / "tiny"
+    assert main([str(sweep), "--out", str(out), "--report-only", "--report-dir", str(elsewhere)]) == 0
+    assert (elsewhere / "REPORT.md").read_text() == report
+    assert sorted(p.name for p in (elsewhere / "figures").glob("*.png")) == figures
+    assert not (elsewhere / "runs").exists()
+    for r in read_csv(elsewhere / "results.csv"):
+        assert r["run_dir"].startswith("../../out/runs/base/")
+        assert (elsewhere / r["run_dir"] / "final.json").is_file()
+
 
 def test_failing_setting_is_reported_and_others_finish(tmp_path, fake, capsys):
     sweep = write_sweep(tmp_path, """\

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "and --device cuda); default: the config's device")
     p.add_argument("--out", type=Path, default=None,
                    help="output folder (default: the sweep's out:, else experiments/ablations/<sweep stem>)")
+    p.add_argument("--report-dir", type=Path, default=None,
+                   help="write results.csv, REPORT.md and figures/ here instead of the output folder "
+                        "(e.g. a folder to commit, without the run folders' checkpoints)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each; run nothing")
     return p
@@ -113,10 +116,10 @@ def main(argv=None) -> int:
         stale = config_mismatches(sweep, out)
         if stale:
             print(f"gpgan-ablate: warning: {stale_message(out, stale)}", file=sys.stderr)
-    records = write_report(sweep, out)
+    records = write_report(sweep, out, args.report_dir)
     failed = [r for r in records if r.status == "failed"]
     incomplete = [r for r in records if r.status not in ("finished", "failed")]
-    print(f"report: {out / 'REPORT.md'} ({len(records) - len(failed) - len(incomplete)} finished, "
+    print(f"report: {(args.report_dir or out) / 'REPORT.md'} ({len(records) - len(failed) - len(incomplete)} finished, "
           f"{len(failed)} failed, {len(incomplete)} not finished)")
     for rec in failed:
         last = rec.error.splitlines()[-1] if rec.error else ""

@@ -281,17 +281,20 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_report(sweep: Sweep, out_dir) -> list[RunRecord]:
+def write_report(sweep: Sweep, out_dir, report_dir=None) -> list[RunRecord]:
     """Collect the runs of ``sweep`` under ``out_dir`` and write results.csv, REPORT.md and
-    figures/ there. Returns the run records (sweep order)."""
+    figures/ into ``report_dir`` (default ``out_dir``; another folder keeps the report apart from
+    the run folders and their checkpoints, e.g. to commit it). Returns the run records (sweep
+    order)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    report_dir = out_dir if report_dir is None else Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
     metrics = resolve_metrics(sweep, out_dir)
     records = collect_results(sweep, out_dir, metrics)
-    write_results_csv(out_dir / "results.csv", sweep, records, metrics, out_dir)
+    write_results_csv(report_dir / "results.csv", sweep, records, metrics, report_dir)
     stats = summarize(sweep, records, metrics)
     panels = _panels(sweep, stats)
-    figures = _figures(sweep, out_dir, panels, metrics)
+    figures = _figures(sweep, report_dir, panels, metrics)
     text = _markdown(sweep, records, stats, panels, metrics, figures)
-    (out_dir / "REPORT.md").write_text(text)
+    (report_dir / "REPORT.md").write_text(text)
     return records

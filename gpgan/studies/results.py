@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -182,10 +183,11 @@ def _cell(value):
     return str(value)
 
 
-def write_results_csv(path, sweep: Sweep, records: list[RunRecord], metrics, out_dir) -> None:
-    """results.csv: one row per run (axes, final and best metrics, steps, wall time, status,
-    run folder relative to the sweep's output folder, and the error of a failed run)."""
-    out_dir = Path(out_dir).resolve()
+def write_results_csv(path, sweep: Sweep, records: list[RunRecord], metrics, relative_to) -> None:
+    """results.csv: one row per run (axes, final and best metrics, steps, wall time, status, run
+    folder relative to ``relative_to`` (the folder results.csv is in), and the error of a failed
+    or interrupted run)."""
+    base = Path(relative_to).resolve()
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(csv_columns(sweep, metrics))
@@ -193,10 +195,7 @@ def write_results_csv(path, sweep: Sweep, records: list[RunRecord], metrics, out
             axes = ["" if rec.spec.values[k] is IGNORED else format_value(rec.spec.values[k]) for k in sweep.axes]
             run_dir = ""
             if rec.run_dir is not None:
-                try:
-                    run_dir = rec.run_dir.resolve().relative_to(out_dir).as_posix()
-                except ValueError:
-                    run_dir = rec.run_dir.as_posix()
+                run_dir = Path(os.path.relpath(rec.run_dir.resolve(), base)).as_posix()
             writer.writerow(
                 [rec.spec.name, rec.status] + axes
                 + [_cell(rec.final.get(m)) for m, _ in metrics]
