@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import os
+import shlex
 import signal
 import statistics
 import time
@@ -106,7 +107,7 @@ print("training done")
 def fake(tmp_path, monkeypatch):
     script = tmp_path / "fake_train.py"
     script.write_text(FAKE_TRAINER)
-    monkeypatch.setenv("GPGAN_TRAIN_CMD", f"{sys.executable} {script}")
+    monkeypatch.setenv("GPGAN_TRAIN_CMD", shlex.join([sys.executable, str(script)]))
     return script
 
 
@@ -191,11 +192,13 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
 
     # --report-only rebuilds identical files, also after they were deleted.
     csv_text = (out / "results.csv").read_text()
+    pngs = {name: (out / "figures" / name).read_bytes() for name in figures}
     (out / "REPORT.md").unlink()
     (out / "results.csv").unlink()
     assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
     assert (out / "REPORT.md").read_text() == report
     assert (out / "results.csv").read_text() == csv_text
+    assert {name: (out / "figures" / name).read_bytes() for name in figures} == pngs
 
     # --report-dir: the same report elsewhere, run folders linked relative to it.
     elsewhere = tmp_path / "reports" / "tiny"
