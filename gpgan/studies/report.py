@@ -147,9 +147,14 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
                 points.append((s, x, mean, std or 0.0))
             rel = f"figures/{slug(metric)}{suffix}.png"
             title = f"{metric}, {heading}" if pv else metric
+            caption = f"{metric} (final, mean ± std over seeds)"
+            undrawn = [", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
+                       for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
+            if undrawn:  # e.g. a reverse KL of inf: the plot cannot show it, the table does
+                caption += "; not drawn (mean not finite): " + "; ".join(undrawn)
             if metric_figure(out_dir / rel, points, sweep.x_axis, sweep.series_axis, x_values,
                              metric, direction, title):
-                items.append((f"{metric} (final, mean ± std over seeds)", rel))
+                items.append((caption, rel))
 
         # Sample tiles: rows = series values, columns = x values (first finished seed of each).
         cells = []
@@ -255,7 +260,7 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
         if len(figures) > 1:
             lines += [f"### {heading}", ""]
         for caption, rel in items:
-            lines += [f"{caption}:", "", f"![{caption}]({rel})", ""]
+            lines += [f"{caption}:", "", f"![{caption.split(';')[0]}]({rel})", ""]
     if not any_fig:
         lines += ["No figures: no run has finished.", ""]
 
