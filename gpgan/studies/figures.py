@@ -25,8 +25,22 @@ def slug(text: str) -> str:
     return out.strip("-") or "x"
 
 
+def _as_number(v):
+    """``v`` as a finite float, or None. Strings count too: PyYAML reads ``1e-3`` (no dot) as one."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            return None
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
 def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return _as_number(v) is not None
 
 
 def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title) -> bool:
@@ -64,8 +78,9 @@ def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction
     else:
         numeric = all(_is_number(x) for x in xs_used)
         if numeric:
-            pos = {format_value(x): float(x) for x in xs_used}
-            logx = all(x > 0 for x in xs_used) and max(xs_used) / min(xs_used) >= 10
+            nums = [_as_number(x) for x in xs_used]
+            pos = {format_value(x): n for x, n in zip(xs_used, nums)}
+            logx = all(n > 0 for n in nums) and max(nums) / min(nums) >= 10
             xlabel = x_axis
         else:
             pos = {format_value(x): float(i) for i, x in enumerate(xs_used)}
