@@ -24,7 +24,7 @@ TINY = ["model.generator_options.width=16", "model.critic_options.width=16", "tr
 # Exercise every random stream on resume: the penalty's interpolation coefficients, lazy
 # regularization over critic steps, several critic steps per generator step, a linear schedule.
 RANDOM_PENALTY = ["loss=wgan", "penalty.type=wgan_gp", "penalty.weight=1", "penalty.interval=3",
-                  "train.critic_steps=2", "optim.critic.schedule=linear"]
+                  "train.critic_steps=2", "optim.critic.schedule=linear", "optim.generator.schedule=constant"]
 
 
 def gpgan_train(*args, cwd=None, check=None):
