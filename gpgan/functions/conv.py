@@ -161,72 +161,69 @@ def _crop(v, hw):
 
 
 # -- function nodes -----------------------------------------------------------------------------
-class Conv2d(FunctionNode):
-    """``y = conv2d(x, W) (+ b)``; inputs ``(x, W)`` or ``(x, W, b)``."""
+class _ConvBase(FunctionNode):
+    """Shared by the three nodes: the convolution's geometry, and one backward loop."""
 
     def __init__(self, stride, padding, dilation, groups):
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
 
+    @property
+    def geometry(self):
+        return (self.stride, self.padding, self.dilation, self.groups)
+
+    def backward(self, indexes, grad_outputs):
+        a, b = self.get_retained_inputs()
+        g, = grad_outputs
+        return tuple(self._gradient(i, a, b, g) for i in indexes)
+
+
+class _BiasedConv(_ConvBase):
+    """``y = op(x, W) (+ b)``; inputs ``(x, W)`` or ``(x, W, b)``. Subclasses give ``_linear``."""
+
     def forward(self, inputs):
         x, w = inputs[0], inputs[1]
-        xp = get_array_module(x)
         self.retain_inputs((0, 1))
-        y = _conv2d_forward(xp, x, w, self.stride, self.padding, self.dilation, self.groups)
+        y = self._linear(get_array_module(x), x, w)
         if len(inputs) == 3:
             y += inputs[2].reshape(1, -1, 1, 1)
         return (y,)
 
-    def backward(self, indexes, grad_outputs):
-        x, w = self.get_retained_inputs()
-        gy, = grad_outputs
-        args = (self.stride, self.padding, self.dilation, self.groups)
-        out = []
-        for i in indexes:
-            if i == 0:
-                gx = ConvTranspose2d(*args, out_hw=x.shape[2:]).apply((gy, w))[0]
-                out.append(gx)
-            elif i == 1:
-                out.append(Conv2dGradWeight(*args, ksize=w.shape[2:]).apply((x, gy))[0])
-            else:
-                out.append(_sum(gy, axis=(0, 2, 3)))
-        return tuple(out)
+
+class Conv2d(_BiasedConv):
+    """``y = conv2d(x, W) (+ b)``."""
+
+    def _linear(self, xp, x, w):
+        return _conv2d_forward(xp, x, w, *self.geometry)
+
+    def _gradient(self, i, x, w, gy):
+        if i == 0:
+            return ConvTranspose2d(*self.geometry, out_hw=x.shape[2:]).apply((gy, w))[0]
+        if i == 1:
+            return Conv2dGradWeight(*self.geometry, ksize=w.shape[2:]).apply((x, gy))[0]
+        return _sum(gy, axis=(0, 2, 3))
 
 
-class ConvTranspose2d(FunctionNode):
+class ConvTranspose2d(_BiasedConv):
     """``y = conv_transpose2d(x, W) (+ b)`` with output spatial size ``out_hw``."""
 
     def __init__(self, stride, padding, dilation, groups, out_hw):
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        super().__init__(stride, padding, dilation, groups)
         self.out_hw = tuple(out_hw)
 
-    def forward(self, inputs):
-        x, w = inputs[0], inputs[1]
-        xp = get_array_module(x)
-        self.retain_inputs((0, 1))
-        y = _conv_transpose2d_forward(xp, x, w, self.stride, self.padding, self.dilation, self.groups,
-                                      self.out_hw)
-        if len(inputs) == 3:
-            y += inputs[2].reshape(1, -1, 1, 1)
-        return (y,)
+    def _linear(self, xp, x, w):
+        return _conv_transpose2d_forward(xp, x, w, *self.geometry, self.out_hw)
 
-    def backward(self, indexes, grad_outputs):
-        x, w = self.get_retained_inputs()
-        gy, = grad_outputs
-        args = (self.stride, self.padding, self.dilation, self.groups)
-        out = []
-        for i in indexes:
-            if i == 0:
-                # The adjoint of the transposed convolution is the convolution itself.
-                out.append(_crop(Conv2d(*args).apply((gy, w))[0], x.shape[2:]))
-            elif i == 1:
-                # Same pairing as conv2d's weight gradient with gy in the role of the input.
-                out.append(Conv2dGradWeight(*args, ksize=w.shape[2:]).apply((gy, x))[0])
-            else:
-                out.append(_sum(gy, axis=(0, 2, 3)))
-        return tuple(out)
+    def _gradient(self, i, x, w, gy):
+        if i == 0:
+            # The adjoint of the transposed convolution is the convolution itself.
+            return _crop(Conv2d(*self.geometry).apply((gy, w))[0], x.shape[2:])
+        if i == 1:
+            # Same pairing as conv2d's weight gradient with gy in the role of the input.
+            return Conv2dGradWeight(*self.geometry, ksize=w.shape[2:]).apply((gy, x))[0]
+        return _sum(gy, axis=(0, 2, 3))
 
 
-class Conv2dGradWeight(FunctionNode):
+class Conv2dGradWeight(_ConvBase):
     """``gW = d<gy, conv2d(x, W)>/dW`` for inputs ``(x, gy)``; bilinear in ``x`` and ``gy``.
 
     The convolution's output size is taken from ``gy``; ``x`` may have trailing rows no window
@@ -234,27 +231,18 @@ class Conv2dGradWeight(FunctionNode):
     """
 
     def __init__(self, stride, padding, dilation, groups, ksize):
-        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        super().__init__(stride, padding, dilation, groups)
         self.ksize = tuple(ksize)
 
     def forward(self, inputs):
         x, gy = inputs
-        xp = get_array_module(x)
         self.retain_inputs((0, 1))
-        return (_conv2d_grad_weight(xp, x, gy, self.ksize, self.stride, self.padding, self.dilation,
-                                    self.groups),)
+        return (_conv2d_grad_weight(get_array_module(x), x, gy, self.ksize, *self.geometry),)
 
-    def backward(self, indexes, grad_outputs):
-        x, gy = self.get_retained_inputs()
-        ggw, = grad_outputs
-        args = (self.stride, self.padding, self.dilation, self.groups)
-        out = []
-        for i in indexes:
-            if i == 0:
-                out.append(ConvTranspose2d(*args, out_hw=x.shape[2:]).apply((gy, ggw))[0])
-            else:
-                out.append(_crop(Conv2d(*args).apply((x, ggw))[0], gy.shape[2:]))
-        return tuple(out)
+    def _gradient(self, i, x, gy, ggw):
+        if i == 0:
+            return ConvTranspose2d(*self.geometry, out_hw=x.shape[2:]).apply((gy, ggw))[0]
+        return _crop(Conv2d(*self.geometry).apply((x, ggw))[0], gy.shape[2:])
 
 
 # -- public API ---------------------------------------------------------------------------------
