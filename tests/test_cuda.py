@@ -21,7 +21,8 @@ CASES = {
     "softplus_tanh": (lambda x: F.softplus(x) * F.tanh(x), [(6,)]),
     "conv2d": (lambda x, w: F.conv2d(x, w, stride=2, padding=1), [(2, 3, 6, 6), (4, 3, 3, 3)]),
     "conv_transpose2d": (lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1), [(2, 3, 4, 4), (3, 2, 4, 4)]),
-    "avg_pool_upsample": (lambda x: F.upsample_nearest2d(F.avg_pool2d(x, 2)), [(2, 2, 4, 4)]),
+    # x * x: both ops are linear, so without it the first gradient would not depend on x at all
+    "avg_pool_upsample": (lambda x: F.upsample_nearest2d(F.avg_pool2d(x * x, 2)), [(2, 2, 4, 4)]),
 }
 
 

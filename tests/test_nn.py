@@ -450,7 +450,7 @@ def test_module_to_cuda_moves_parameters_and_buffers_in_place():
     assert all(p.device == "cuda" for p in params)
     assert all(gpgan.backend.device_of(b) == "cuda" for b in model.buffers())
     y = model(gpgan.Variable(x).to("cuda"))
-    np.testing.assert_allclose(y.numpy(), y_cpu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(y.numpy(), y_cpu, rtol=1e-5, atol=1e-5 * np.abs(y_cpu).max())  # float32 sums
     model.train()
     model(gpgan.Variable(x).to("cuda")).sum().backward()
     assert all(p.grad.device == "cuda" for p in params)
