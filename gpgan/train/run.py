@@ -26,7 +26,7 @@ import yaml
 import gpgan
 from gpgan.train.config import dump_config, validate_config
 
-__all__ = ["RunFolder", "environment_info", "git_commit"]
+__all__ = ["RunFolder", "device_description", "environment_info", "git_commit"]
 
 _CKPT = re.compile(r"^ckpt_(\d+)\.npz$")
 
@@ -57,6 +57,34 @@ def _cupy_version():
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_description(device):
+    """What ``device`` is, in words: the CPU model and core count, or the CUDA GPU's name,
+    memory and the CUDA runtime version (CuPy is only asked when ``device`` is ``"cuda"``)."""
+    if device != "cuda":
+        return f"{_cpu_name()}, {os.cpu_count()} logical cores"
+    try:
+        import cupy
+
+        dev = cupy.cuda.Device()
+        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        memory = props["totalGlobalMem"] / 2 ** 30
+        return f"{name} ({memory:.0f} GiB), CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}"
+    except Exception as exc:  # the manifest must not fail a run
+        return f"cuda (unknown GPU: {type(exc).__name__})"
 
 
 def environment_info():
@@ -160,6 +188,7 @@ class RunFolder:
         manifest = environment_info()
         manifest.update({
             "device": config["device"],
+            "device_name": device_description(config["device"]),
             "seed": config["train"]["seed"],
             "command": " ".join(shlex.quote(a) for a in argv),
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -177,6 +206,7 @@ class RunFolder:
             manifest = {}
         entry = environment_info()
         entry.update({"from_step": from_step, "device": config["device"],
+                      "device_name": device_description(config["device"]),
                       "command": " ".join(shlex.quote(a) for a in argv),
                       "time": datetime.datetime.now().isoformat(timespec="seconds")})
         manifest.setdefault("resumes", []).append(entry)
