@@ -20,6 +20,11 @@ allocator wrapper, and the pool's total reserved bytes.
 
     python scripts/bench_engine.py                    # CPU, and CUDA when CuPy sees a GPU
     python scripts/bench_engine.py --device cpu --profile
+    python scripts/bench_engine.py --torch            # also PyTorch's autograd on the same step
+
+``--torch`` (optional; PyTorch is never a dependency of gpgan) runs the same two steps with the same
+weights and inputs in PyTorch (``torch.autograd.grad(create_graph=True)``), on the same device and
+thread count, checks that both engines give the same loss and weight gradients, and times it.
 """
 import argparse
 import cProfile
@@ -164,6 +169,96 @@ def peak_memory_cuda(step, inputs):
     return allocator.peak, base, allocator.pool.total_bytes()
 
 
+def torch_steps(params, x_real_data, x_fake_data, device, gamma=5.0):
+    """The R1 and plain steps in PyTorch, on copies of gpgan's weights and inputs."""
+    import torch
+    import torch.nn.functional as TF
+
+    def tensor(a):
+        return torch.as_tensor(numpy.asarray(to_device(a, "cpu"))).to(device)
+
+    weights = [tensor(p.data).requires_grad_(True) for p in params]
+    x_real, x_fake = tensor(x_real_data), tensor(x_fake_data)
+
+    def critic_t(x):
+        w1, b1, w2, b2, w3, b3, w4, b4 = weights
+        h = TF.leaky_relu(TF.conv2d(x, w1, b1, stride=2, padding=1), 0.2)
+        h = TF.leaky_relu(TF.conv2d(h, w2, b2, stride=2, padding=1), 0.2)
+        h = TF.leaky_relu(TF.conv2d(h, w3, b3, stride=2, padding=1), 0.2)
+        return TF.linear(h.flatten(1), w4, b4)
+
+    def r1():
+        for w in weights:
+            w.grad = None
+        x = x_real.detach().requires_grad_(True)
+        d_real, d_fake = critic_t(x), critic_t(x_fake)
+        g, = torch.autograd.grad(d_real.sum(), [x], create_graph=True)
+        loss = TF.softplus(-d_real).mean() + TF.softplus(d_fake).mean() + gamma * g.pow(2).sum((1, 2, 3)).mean()
+        loss.backward()
+        return loss
+
+    def plain():
+        for w in weights:
+            w.grad = None
+        loss = TF.softplus(-critic_t(x_real)).mean() + TF.softplus(critic_t(x_fake)).mean()
+        loss.backward()
+        return loss
+
+    return weights, r1, plain
+
+
+def _float64_reference(step, inputs):
+    """Weight gradients of ``step`` computed by gpgan on the CPU in float64 from the same data."""
+    params, x_real, x_fake = inputs
+    params64 = [gpgan.Variable(numpy.asarray(to_device(p.data, "cpu"), numpy.float64), requires_grad=True)
+                for p in params]
+    step(params64, *(numpy.asarray(to_device(a, "cpu"), numpy.float64) for a in (x_real, x_fake)))
+    return [p.grad.data for p in params64]
+
+
+def _relative_error(grads, reference):
+    """||g - ref|| / ||ref|| over all weight gradients taken as one vector (a per-weight maximum
+    is dominated by float32 cancellation in small bias gradients, in both engines alike)."""
+    diff = sum(float(numpy.sum((g - r) ** 2)) for g, r in zip(grads, reference))
+    return (diff / sum(float(numpy.sum(r ** 2)) for r in reference)) ** 0.5
+
+
+def bench_torch(args, device, inputs):
+    try:
+        import torch
+    except ImportError:
+        print("  (PyTorch not installed: --torch skipped)")
+        return
+    if device == "cpu":
+        torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
+    # TF32 off: PyTorch's CUDA convolutions default to TF32 (10-bit mantissa), gpgan's CuPy GEMMs
+    # compute in full float32.
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    weights, r1, plain = torch_steps(*inputs, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    print(f"  PyTorch {torch.__version__} ({torch.get_num_threads()} threads, TF32 off), same weights and inputs;")
+    print("  gradient error = ||g - g64|| / ||g64|| over all weights, g64 from gpgan in float64 on the CPU:")
+    for label, step, ours in (("R1 step (double backward)", r1, r1_step), ("plain step (first order)", plain, plain_step)):
+        loss_t = step()
+        loss_g = ours(*inputs)
+        reference = _float64_reference(ours, inputs)
+        err_t = _relative_error([w.grad.cpu().numpy() for w in weights], reference)
+        err_g = _relative_error([numpy.asarray(to_device(p.grad.data, "cpu")) for p in inputs[0]], reference)
+        for _ in range(args.warmup):
+            step()
+        sync()
+        times = []
+        for _ in range(args.steps):
+            t0 = time.perf_counter()
+            step()
+            sync()
+            times.append((time.perf_counter() - t0) * 1e3)
+        print(f"  {label:28s} {numpy.mean(times):8.1f} ms/step (min {numpy.min(times):.1f}); "
+              f"loss {loss_t.item():.6g} vs gpgan {loss_g.item():.6g}; gradient error PyTorch {err_t:.1e}, "
+              f"gpgan {err_g:.1e}")
+
+
 def bench_device(args, device):
     dtype = numpy.dtype(args.dtype)
     rng = numpy.random.default_rng(0)
@@ -191,6 +286,8 @@ def bench_device(args, device):
             mem = (f"peak used {peak / 2**20:.1f} MiB (pool used bytes, {base / 2**20:.1f} MiB before the step), "
                    f"pool total {total / 2**20:.1f} MiB")
         print(f"  {label:28s} {mean_ms:8.1f} ms/step (min {min_ms:.1f}; process CPU time min {cpu_ms:.1f} ms); {mem}")
+    if args.torch:
+        bench_torch(args, device, inputs)
     if args.profile and device == "cpu":
         profiler = cProfile.Profile()
         profiler.enable()
@@ -211,6 +308,8 @@ def main(argv=None):
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--profile", action="store_true", help="cProfile the CPU R1 step")
     parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--torch", action="store_true",
+                        help="also time PyTorch on the same step and compare its gradients (optional)")
     args = parser.parse_args(argv)
     devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else ["cpu"]
     if args.device == "all" and cupy_available():
