@@ -511,3 +511,21 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     failures = (out / "REPORT.md").read_text().split("## Failures", 1)[1]
     assert "penalty.type=r1, penalty.weight=-1" in failures and "out of range" in failures
     assert "penalty.weight=1.0" not in failures
+
+
+def test_best_settings_name_every_tie():
+    from types import SimpleNamespace
+
+    from gpgan.studies.report import _best_lines
+
+    def setting(kind, modes, kl):
+        return SimpleNamespace(values={"penalty.type": kind},
+                               final={"eval/modes": (modes, 0.0, 3), "eval/reverse_kl": (kl, 0.1, 3)})
+
+    settings = [setting("none", 8.0, 0.3), setting("r1", 8.0, 0.01), setting("r2", 7.0, 0.002),
+                setting("lp", 8.0, math.nan)]
+    lines = _best_lines([({"data.name": "ring8"}, settings)], [("eval/modes", "max"), ("eval/reverse_kl", "min")])
+    assert lines[0] == ("- `eval/modes` ↑ (data.name=ring8): penalty.type=none: 8 ± 0 "
+                        "(tied with 2 other settings: penalty.type=r1; penalty.type=lp)")
+    assert lines[1].startswith("- `eval/reverse_kl` ↓ (data.name=ring8): penalty.type=r2: 0.002 ± 0.1")
+    assert "tied" not in lines[1]

@@ -198,11 +198,21 @@ def _best_lines(panels, metrics) -> list[str]:
             if not scored:
                 continue
             sign = -1 if direction == "max" else 1
-            _, _, st = min(scored, key=lambda t: (sign * t[0], t[1]))
+            scored.sort(key=lambda t: (sign * t[0], t[1]))
+            top = scored[0][0]
+            # Settings whose mean equals the best one: naming only the first would crown an
+            # arbitrary winner (e.g. every penalty covers all 8 modes of the ring).
+            tied = [st for value, _, st in scored if value == top]
+            st = tied[0]
             rest = {k: v for k, v in st.values.items() if k not in pv}
             where = f" ({_describe(pv)})" if pv else ""
+            ties = ""
+            if len(tied) > 1:
+                ties = f" (tied with {len(tied) - 1} other setting{'s' if len(tied) > 2 else ''}" + (
+                    ": " + "; ".join(_describe({k: v for k, v in o.values.items() if k not in pv}) for o in tied[1:])
+                    if len(tied) <= 4 else "") + ")"
             lines.append(f"- `{metric}` {ARROW[direction]}{where}: {_describe(rest) or 'the only setting'}: "
-                         f"{_cell(st.final[metric])}")
+                         f"{_cell(st.final[metric])}{ties}")
     return lines
 
 
