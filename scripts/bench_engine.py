@@ -11,6 +11,10 @@ weights (no gpgan.nn). One R1 step is
 with the image gradient taken by ``gpgan.grad(create_graph=True)``, then ``loss.backward()`` to all
 critic weights. The plain step is the same without the penalty (first order only).
 
+Also reported: the engine's own cost per function call, from 200,000 additions of one-element
+float32 Variables: recorded (requires_grad, a node kept for backward), under no_grad, and NumPy's
+bare ``a + b`` for scale.
+
 Reported: wall milliseconds per step (mean and min over ``--steps`` after ``--warmup``), the
 smallest process CPU time of a step (all threads; with ``OPENBLAS_NUM_THREADS=1`` a figure that
 other load on the machine barely moves), and peak memory. CPU memory is the tracemalloc peak of
@@ -28,6 +32,7 @@ thread count, checks that both engines give the same loss and weight gradients, 
 """
 import argparse
 import cProfile
+import operator
 import os
 import platform
 import pstats
@@ -259,6 +264,26 @@ def bench_torch(args, device, inputs):
               f"gpgan {err_g:.1e}")
 
 
+def node_overhead(n=200_000):
+    """Microseconds per ``a + b`` on one-element Variables: recorded, under no_grad, bare NumPy."""
+    a = gpgan.Variable(numpy.ones(1, numpy.float32), requires_grad=True)
+    b = gpgan.Variable(numpy.ones(1, numpy.float32), requires_grad=True)
+
+    def per_call(add, x, y):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            add(x, y)
+        return (time.perf_counter() - t0) / n * 1e6
+
+    add = operator.add
+    recorded = per_call(add, a, b)
+    with gpgan.no_grad():
+        unrecorded = per_call(add, a, b)
+    bare = per_call(add, a.data, b.data)
+    print(f"  node overhead: {recorded:.2f} us per recorded call, {unrecorded:.2f} us under no_grad, "
+          f"{bare:.2f} us for NumPy's bare a + b")
+
+
 def bench_device(args, device):
     dtype = numpy.dtype(args.dtype)
     rng = numpy.random.default_rng(0)
@@ -275,6 +300,8 @@ def bench_device(args, device):
         print(f"\n[cuda] {name}, CuPy {cupy.__version__}")
     else:
         print(f"\n[cpu] {cpu_description()}; NumPy {numpy.__version__}, {blas_description()}")
+    if device == "cpu":
+        node_overhead()
     print(f"batch {args.batch} x 3x32x32, {dtype}, {args.warmup} warmup + {args.steps} timed steps")
     for label, step in (("R1 step (double backward)", r1_step), ("plain step (first order)", plain_step)):
         mean_ms, min_ms, cpu_ms = time_step(step, args, device, inputs)
