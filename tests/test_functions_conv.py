@@ -95,6 +95,12 @@ CONVT_CASES = [
     (2, 2, 3, 4, 4, 3, 2, 1, 1, 2, 1),
     (1, 2, 3, 3, 3, (2, 3), (2, 3), (0, 1), (1, 2), 1, 1),
     (2, 4, 3, 2, 2, 2, 1, 1, 1, 2, 2),   # output_padding >= stride, allowed below dilation
+    # col2im adds kernel offsets in blocks of `stride` (see conv._phase_blocks): whole blocks,
+    # a partial last block, kernels smaller than the stride, and dilation with stride.
+    (2, 3, 4, 4, 2, 4, 2, 1, 0, 1, 1),   # DCGAN's k4 s2 p1
+    (1, 2, 3, 3, 2, 1, 2, 0, 1, 1, 1),   # k1 s2
+    (1, 2, 3, 2, 2, (5, 2), (2, 3), (2, 0), (1, 2), 1, 1),  # k5 s2 (partial block), k2 s3
+    (1, 2, 3, 3, 2, 3, 2, 1, 1, 1, 2),   # dilation 2 with stride 2
 ]
 
 
