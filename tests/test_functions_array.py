@@ -153,22 +153,40 @@ def test_split_unequal_sections_error():
         F.split(gpgan.Variable(np.ones((5, 2))), 2)
 
 
-@pytest.mark.parametrize("pad_width", [1, (1, 2), ((0, 0), (2, 1), (1, 0)), ((1, 1),)])
-def test_pad_values_and_derivatives(r, pad_width):
+# torch's pad: (before, after) pairs from the last dimension backwards; the NumPy widths they mean.
+PAD_CASES = [
+    ((1, 2), ((0, 0), (0, 0), (1, 2))),
+    ((1, 0, 0, 2), ((0, 0), (0, 2), (1, 0))),
+    ((0, 1, 2, 1, 1, 0), ((1, 0), (2, 1), (0, 1))),
+]
+
+
+@pytest.mark.parametrize("pad,numpy_widths", PAD_CASES)
+def test_pad_values_and_derivatives(r, pad, numpy_widths):
     x = r.standard_normal((2, 3, 2))
-    np.testing.assert_array_equal(F.pad(gpgan.Variable(x), pad_width, value=0.5).data,
-                                  np.pad(x, pad_width, constant_values=0.5))
-    check(lambda v: F.pad(v * v, pad_width, value=-1.0) ** 2, [x])
+    np.testing.assert_array_equal(F.pad(gpgan.Variable(x), pad, value=0.5).data,
+                                  np.pad(x, numpy_widths, constant_values=0.5))
+    check(lambda v: F.pad(v * v, pad, value=-1.0) ** 2, [x])
+
+
+def test_pad_follows_torch_shapes():
+    # torch.nn.functional.pad's documented examples on a (3, 3, 4, 2) input.
+    x = gpgan.Variable(np.zeros((3, 3, 4, 2)))
+    assert F.pad(x, (1, 1)).shape == (3, 3, 4, 4)
+    assert F.pad(x, (1, 1, 2, 2)).shape == (3, 3, 8, 4)
+    assert F.pad(x, pad=(0, 1, 2, 1, 3, 3)).shape == (3, 9, 7, 3)
 
 
 def test_pad_errors():
     x = gpgan.Variable(np.ones((2, 3)))
     with pytest.raises(ValueError, match="pad: mode 'reflect' is not supported"):
-        F.pad(x, 1, mode="reflect")
+        F.pad(x, (1, 1), mode="reflect")
     with pytest.raises(ValueError, match="pad: pad widths must be non-negative"):
-        F.pad(x, -1)
-    with pytest.raises(ValueError, match="pad: pad_width .* does not fit an input with 2 dimensions"):
-        F.pad(x, ((1, 1), (1, 1), (1, 1)))
+        F.pad(x, (-1, 0))
+    with pytest.raises(ValueError, match=r"pad: pad \(1, 1, 1, 1, 1, 1\) must hold an even number .* \(2 dimensions\)"):
+        F.pad(x, (1, 1, 1, 1, 1, 1))
+    with pytest.raises(ValueError, match="pad: pad must be a sequence of ints"):
+        F.pad(x, 1)
 
 
 # -- matmul and linear -------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ Each backward is another function of this module (reshape <-> reshape, broadcast
 getitem <-> scatter-add, concat <-> split, pad -> slicing), so every order of derivative stays
 inside the graph.
 """
+import numbers
 import numpy
 
 from gpgan.autograd import FunctionNode, Variable
@@ -306,27 +307,28 @@ def split(x, indices_or_sections, axis=0):
     return Split(indices_or_sections, axis).apply((x,))
 
 
-def _pad_widths(pad_width, ndim):
-    arr = numpy.asarray(pad_width)
-    if arr.dtype.kind not in "iu":
-        raise ValueError(f"pad: pad_width must hold integers, got {pad_width!r}")
-    try:
-        widths = numpy.broadcast_to(arr, (ndim, 2))
-    except ValueError:
-        raise ValueError(f"pad: pad_width {pad_width!r} does not fit an input with {ndim} dimensions; give an "
-                         "int, a (before, after) pair, or one pair per axis") from None
-    if (widths < 0).any():
-        raise ValueError(f"pad: pad widths must be non-negative, got {pad_width!r}")
-    return tuple((int(b), int(a)) for b, a in widths)
+def _pad_widths(pad, ndim):
+    """torch's flat ``pad`` (last axis first) as NumPy's ``((before, after), ...)`` per axis."""
+    if isinstance(pad, numbers.Integral) or not all(isinstance(v, numbers.Integral) and not isinstance(v, bool)
+                                                   for v in pad):
+        raise ValueError(f"pad: pad must be a sequence of ints (left, right, top, bottom, ...), got {pad!r}")
+    pad = [int(v) for v in pad]
+    if len(pad) % 2 or len(pad) // 2 > ndim:
+        raise ValueError(f"pad: pad {tuple(pad)!r} must hold an even number of ints, at most 2 per dimension "
+                         f"of the input ({ndim} dimensions), the last dimension first")
+    if any(v < 0 for v in pad):
+        raise ValueError(f"pad: pad widths must be non-negative, got {tuple(pad)!r}")
+    pairs = [(pad[2 * i], pad[2 * i + 1]) for i in range(len(pad) // 2)]  # last axis first
+    return tuple([(0, 0)] * (ndim - len(pairs)) + pairs[::-1])
 
 
 class Pad(FunctionNode):
-    def __init__(self, pad_width, value):
-        self.pad_width, self.value = pad_width, value
+    def __init__(self, pad, value):
+        self.pad, self.value = pad, value
 
     def forward(self, inputs):
         x, = inputs
-        self.widths = _pad_widths(self.pad_width, x.ndim)
+        self.widths = _pad_widths(self.pad, x.ndim)
         self.in_shape = x.shape
         return (get_array_module(x).pad(x, self.widths, mode="constant", constant_values=self.value),)
 
@@ -335,10 +337,11 @@ class Pad(FunctionNode):
         return (getitem(grad_outputs[0], index),)
 
 
-def pad(x, pad_width, mode="constant", value=0.0):
-    """Pad ``x`` with a constant, NumPy-style: ``pad_width`` is an int, a ``(before, after)``
-    pair for every axis, or one pair per axis (``((0, 0), (0, 0), (1, 1), (1, 1))`` pads H and W
-    of an NCHW batch by one). Only ``mode="constant"`` is supported."""
+def pad(input, pad, mode="constant", value=0.0):
+    """Pad ``input`` with a constant, as ``torch.nn.functional.pad``: ``pad`` lists
+    ``(before, after)`` widths from the last dimension backwards, ``(left, right)`` pads W only,
+    ``(left, right, top, bottom)`` pads W and H of an (N, C, H, W) batch. Only ``mode="constant"``
+    is supported, with non-negative widths."""
     if mode != "constant":
         raise ValueError(f"pad: mode {mode!r} is not supported; accepted: 'constant'")
-    return Pad(pad_width, value).apply((x,))[0]
+    return Pad(pad, value).apply((input,))[0]
