@@ -15,7 +15,7 @@ def _as_tuple(x):
     return tuple(x) if isinstance(x, (list, tuple)) else (x,)
 
 
-def _to_variables(inputs):
+def _to_variables(inputs, caller):
     out = []
     for x in inputs:
         data = x.data if isinstance(x, Variable) else x
@@ -24,6 +24,11 @@ def _to_variables(inputs):
         # A private contiguous copy: finite differences perturb it in place.
         data = get_array_module(data).array(data, copy=True, order="C")
         differentiable = data.dtype.kind == "f"
+        if differentiable and data.dtype != numpy.float64:
+            # A float32 step of 1e-6 is below the input's own rounding: the finite differences
+            # would be noise, and the failure would blame a correct backward.
+            raise TypeError(f"{caller}: input {len(out)} is {data.dtype}; finite differences need float64 "
+                            "inputs (pass x.astype(numpy.float64), or Module.double() for a module)")
         out.append(Variable(data, requires_grad=differentiable) if differentiable else Variable(data))
     return out
 
@@ -38,7 +43,8 @@ def gradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-4, see
 
     Args:
         fn: maps Variables to a Variable or a tuple of Variables.
-        inputs: arrays or Variables; floating ones (use float64) are checked, others passed through.
+        inputs: arrays or Variables; floating ones are checked and must be float64 (TypeError
+            otherwise), others (integers, booleans) are passed through.
         grad_outputs: output gradients; random normal (seeded by ``seed``) when None.
         eps, atol, rtol: finite-difference step and tolerances (``|a - n| <= atol + rtol * |n|``).
 
@@ -47,7 +53,7 @@ def gradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-4, see
         index and both values (or returns False with ``raise_exception=False``).
     """
     rng = numpy.random.default_rng(seed)
-    variables = _to_variables(_as_tuple(inputs))
+    variables = _to_variables(_as_tuple(inputs), "gradcheck")
     checked = [k for k, v in enumerate(variables) if v.requires_grad]
     outputs = _as_tuple(fn(*variables))
     if grad_outputs is None:
@@ -102,7 +108,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, grad_grad_inputs=None, eps=1e-6
     and its linearity in ``gy`` are verified.
     """
     rng = numpy.random.default_rng(seed + 1)
-    xs = _to_variables(_as_tuple(inputs))
+    xs = _to_variables(_as_tuple(inputs), "gradgradcheck")
     n_in = len(xs)
     differentiable = [k for k, v in enumerate(xs) if v.requires_grad]
     with no_grad():
