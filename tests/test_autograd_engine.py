@@ -165,8 +165,11 @@ def test_create_graph_gradient_is_differentiable_hessian_vector_product():
 
 def test_backward_of_non_scalar_needs_grad_output():
     x = var(np.ones((2, 3)))
-    with pytest.raises(RuntimeError, match=r"non-scalar output \(shape \(2, 3\)\) needs grad_output"):
+    with pytest.raises(RuntimeError, match=r"outputs\[0\] has shape \(2, 3\): a non-scalar output needs an "
+                                           r"output gradient .*grad_outputs= in gpgan.grad, grad_output= in backward"):
         (x * 2).backward()
+    with pytest.raises(RuntimeError, match=r"outputs\[0\] has shape \(2, 3\).*grad_outputs="):
+        gpgan.grad(x * 2, x)
 
 
 def test_grad_of_unused_input_raises_unless_allowed():
@@ -188,6 +191,9 @@ def test_shape_mismatch_names_the_function_and_both_shapes():
         var(np.ones((2, 3))) + var(np.ones(4))
     with pytest.raises(ValueError, match=r"matmul: shapes \(2, 3\) and \(2, 3\) are not aligned"):
         var(np.ones((2, 3))) @ var(np.ones((2, 3)))
+    with pytest.raises(ValueError, match=r"matmul: batch dimensions \(2,\) of shape \(2, 2, 3\) and \(3,\) of "
+                                         r"shape \(3, 3, 4\) cannot be broadcast"):
+        var(np.ones((2, 2, 3))) @ var(np.ones((3, 3, 4)))
 
 
 def test_backward_that_is_not_differentiable_refuses_double_backward():
@@ -308,3 +314,28 @@ def test_gradgradcheck_detects_a_backward_that_is_wrong_only_at_second_order():
     assert gradcheck(f, [np.array([1.0, 2.0])])
     with pytest.raises(AssertionError, match="gradcheck failed"):
         gradgradcheck(f, [np.array([1.0, 2.0])])
+
+
+def test_first_order_backward_frees_each_gradient_once_consumed():
+    """With create_graph=False, the gradient flowing into a node is dropped as soon as that node's
+    backward has used it: a chain x -> n1 -> n2 -> n3 holds at most the gradients in flight."""
+    probes, alive_when_called = [], []
+
+    class Probe(FunctionNode):
+        def forward(self, inputs):
+            return (inputs[0] * 1.0,)
+
+        def backward(self, indexes, grad_outputs):
+            gc.collect()
+            alive_when_called.append([p() is not None for p in probes])
+            probes.append(weakref.ref(grad_outputs[0].data))
+            return (grad_outputs[0] * 1.0,)
+
+    x = var(np.ones(1000))
+    h = x
+    for _ in range(4):
+        h, = Probe().apply((h,))
+    F.sum(h).backward()  # every gradient below the sum is the engine's own, none is the caller's
+    # Each backward ran after the previous node's incoming gradient had been released.
+    assert alive_when_called == [[], [False], [False, False], [False, False, False]]
+    assert x.grad is not None and not x.grad.requires_grad

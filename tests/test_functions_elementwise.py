@@ -61,6 +61,9 @@ UNARY = {
                       lambda x: np.where(2 * x > 5, x, softplus_ref(x, 2.0)),
                       lambda r, s: away_from(r, s, (2.5,), scale=3)),
     "log_sigmoid": (F.log_sigmoid, lambda x: -np.logaddexp(0.0, -x), lambda r, s: r.standard_normal(s) * 3),
+    "neg": (F.neg, np.negative, lambda r, s: r.standard_normal(s)),
+    "neg_operator": (lambda x: -(x * x), lambda x: -(x * x), lambda r, s: r.standard_normal(s)),
+    "rpow": (lambda x: 1.7 ** x, lambda x: 1.7 ** x, lambda r, s: r.standard_normal(s)),
 }
 
 
@@ -91,6 +94,9 @@ BINARY = {
     "add": (F.add, np.add),
     "mul": (F.mul, np.multiply),
     "div": (lambda a, b: F.div(a, b * b + 1.0), lambda a, b: a / (b * b + 1.0)),
+    "sub": (F.sub, np.subtract),
+    # tensor exponent with a positive base: a Variable base and a Variable exponent, broadcast
+    "pow": (lambda a, b: F.pow(a * a + 0.5, b), lambda a, b: (a * a + 0.5) ** b),
 }
 
 

@@ -59,8 +59,9 @@ def _initial_gradients(outputs, grad_outputs, create_graph):
         if gy is None:
             if y.data.size != 1:
                 raise RuntimeError(
-                    f"backward of a non-scalar output (shape {y.shape}) needs grad_output of the "
-                    "same shape; only outputs with one element get an implicit gradient of 1"
+                    f"outputs[{k}] has shape {y.shape}: a non-scalar output needs an output gradient "
+                    "of the same shape (grad_outputs= in gpgan.grad, grad_output= in backward); only "
+                    "outputs with one element get an implicit gradient of 1"
                 )
             gy = Variable._from_node(get_array_module(y.data).ones_like(y.data), None)
         else:

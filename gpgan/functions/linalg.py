@@ -1,4 +1,6 @@
 """Matrix products: matmul (batched, NumPy semantics) and linear (``x @ W.T + b``)."""
+import numpy
+
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 from gpgan.functions.array import reshape, sum_to, transpose
@@ -17,6 +19,13 @@ class MatMul(FunctionNode):
         a, b = inputs
         if a.ndim < 1 or b.ndim < 1 or a.shape[-1] != b.shape[-2 if b.ndim > 1 else 0]:
             raise ValueError(f"matmul: shapes {a.shape} and {b.shape} are not aligned for a @ b")
+        if a.ndim > 2 and b.ndim > 2:
+            batch_a, batch_b = a.shape[:-2], b.shape[:-2]
+            try:
+                numpy.broadcast_shapes(batch_a, batch_b)
+            except ValueError:
+                raise ValueError(f"matmul: batch dimensions {batch_a} of shape {a.shape} and {batch_b} of "
+                                 f"shape {b.shape} cannot be broadcast together") from None
         self.retain_inputs((0, 1))
         return (get_array_module(a).matmul(a, b),)
 
