@@ -75,13 +75,17 @@ else:
     if os.environ.get("FAKE_CRASH"):
         sys.exit("fake trainer: crashed after the first checkpoint")
     if os.environ.get("FAKE_SLEEP"):  # train "forever"; Ctrl-C exits 130 like gpgan-train
-        import time
-        try:
-            while True:
-                time.sleep(0.05)
-        except KeyboardInterrupt:
-            print("fake trainer: interrupted", file=sys.stderr)
-            sys.exit(130)
+        import signal, time
+        hits = []
+        signal.signal(signal.SIGINT, lambda *a: hits.append(1))
+        while not hits:
+            time.sleep(0.05)
+        time.sleep(0.5)  # finishing the step; a second Ctrl-C meanwhile stops gpgan-train unsaved
+        if len(hits) > 1:
+            print("fake trainer: interrupted twice, stopped without a checkpoint", file=sys.stderr)
+            sys.exit(1)
+        print("fake trainer: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 sets = state["sets"]
 seed, weight = sets.get("train.seed", 0), sets.get("penalty.weight", 0.0)
@@ -331,17 +335,24 @@ def test_ignore_collapses_runs_and_panels_split_figures(tmp_path, fake):
     assert "- `eval/modes` ↑ (data.name=grid25): penalty.type=r1, penalty.weight=10:" in report
 
 
-def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake):
+@pytest.mark.parametrize("whom", ["ablate", "process_group"])
+def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
+    """SIGINT to gpgan-ablate alone, or to its whole process group as a Ctrl-C in a terminal
+    sends it: either way every trainer gets exactly one interrupt and stops with a checkpoint."""
     sweep = write_sweep(tmp_path, TINY)
     out = tmp_path / "out"
     env = dict(os.environ, FAKE_SLEEP="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "gpgan.cli.ablate", str(sweep), "--out", str(out), "--jobs", "2"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a group of its own, as a terminal's job
     deadline = time.monotonic() + 30
     while len(list(out.glob("runs/base/*/fake_state.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # let both trainers reach their loop
-    proc.send_signal(signal.SIGINT)  # only gpgan-ablate: it must pass the interrupt on
+    if whom == "ablate":
+        proc.send_signal(signal.SIGINT)  # only gpgan-ablate: it must pass the interrupt on
+    else:
+        os.killpg(proc.pid, signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130, stderr
     assert "Run the same command again" in stderr

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -299,3 +300,48 @@ def test_cuda_runs_are_deterministic_and_resume_exactly(tmp_path):
     for rec_gpu, rec_cpu in zip(metrics(runs["a"]), metrics(runs["cpu"])):
         assert rec_gpu["step"] == rec_cpu["step"]
         np.testing.assert_allclose(rec_gpu["loss/critic"], rec_cpu["loss/critic"], rtol=1e-3, atol=1e-4)
+
+
+def _alive(pid):
+    """False for a finished process, including a zombie nobody reaps (PID 1 in some containers)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_trainer_stops_with_a_checkpoint_when_its_launcher_dies(tmp_path):
+    """GPGAN_STOP_WITH_PARENT (set by gpgan-ablate, whose trainers run in sessions of their own):
+    when that process is killed outright, the trainer stops as on SIGTERM, saving a checkpoint."""
+    launcher = textwrap.dedent(f"""
+        import os, subprocess, sys
+        env = dict(os.environ, GPGAN_STOP_WITH_PARENT=str(os.getpid()), OPENBLAS_NUM_THREADS="1",
+                   PYTHONPATH={ROOT!r})
+        with open({str(tmp_path / 'stderr.log')!r}, "w") as err:
+            p = subprocess.Popen([sys.executable, "-m", "gpgan.cli.train", {QUICKSTART!r},
+                                  "--set", "train.steps=100000", "--set", "train.checkpoint_interval=0",
+                                  "--out", {str(tmp_path / 'exp')!r}, "--name", "orphan", "--quiet"],
+                                 stderr=err, env=env, start_new_session=True)
+        print(p.pid, flush=True)
+        p.wait()
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", launcher], stdout=subprocess.PIPE, text=True)
+    trainer_pid = int(proc.stdout.readline())
+    run = tmp_path / "exp" / "quickstart" / "orphan"
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        proc.kill()  # SIGKILL: the launcher cannot forward anything
+        proc.wait()
+        while _alive(trainer_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(trainer_pid), "the orphaned trainer kept training"
+    finally:
+        if _alive(trainer_pid):
+            os.kill(trainer_pid, signal.SIGKILL)
+    stderr = (tmp_path / "stderr.log").read_text()
+    assert f"the launching process {proc.pid} exited" in stderr, stderr
+    ckpts = list((run / "checkpoints").glob("*.npz"))
+    assert len(ckpts) == 1 and not (run / "final.json").exists()

@@ -45,6 +45,7 @@ __all__ = [
 ]
 
 TRAINER_ENV = "GPGAN_TRAIN_CMD"
+PARENT_ENV = "GPGAN_STOP_WITH_PARENT"  # read by gpgan.train.trainer
 TAIL_LINES = 15
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -257,6 +258,9 @@ def _child_env(device, jobs) -> dict:
         env.setdefault(var, threads)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
+    # Outside the terminal's process group, a trainer would outlive a gpgan-ablate killed outright;
+    # with this it notices and stops as on SIGTERM, saving a checkpoint (gpgan.train.trainer).
+    env[PARENT_ENV] = str(os.getpid())
     return env
 
 
@@ -314,8 +318,11 @@ class _Runner:
             out.flush()
             err.flush()
             try:
+                # A session of its own: a Ctrl-C in the terminal reaches gpgan-ablate alone, which
+                # forwards exactly one SIGINT (stop()). Were the trainers in the terminal's process
+                # group they would get two, and a second Ctrl-C stops gpgan-train without saving.
                 proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        env=_child_env(device, self.jobs))
+                                        env=_child_env(device, self.jobs), start_new_session=True)
             except OSError as exc:  # e.g. a GPGAN_TRAIN_CMD that does not exist: this run fails
                 err.write(f"gpgan-ablate: cannot start the trainer {cmd[0]!r}: {exc}\n")
                 proc = None

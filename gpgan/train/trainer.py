@@ -347,6 +347,9 @@ class Trainer:
                 handlers[sig] = signal.signal(sig, self._on_signal)
             except ValueError:  # not the main thread
                 pass
+        # Set by gpgan-ablate (and anyone who wants it): stop like SIGTERM once that process is gone.
+        parent = os.environ.get("GPGAN_STOP_WITH_PARENT", "")
+        self._parent_pid = int(parent) if parent.isdigit() else None
         bar = tqdm(total=self.total_steps, initial=self.step, disable=True if self.quiet else None,
                    unit="step", dynamic_ncols=True, desc=os.path.basename(self.run.path))
         started = time.perf_counter()
@@ -367,6 +370,8 @@ class Trainer:
                                     refresh=False)
                 if tc["sample_interval"] and step % tc["sample_interval"] == 0:
                     self.write_samples()
+                if self._parent_pid is not None and os.getppid() != self._parent_pid:
+                    self._interrupt = self._interrupt or f"the launching process {self._parent_pid} exited"
                 stop = self._interrupt or (
                     "stopped by train.stop_after" if tc["stop_after"] and step == tc["stop_after"] and not last
                     else None)
