@@ -115,6 +115,9 @@ def test_toy_scatter_and_errors(runs, capsys):
     assert "need image data" in capsys.readouterr().err
     assert sample_cli.main([str(tmp / "nowhere"), "--out", str(out)]) == 1
     assert "neither a run folder nor a checkpoint" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as info:  # argparse's usage error
+        sample_cli.main([str(toy_run), "--n", "0", "--out", str(out)])
+    assert info.value.code == 2 and "--n must be at least 1, got 0" in capsys.readouterr().err
 
 
 def test_no_ema_in_run_is_reported(runs, tmp_path, capsys):

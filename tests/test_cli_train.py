@@ -107,6 +107,12 @@ def test_same_seed_gives_identical_runs(reference_runs):
     assert_same_weights(a, b)
 
 
+def test_name_of_an_existing_run_is_a_command_line_error(reference_runs):
+    _, _, out = reference_runs
+    proc = gpgan_train(QUICKSTART, *sets(TINY + ["train.steps=12"]), "--out", str(out), "--name", "a", check=2)
+    assert "--name a:" in proc.stderr and "already holds a run" in proc.stderr and "--resume" in proc.stderr
+
+
 def test_other_seed_gives_another_run(reference_runs):
     a, _, out = reference_runs
     gpgan_train(QUICKSTART, *sets(TINY + RANDOM_PENALTY + ["train.steps=2", "train.seed=1"]),
@@ -207,6 +213,23 @@ def test_non_finite_loss_stops_with_clear_message(tmp_path):
     assert "non-finite loss/" in proc.stderr or "non-finite penalty" in proc.stderr
     assert " at step " in proc.stderr and "Traceback" not in proc.stderr
     run = tmp_path / "quickstart" / "nan"
+    assert not (run / "final.json").exists()
+    for name in os.listdir(run / "checkpoints"):
+        with np.load(run / "checkpoints" / name, allow_pickle=False) as f:
+            for key in f.files:
+                if f[key].dtype.kind == "f":
+                    assert np.isfinite(f[key]).all(), (name, key)
+
+
+def test_overflowing_gradients_stop_the_run(tmp_path):
+    """Finite losses, but gradients whose squares overflow float32: Adam's second moment would
+    become inf (and its updates silently 0). The run stops before the update instead."""
+    proc = gpgan_train(QUICKSTART, *sets(TINY + ["train.steps=50", "train.checkpoint_interval=1", "loss=wgan",
+                                                 "penalty.type=none", "optim.critic.lr=1e6",
+                                                 "optim.generator.lr=1e6"]),
+                       "--out", str(tmp_path), "--name", "overflow", "--quiet", check=1)
+    assert "non-finite gradient of the" in proc.stderr and "Traceback" not in proc.stderr
+    run = tmp_path / "quickstart" / "overflow"
     assert not (run / "final.json").exists()
     for name in os.listdir(run / "checkpoints"):
         with np.load(run / "checkpoints" / name, allow_pickle=False) as f:
@@ -345,3 +368,20 @@ def test_trainer_stops_with_a_checkpoint_when_its_launcher_dies(tmp_path):
     assert f"the launching process {proc.pid} exited" in stderr, stderr
     ckpts = list((run / "checkpoints").glob("*.npz"))
     assert len(ckpts) == 1 and not (run / "final.json").exists()
+
+
+class _Evil:
+    def __reduce__(self):
+        return (os.system, ("touch pwned_by_pickle",))
+
+
+def test_malicious_cifar_batch_is_a_one_line_error(tmp_path):
+    write_cifar_fixture(tmp_path / "cifar")
+    with open(tmp_path / "cifar" / "data_batch_3", "wb") as f:
+        pickle.dump({b"data": _Evil(), b"labels": []}, f, protocol=2)
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    proc = gpgan_train(config, "--set", f"data.root={tmp_path / 'cifar'}", "--out", str(tmp_path / "exp"),
+                       cwd=tmp_path, check=1)
+    assert "Traceback" not in proc.stderr
+    assert "data_batch_3: refused to unpickle" in proc.stderr and "system" in proc.stderr
+    assert not (tmp_path / "pwned_by_pickle").exists()

@@ -62,9 +62,17 @@ def test_malicious_pickle_is_refused(tmp_path, monkeypatch):
     write_cifar(tmp_path / "c")
     with open(tmp_path / "c" / "data_batch_3", "wb") as f:
         pickle.dump({b"data": _Evil(), b"labels": []}, f, protocol=2)
-    with pytest.raises(pickle.UnpicklingError, match=r"refused global '(posix|os|nt)\.system'"):
+    with pytest.raises(ValueError, match=r"data_batch_3: refused to unpickle \(refused global '(posix|os|nt)\.system'"):
         load_cifar10(tmp_path / "c")
     assert not (tmp_path / "pwned_by_pickle").exists()
+
+
+def test_truncated_batch_names_the_file(tmp_path):
+    write_cifar(tmp_path / "c")
+    path = tmp_path / "c" / "data_batch_2"
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(ValueError, match=r"data_batch_2: truncated or corrupt pickle"):
+        load_cifar10(tmp_path / "c")
 
 
 def test_restricted_unpickler_refuses_other_callables(tmp_path):

@@ -112,7 +112,10 @@ def _generate(generator, z, device):
 
 
 def main(argv=None):
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.n is not None and args.n < 1:
+        parser.error(f"--n must be at least 1, got {args.n}")
     try:
         return _main(args)
     except (FileNotFoundError, ValueError, RuntimeError) as exc:

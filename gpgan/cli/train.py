@@ -95,8 +95,13 @@ def _new_run(args, overrides):
     from gpgan.train.trainer import Trainer
 
     config = load_config(args.config, overrides)
-    trainer = Trainer(config, None, quiet=args.quiet)  # data and models first: fail before writing
     name = os.path.splitext(os.path.basename(args.config))[0]
+    if args.name is not None:
+        taken = os.path.join(os.path.abspath(os.path.expanduser(args.out)), name, args.name)
+        if os.path.exists(os.path.join(taken, "config.yaml")):  # a bad command line: exit 2, before any work
+            raise ConfigError(f"--name {args.name}: {taken} already holds a run; pick another --name, or "
+                              f"continue it with `gpgan-train --resume {shlex.quote(taken)}`")
+    trainer = Trainer(config, None, quiet=args.quiet)  # data and models first: fail before writing
     run = RunFolder.create(args.out, name, args.name)
     trainer.run = run
     run.write_config(config)

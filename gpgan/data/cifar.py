@@ -85,7 +85,17 @@ def restricted_load(path):
 
 
 def _read_batch(path):
-    batch = restricted_load(path)
+    try:
+        batch = restricted_load(path)
+    except pickle.UnpicklingError as exc:
+        if "refused" in str(exc):
+            raise ValueError(f"{path}: refused to unpickle ({exc}); official CIFAR-10 batches hold only NumPy "
+                             "arrays, lists and dicts, so this file is not one (replace it with the official "
+                             "batch)") from None
+        raise ValueError(f"{path}: truncated or corrupt pickle ({exc}); replace it with the official batch") from None
+    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+        raise ValueError(f"{path}: truncated or corrupt pickle ({type(exc).__name__}: {exc}); replace it with "
+                         "the official batch") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__
         raise ValueError(f"{path}: not a CIFAR-10 batch (expected a dict with keys b'data' and "

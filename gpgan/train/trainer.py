@@ -33,7 +33,7 @@ import numpy
 import gpgan
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import random as global_random
-from gpgan.backend import to_device
+from gpgan.backend import get_array_module, to_device
 from gpgan.train.config import IMAGE_DATA_NAMES
 
 __all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "TIMING_KEYS", "EVAL_BEST"]
@@ -186,13 +186,25 @@ class Trainer:
             last = self.run.latest_checkpoint()
             keep = (f"the last good checkpoint is {last[1]} (step {last[0]})" if last else
                     "no checkpoint was written yet")
+            shown = "" if name.startswith("gradient") else f" ({value})"
             raise NonFiniteLossError(
-                f"non-finite {name} ({value}) at {where}; training stopped before applying it, "
+                f"non-finite {name}{shown} at {where}; training stopped before applying it, "
                 f"{keep}. Lower the learning rates or raise the penalty weight.")
 
-    @staticmethod
-    def _apply_grads(loss, params, optimizer):
+    def _apply_grads(self, loss, params, optimizer, who, critic_step=None):
         grads = gpgan.grad(loss, params, allow_unused=True)
+        arrays = [g.data for g in grads if g is not None]
+        if arrays:
+            # A finite loss can still send inf/NaN gradients (an exploding critic), or finite ones
+            # whose squares overflow: Adam's second moment would turn inf for good (its updates
+            # silently 0). Both make a parameter's squared gradient norm non-finite. One dot
+            # product per parameter, one sync per update.
+            xp = get_array_module(arrays[0])
+            sq = xp.stack([xp.vdot(a.ravel(), a.ravel()) for a in arrays])
+            bad = int((~xp.isfinite(sq)).sum())
+            if bad:
+                self._check(f"gradient of the {who} ({bad} of {len(arrays)} parameters have an infinite or NaN "
+                            "squared norm)", math.nan, critic_step)
         for p, g in zip(params, grads):
             p.grad = g
         optimizer.step()
@@ -216,7 +228,7 @@ class Trainer:
         self._check("loss/critic", self._last["loss/critic"], j)
         if pen is not None:
             self._check("penalty", self._last["penalty"], j)
-        self._apply_grads(total, self.d_params, self.d_opt)
+        self._apply_grads(total, self.d_params, self.d_opt, "critic", j)
         self._last_batch = (real, fake)
 
     def generator_step(self):
@@ -224,7 +236,7 @@ class Trainer:
         loss = self.loss.generator_loss(self.critic(self.generator(self._noise(n))))
         self._last["loss/generator"] = _scalar(loss)
         self._check("loss/generator", self._last["loss/generator"])
-        self._apply_grads(loss, self.g_params, self.g_opt)
+        self._apply_grads(loss, self.g_params, self.g_opt, "generator")
 
     def train_step(self):
         """One generator step with its critic steps; advances ``self.step``."""
