@@ -61,11 +61,6 @@ def _as_strided(xp, x, shape, strides):
     return xp.lib.stride_tricks.as_strided(x, shape, strides)
 
 
-def _as_strided_writable(xp, x, shape, strides):
-    """A writable strided view of ``x`` (the caller keeps it inside ``x``'s memory)."""
-    return xp.lib.stride_tricks.as_strided(x, shape, strides)
-
-
 def _pad_channels_last(xp, x, p):
     """``x`` (N, C, H, W) as a zero-padded channels-last copy (N, H + 2pH, W + 2pW, C)."""
     N, C, H, W = x.shape
@@ -121,47 +116,26 @@ def _conv2d_forward(xp, x, w, s, p, d, groups):
     return xp.ascontiguousarray(y).reshape(N, O, Ho, Wo)
 
 
-def _phase_blocks(k, s, d):
-    """Kernel offsets of one axis in blocks that col2im adds at once: ``[(m, a0, na), ...]``.
-
-    With dilation 1, offset ``i = s*m + a`` (``0 <= a < s``) sends input row ``h`` to padded
-    output row ``(h + m)*s + a``: for one ``m``, the ``s`` offsets ``s*m .. s*m + s - 1`` fill
-    disjoint rows, so they are added together as one strided block of ``H*s`` rows starting at
-    ``m*s``. A k4 s2 kernel takes 2 x 2 adds instead of 16. With dilation, one offset per block.
-    """
-    if d != 1:
-        return [(i * d, 0, 1) for i in range(k)]  # offset i*d, as a block of one starting there
-    return [(m * s, 0, min(s, k - m * s)) for m in range(-(-k // s))]
-
-
 def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
     """``x`` (N, Cin, H, W), ``w`` (Cin, Cog, kH, kW) -> (N, Cog*G, *out_hw)."""
     N, Cin, H, W = x.shape
     _, Cog, kH, kW = w.shape
     Cig = Cin // groups
     Ho, Wo = out_hw
+    # Rows past the last window (output_padding) receive nothing; no window passes the end.
+    Hp = max(Ho + 2 * p[0], (H - 1) * s[0] + d[0] * (kH - 1) + 1)
+    Wp = max(Wo + 2 * p[1], (W - 1) * s[1] + d[1] * (kW - 1) + 1)
     x2 = xp.ascontiguousarray(x.reshape(N, groups, Cig, H, W).transpose(1, 0, 3, 4, 2))
     w2 = xp.ascontiguousarray(w.reshape(groups, Cig, Cog, kH, kW).transpose(0, 1, 3, 4, 2))
     cols = _gemm(xp, x2.reshape(groups, N * H * W, Cig), w2.reshape(groups, Cig, kH * kW * Cog))
     cols = cols.reshape(groups, N, H, W, kH, kW, Cog)
-    # col2im, channels last so every strided add moves runs of Cog contiguous values. Each block
-    # (see _phase_blocks) is one add into a view of the padded output (N, H, s, W, s, G, Cog);
-    # the blocks of one add never overlap, so no atomics are needed (deterministic on CuPy).
-    rows, cols_w = _phase_blocks(kH, s[0], d[0]), _phase_blocks(kW, s[1], d[1])
-    # Rows past the last window (output_padding) receive nothing; the last block's rows may reach
-    # past the last window when k is not a multiple of s (cropped away below).
-    Hp = max(Ho + 2 * p[0], rows[-1][0] + H * s[0])
-    Wp = max(Wo + 2 * p[1], cols_w[-1][0] + W * s[1])
+    # col2im, channels last so every strided add moves runs of Cog contiguous values.
     ypad = xp.zeros((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
-    sN, sH, sW, sG, sC = ypad.strides
-    for h0, _, na in rows:
-        i0 = h0 // d[0] if d[0] != 1 else h0  # first kernel row of the block
-        for w0, _, nb in cols_w:
-            j0 = w0 // d[1] if d[1] != 1 else w0
-            target = _as_strided_writable(
-                xp, ypad[:, h0:, w0:], (N, H, na, W, nb, groups, Cog),
-                (sN, s[0] * sH, sH, s[1] * sW, sW, sG, sC))
-            target += cols[:, :, :, :, i0:i0 + na, j0:j0 + nb].transpose(1, 2, 4, 3, 5, 0, 6)
+    hs, ws = (H - 1) * s[0] + 1, (W - 1) * s[1] + 1
+    for i in range(kH):
+        for j in range(kW):
+            h0, w0 = i * d[0], j * d[1]
+            ypad[:, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)
     y = ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(0, 3, 4, 1, 2)  # crop + NCHW: one copy
     return xp.ascontiguousarray(y).reshape(N, groups * Cog, Ho, Wo)
 
