@@ -206,6 +206,15 @@ def test_bad_configs_fail_before_any_work(tmp_path, content, overrides, expected
     assert not (tmp_path / "exp").exists()
 
 
+def assert_checkpoints_finite(run):
+    """Every floating array of every checkpoint (weights, optimizer state, EMA) is finite."""
+    for name in os.listdir(run / "checkpoints"):
+        with np.load(run / "checkpoints" / name, allow_pickle=False) as f:
+            for key in f.files:
+                if f[key].dtype.kind == "f":
+                    assert np.isfinite(f[key]).all(), (name, key)
+
+
 def test_non_finite_loss_stops_with_clear_message(tmp_path):
     proc = gpgan_train(QUICKSTART, *sets(TINY + ["train.steps=50", "train.checkpoint_interval=1",
                                                  "optim.critic.lr=1e30", "optim.generator.lr=1e30"]),
@@ -214,11 +223,7 @@ def test_non_finite_loss_stops_with_clear_message(tmp_path):
     assert " at step " in proc.stderr and "Traceback" not in proc.stderr
     run = tmp_path / "quickstart" / "nan"
     assert not (run / "final.json").exists()
-    for name in os.listdir(run / "checkpoints"):
-        with np.load(run / "checkpoints" / name, allow_pickle=False) as f:
-            for key in f.files:
-                if f[key].dtype.kind == "f":
-                    assert np.isfinite(f[key]).all(), (name, key)
+    assert_checkpoints_finite(run)
 
 
 def test_overflowing_gradients_stop_the_run(tmp_path):
@@ -231,11 +236,7 @@ def test_overflowing_gradients_stop_the_run(tmp_path):
     assert "non-finite gradient of the" in proc.stderr and "Traceback" not in proc.stderr
     run = tmp_path / "quickstart" / "overflow"
     assert not (run / "final.json").exists()
-    for name in os.listdir(run / "checkpoints"):
-        with np.load(run / "checkpoints" / name, allow_pickle=False) as f:
-            for key in f.files:
-                if f[key].dtype.kind == "f":
-                    assert np.isfinite(f[key]).all(), (name, key)
+    assert_checkpoints_finite(run)
 
 
 def write_cifar_fixture(folder, per_batch=4):
