@@ -34,7 +34,6 @@ import argparse
 import cProfile
 import operator
 import os
-import platform
 import pstats
 import sys
 import time
@@ -46,21 +45,13 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import gpgan  # noqa: E402
 import gpgan.functions as F  # noqa: E402
-from gpgan.backend import cupy_available, to_device  # noqa: E402
+from gpgan.backend import cupy_available, device_description, to_device  # noqa: E402
 
 
-def cpu_description():
-    model = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+def cpu_cores():
+    """Cores this process may run on, of all the machine's."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{model}, {cores} cores available (os.cpu_count()={os.cpu_count()})"
+    return f"{cores} available to this process"
 
 
 def blas_description():
@@ -295,11 +286,10 @@ def bench_device(args, device):
     if device == "cuda":
         import cupy
 
-        name = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)["name"]
-        name = name.decode() if isinstance(name, bytes) else name
-        print(f"\n[cuda] {name}, CuPy {cupy.__version__}")
+        print(f"\n[cuda] {device_description('cuda')}, CuPy {cupy.__version__}")
     else:
-        print(f"\n[cpu] {cpu_description()}; NumPy {numpy.__version__}, {blas_description()}")
+        print(f"\n[cpu] {device_description('cpu')}, {cpu_cores()}; NumPy {numpy.__version__}, "
+              f"{blas_description()}")
     if device == "cpu":
         node_overhead()
     print(f"batch {args.batch} x 3x32x32, {dtype}, {args.warmup} warmup + {args.steps} timed steps")

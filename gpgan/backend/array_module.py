@@ -4,6 +4,8 @@ CuPy is optional. It is imported only by :func:`to_device` when ``"cuda"`` is as
 then no CuPy array can exist, so :func:`get_array_module` checks ``sys.modules`` and never pays
 for an import.
 """
+import os
+import platform
 import sys
 
 import numpy
@@ -89,3 +91,32 @@ def to_device(array, device):
         return numpy.asarray(array)
     cupy = _import_cupy()
     return cupy.asarray(array)
+
+
+def _cpu_name():
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_description(device):
+    """What ``device`` is, in words, for manifests and benchmarks: the CPU model and core count,
+    or the current CUDA GPU's name, memory and the CUDA runtime version (CuPy is only asked when
+    ``device`` is ``"cuda"``; an unreadable GPU is described as unknown, never an error)."""
+    if device != "cuda":
+        return f"{_cpu_name()}, {os.cpu_count()} logical cores"
+    try:
+        import cupy
+
+        dev = cupy.cuda.Device()
+        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+        memory = props["totalGlobalMem"] / 2 ** 30
+        return f"{name} ({memory:.0f} GiB), CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}"
+    except Exception as exc:  # describing a device must not fail a run
+        return f"cuda (unknown GPU: {type(exc).__name__})"

@@ -24,9 +24,10 @@ import numpy
 import yaml
 
 import gpgan
+from gpgan.backend import device_description
 from gpgan.train.config import dump_config, validate_config
 
-__all__ = ["RunFolder", "device_description", "environment_info", "git_commit"]
+__all__ = ["RunFolder", "environment_info", "git_commit"]
 
 _CKPT = re.compile(r"^ckpt_(\d+)\.npz$")
 
@@ -59,36 +60,8 @@ def _cupy_version():
     return None
 
 
-def _cpu_name():
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def device_description(device):
-    """What ``device`` is, in words: the CPU model and core count, or the CUDA GPU's name,
-    memory and the CUDA runtime version (CuPy is only asked when ``device`` is ``"cuda"``)."""
-    if device != "cuda":
-        return f"{_cpu_name()}, {os.cpu_count()} logical cores"
-    try:
-        import cupy
-
-        dev = cupy.cuda.Device()
-        props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-        name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-        memory = props["totalGlobalMem"] / 2 ** 30
-        return f"{name} ({memory:.0f} GiB), CUDA runtime {cupy.cuda.runtime.runtimeGetVersion()}"
-    except Exception as exc:  # the manifest must not fail a run
-        return f"cuda (unknown GPU: {type(exc).__name__})"
-
-
-def environment_info():
-    """Versions and platform, for the manifest."""
+def environment_info(device):
+    """Versions, platform and ``device`` (with what it is, in words), for the manifest."""
     commit, dirty = git_commit()
     return {
         "gpgan_version": gpgan.__version__,
@@ -98,6 +71,8 @@ def environment_info():
         "numpy": numpy.__version__,
         "cupy": _cupy_version(),
         "platform": platform.platform(),
+        "device": device,
+        "device_name": device_description(device),
     }
 
 
@@ -185,10 +160,8 @@ class RunFolder:
     def write_manifest(self, config, argv=None):
         """Write manifest.json for a new run."""
         argv = sys.argv if argv is None else argv
-        manifest = environment_info()
+        manifest = environment_info(config["device"])
         manifest.update({
-            "device": config["device"],
-            "device_name": device_description(config["device"]),
             "seed": config["train"]["seed"],
             "command": " ".join(shlex.quote(a) for a in argv),
             "started": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -204,9 +177,8 @@ class RunFolder:
                 manifest = json.load(f)
         except (OSError, ValueError):
             manifest = {}
-        entry = environment_info()
-        entry.update({"from_step": from_step, "device": config["device"],
-                      "device_name": device_description(config["device"]),
+        entry = environment_info(config["device"])
+        entry.update({"from_step": from_step,
                       "command": " ".join(shlex.quote(a) for a in argv),
                       "time": datetime.datetime.now().isoformat(timespec="seconds")})
         manifest.setdefault("resumes", []).append(entry)
