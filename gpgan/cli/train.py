@@ -97,10 +97,10 @@ def _new_run(args, overrides):
     config = load_config(args.config, overrides)
     name = os.path.splitext(os.path.basename(args.config))[0]
     if args.name is not None:
-        taken = os.path.join(os.path.abspath(os.path.expanduser(args.out)), name, args.name)
-        if os.path.exists(os.path.join(taken, "config.yaml")):  # a bad command line: exit 2, before any work
-            raise ConfigError(f"--name {args.name}: {taken} already holds a run; pick another --name, or "
-                              f"continue it with `gpgan-train --resume {shlex.quote(taken)}`")
+        try:  # a bad command line (exit 2), found before any work
+            RunFolder.check_name_free(args.out, name, args.name)
+        except FileExistsError as exc:
+            raise ConfigError(f"--name {args.name}: {exc}") from None
     trainer = Trainer(config, None, quiet=args.quiet)  # data and models first: fail before writing
     run = RunFolder.create(args.out, name, args.name)
     trainer.run = run

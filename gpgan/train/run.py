@@ -87,6 +87,19 @@ class RunFolder:
         self.path = os.path.abspath(os.fspath(path))
 
     # -- creation -----------------------------------------------------------------------------
+    @staticmethod
+    def check_name_free(out, config_name, name):
+        """The path ``out/config_name/name`` for a new run.
+
+        Raises:
+            FileExistsError: when that folder already holds a run.
+        """
+        path = os.path.join(os.path.abspath(os.path.expanduser(out)), config_name, name)
+        if os.path.exists(os.path.join(path, "config.yaml")):
+            raise FileExistsError(f"run folder {path} already holds a run; pick another --name, or "
+                                  f"continue it with `gpgan-train --resume {path}`")
+        return path
+
     @classmethod
     def create(cls, out, config_name, name=None):
         """A new, empty run folder ``out/config_name/(name or timestamp)``.
@@ -96,10 +109,7 @@ class RunFolder:
         """
         parent = os.path.join(os.path.abspath(os.path.expanduser(out)), config_name)
         if name is not None:
-            path = os.path.join(parent, name)
-            if os.path.exists(os.path.join(path, "config.yaml")):
-                raise FileExistsError(f"run folder {path} already holds a run; pick another --name, or "
-                                      f"continue it with `gpgan-train --resume {path}`")
+            path = cls.check_name_free(out, config_name, name)
         else:
             stamp = _timestamp()
             path = os.path.join(parent, stamp)
