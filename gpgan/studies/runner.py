@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpgan.studies.sweep import RunSpec, Sweep, SweepError, expand_runs, override_text
+from gpgan.train.trainer import PARENT_ENV
 
 __all__ = [
     "TRAINER_ENV",
@@ -45,7 +46,6 @@ __all__ = [
 ]
 
 TRAINER_ENV = "GPGAN_TRAIN_CMD"
-PARENT_ENV = "GPGAN_STOP_WITH_PARENT"  # read by gpgan.train.trainer
 TAIL_LINES = 15
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 

@@ -36,7 +36,12 @@ from gpgan.backend import random as global_random
 from gpgan.backend import get_array_module, to_device
 from gpgan.train.config import IMAGE_DATA_NAMES
 
-__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "TIMING_KEYS", "EVAL_BEST"]
+__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "TIMING_KEYS", "EVAL_BEST", "PARENT_ENV"]
+
+# When set to a process id, training stops as on SIGTERM (checkpoint, exit 130) once that process
+# is no longer this one's parent. gpgan-ablate sets it: its trainers run in sessions of their own,
+# so nothing else would stop them if gpgan-ablate were killed outright.
+PARENT_ENV = "GPGAN_STOP_WITH_PARENT"
 
 #: keys of metrics.jsonl whose values depend on timing (excluded when comparing runs)
 TIMING_KEYS = ("time_per_step",)
@@ -181,15 +186,17 @@ class Trainer:
 
     def _check(self, name, value, critic_step=None):
         if not math.isfinite(value):
-            where = f"step {self.step + 1}" + ("" if critic_step is None else
-                                                f" (critic step {critic_step + 1} of {self.tc['critic_steps']})")
-            last = self.run.latest_checkpoint()
-            keep = (f"the last good checkpoint is {last[1]} (step {last[0]})" if last else
-                    "no checkpoint was written yet")
-            shown = "" if name.startswith("gradient") else f" ({value})"
-            raise NonFiniteLossError(
-                f"non-finite {name}{shown} at {where}; training stopped before applying it, "
-                f"{keep}. Lower the learning rates or raise the penalty weight.")
+            self._stop_non_finite(f"{name} ({value})", critic_step)
+
+    def _stop_non_finite(self, what, critic_step=None):
+        where = f"step {self.step + 1}" + ("" if critic_step is None else
+                                            f" (critic step {critic_step + 1} of {self.tc['critic_steps']})")
+        last = self.run.latest_checkpoint()
+        keep = (f"the last good checkpoint is {last[1]} (step {last[0]})" if last else
+                "no checkpoint was written yet")
+        raise NonFiniteLossError(
+            f"non-finite {what} at {where}; training stopped before applying it, "
+            f"{keep}. Lower the learning rates or raise the penalty weight.")
 
     def _apply_grads(self, loss, params, optimizer, who, critic_step=None):
         grads = gpgan.grad(loss, params, allow_unused=True)
@@ -203,8 +210,8 @@ class Trainer:
             sq = xp.stack([xp.vdot(a.ravel(), a.ravel()) for a in arrays])
             bad = int((~xp.isfinite(sq)).sum())
             if bad:
-                self._check(f"gradient of the {who} ({bad} of {len(arrays)} parameters have an infinite or NaN "
-                            "squared norm)", math.nan, critic_step)
+                self._stop_non_finite(f"gradient of the {who} ({bad} of {len(arrays)} parameters have an "
+                                      "infinite or NaN squared norm)", critic_step)
         for p, g in zip(params, grads):
             p.grad = g
         optimizer.step()
@@ -359,8 +366,7 @@ class Trainer:
                 handlers[sig] = signal.signal(sig, self._on_signal)
             except ValueError:  # not the main thread
                 pass
-        # Set by gpgan-ablate (and anyone who wants it): stop like SIGTERM once that process is gone.
-        parent = os.environ.get("GPGAN_STOP_WITH_PARENT", "")
+        parent = os.environ.get(PARENT_ENV, "")
         self._parent_pid = int(parent) if parent.isdigit() else None
         bar = tqdm(total=self.total_steps, initial=self.step, disable=True if self.quiet else None,
                    unit="step", dynamic_ncols=True, desc=os.path.basename(self.run.path))
