@@ -23,7 +23,7 @@ import urllib.request
 import numpy
 
 __all__ = [
-    "CIFAR10_URL", "CIFAR10_MD5", "TRAIN_FILES", "TEST_FILES", "RestrictedUnpickler",
+    "CIFAR10_URL", "CIFAR10_MD5", "TRAIN_FILES", "TEST_FILES", "RestrictedUnpickler", "RefusedPickle",
     "restricted_load", "load_cifar10", "download_cifar10", "safe_extract", "md5sum",
 ]
 
@@ -42,11 +42,15 @@ def _numpy_reconstruct():
     return _reconstruct
 
 
+class RefusedPickle(pickle.UnpicklingError):
+    """A pickle asked for something :class:`RestrictedUnpickler` does not admit."""
+
+
 def _codecs_encode(text, encoding="latin1"):
     # Python 3 writes bytes in protocol-2 pickles as _codecs.encode(str, 'latin1'); only that
     # harmless string -> bytes conversion is admitted.
     if encoding not in ("latin1", "latin-1"):
-        raise pickle.UnpicklingError(f"_codecs.encode with encoding {encoding!r} is refused")
+        raise RefusedPickle(f"_codecs.encode with encoding {encoding!r} is refused")
     return text.encode("latin1")
 
 
@@ -57,7 +61,7 @@ class RestrictedUnpickler(pickle.Unpickler):
     ``numpy._core.multiarray._reconstruct``), ``numpy.ndarray``, ``numpy.dtype`` and
     ``_codecs.encode`` (latin1 only: how Python 3 spells bytes in protocol-2 pickles). Dicts,
     lists, tuples, strings, bytes and numbers need no global. Everything else raises
-    ``pickle.UnpicklingError`` naming the refused ``module.name``.
+    :class:`RefusedPickle` (a ``pickle.UnpicklingError``) naming the refused ``module.name``.
     """
 
     _ALLOWED = {
@@ -71,7 +75,7 @@ class RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         getter = self._ALLOWED.get((module, name))
         if getter is None:
-            raise pickle.UnpicklingError(
+            raise RefusedPickle(
                 f"refused global '{module}.{name}': a CIFAR-10 batch may only contain NumPy arrays "
                 "and plain containers (the file is corrupt or was not written as a CIFAR batch)"
             )
@@ -87,13 +91,11 @@ def restricted_load(path):
 def _read_batch(path):
     try:
         batch = restricted_load(path)
-    except pickle.UnpicklingError as exc:
-        if "refused" in str(exc):
-            raise ValueError(f"{path}: refused to unpickle ({exc}); official CIFAR-10 batches hold only NumPy "
-                             "arrays, lists and dicts, so this file is not one (replace it with the official "
-                             "batch)") from None
-        raise ValueError(f"{path}: truncated or corrupt pickle ({exc}); replace it with the official batch") from None
-    except (EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+    except RefusedPickle as exc:
+        raise ValueError(f"{path}: refused to unpickle ({exc}); official CIFAR-10 batches hold only NumPy "
+                         "arrays, lists and dicts, so this file is not one (replace it with the official "
+                         "batch)") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
         raise ValueError(f"{path}: truncated or corrupt pickle ({type(exc).__name__}: {exc}); replace it with "
                          "the official batch") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
