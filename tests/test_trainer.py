@@ -1,5 +1,7 @@
 """gpgan.train.Trainer in process: lazy regularization applies the penalty on every
 ``penalty.interval``-th critic step only, counted over the whole run (across generator steps)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -7,7 +9,7 @@ from gpgan.train.config import load_config
 from gpgan.train.run import RunFolder
 from gpgan.train.trainer import Trainer
 
-QUICKSTART = __file__.rsplit("/tests/", 1)[0] + "/configs/quickstart.yaml"
+QUICKSTART = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "quickstart.yaml")
 
 
 def tiny_trainer(tmp_path, *overrides):

@@ -208,9 +208,12 @@ def _best_lines(panels, metrics) -> list[str]:
             where = f" ({_describe(pv)})" if pv else ""
             ties = ""
             if len(tied) > 1:
-                ties = f" (tied with {len(tied) - 1} other setting{'s' if len(tied) > 2 else ''}" + (
-                    ": " + "; ".join(_describe({k: v for k, v in o.values.items() if k not in pv}) for o in tied[1:])
-                    if len(tied) <= 4 else "") + ")"
+                others = tied[1:]
+                ties = f" (tied with {len(others)} other setting{'s' if len(others) > 1 else ''}"
+                if len(others) <= 3:  # name them while the line stays readable
+                    ties += ": " + "; ".join(_describe({k: v for k, v in o.values.items() if k not in pv})
+                                             for o in others)
+                ties += ")"
             lines.append(f"- `{metric}` {ARROW[direction]}{where}: {_describe(rest) or 'the only setting'}: "
                          f"{_cell(st.final[metric])}{ties}")
     return lines
