@@ -1,18 +1,26 @@
-"""Pooling and upsampling: avg_pool2d and upsample_nearest2d, differentiable to any order.
+"""Pooling and upsampling: avg_pool2d, max_pool2d and upsample_nearest2d, differentiable to any order.
 
 Both are linear, and each comes with its adjoint as a function node of its own, so the pair
 differentiates into itself: average pooling's gradient spreads each output gradient, scaled by
 ``1/(kH*kW)``, over its window (``AvgPool2dGrad``), whose gradient is average pooling again;
 nearest upsampling's gradient sums each ``s x s`` block (``SumPool2d``), whose gradient is
 upsampling again. Loops run over kernel offsets only.
+
+Max pooling is piecewise linear: its gradient routes each output gradient to the input that won
+its window (``MaxPool2dScatter``), and the gradient of that routing with respect to the output
+gradient is the matching gather (``MaxPool2dGather``), and vice versa. Both take the pooled input
+as an operand and give it a zero gradient, as PyTorch does: differentiating a max-pool gradient
+with respect to the pooled input gives zeros, not an "unused input" error.
 """
 import numbers
 
-from gpgan.autograd import FunctionNode
+import numpy
+
+from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
 
 
-__all__ = ['avg_pool2d', 'upsample_nearest2d']
+__all__ = ['avg_pool2d', 'max_pool2d', 'upsample_nearest2d']
 
 
 def _pair(value, name, fn, minimum):
@@ -83,13 +91,16 @@ class AvgPool2dGrad(FunctionNode):
         return (AvgPool2d(self.k, self.s, self.p).apply(grad_outputs)[0],)
 
 
-def avg_pool2d(x, kernel_size, stride=None, padding=0):
-    """Average pooling, as ``torch.nn.functional.avg_pool2d`` (count_include_pad=True, floor mode).
+def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
+    """Average pooling, as ``torch.nn.functional.avg_pool2d`` (floor mode).
 
     Args:
         x: (N, C, H, W).
         kernel_size, stride, padding: int or (h, w) pair; ``stride`` defaults to ``kernel_size``;
-            ``padding`` (zeros, counted in the mean) at most half the kernel.
+            ``padding`` (zeros) at most half the kernel.
+        count_include_pad: divide by the kernel size (True), or by the number of input values
+            in each window, leaving the padded zeros out of the mean (False; TensorFlow's
+            average pooling, used by the FID Inception network).
 
     Returns:
         (N, C, Ho, Wo) with ``Ho = (H + 2*padding - kH) // stride + 1``.
@@ -105,7 +116,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
     if H + 2 * p[0] < k[0] or W + 2 * p[1] < k[1]:
         raise ValueError(f"{fn}: kernel_size {kernel_size!r} is larger than the padded input "
                          f"({H + 2 * p[0]}, {W + 2 * p[1]}) of x with shape {tuple(x.shape)}")
-    return AvgPool2d(k, s, p).apply((x,))[0]
+    y = AvgPool2d(k, s, p).apply((x,))[0]
+    return y if count_include_pad else _exclude_padding(y, k, s, p, (H, W))
 
 
 class UpsampleNearest2d(FunctionNode):
@@ -158,3 +170,185 @@ def upsample_nearest2d(x, scale_factor=2):
     if s == (1, 1):
         return x
     return UpsampleNearest2d(s).apply((x,))[0]
+
+
+
+# -- average pooling that leaves padded zeros out of the mean ------------------------------------
+def _window_counts(size, k, s, p, out):
+    """How many of each of the ``out`` windows' ``k`` positions along one axis lie inside the input."""
+    start = numpy.arange(out) * s - p
+    return numpy.minimum(start + k, size) - numpy.maximum(start, 0)
+
+
+def _exclude_padding(y, k, s, p, in_hw):
+    """Turn the padding-counting mean ``y`` (N, C, Ho, Wo) into the mean over real inputs only:
+    the window sums divided by the count map, i.e. ``y`` times the constant ``kH*kW / count``."""
+    if p == (0, 0):
+        return y
+    Ho, Wo = y.shape[2:]
+    counts = numpy.outer(_window_counts(in_hw[0], k[0], s[0], p[0], Ho),
+                         _window_counts(in_hw[1], k[1], s[1], p[1], Wo))
+    factor = get_array_module(y.data).asarray((k[0] * k[1]) / counts, dtype=y.dtype)
+    return y * Variable._from_node(factor.reshape(1, 1, Ho, Wo), None)
+
+
+
+# -- max pooling -----------------------------------------------------------------------------------
+def _pool_arguments(fn, x, kernel_size, stride, padding):
+    """Checked ``(k, s, p)`` pairs of a pooling of ``x`` (N, C, H, W); ``stride`` None is ``k``.
+
+    The same rules as avg_pool2d's checks above, which should call this once the argument
+    checks are shared (kept apart for now so that avg_pool2d's code is untouched)."""
+    _check_4d(fn, x)
+    k = _pair(kernel_size, "kernel_size", fn, 1)
+    s = k if stride is None else _pair(stride, "stride", fn, 1)
+    p = _pair(padding, "padding", fn, 0)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"{fn}: padding {padding!r} must be at most half of kernel_size {kernel_size!r}")
+    H, W = x.shape[2:]
+    if H + 2 * p[0] < k[0] or W + 2 * p[1] < k[1]:
+        raise ValueError(f"{fn}: kernel_size {kernel_size!r} is larger than the padded input "
+                         f"({H + 2 * p[0]}, {W + 2 * p[1]}) of x with shape {tuple(x.shape)}")
+    return k, s, p
+
+
+def _windows(xpad, k, s, out_hw):
+    """Yield ``(t, view)`` for each kernel offset ``t`` (row-major): the strided view
+    (N, C, Ho, Wo) of the padded input that this offset reads in every window."""
+    (kH, kW), (sH, sW), (Ho, Wo) = k, s, out_hw
+    hs, ws = (Ho - 1) * sH + 1, (Wo - 1) * sW + 1
+    for i in range(kH):
+        for j in range(kW):
+            yield i * kW + j, xpad[:, :, i:i + hs:sH, j:j + ws:sW]
+
+
+def _padded(xp, x, p, value):
+    if p == (0, 0):
+        return x
+    N, C, H, W = x.shape
+    out = xp.full((N, C, H + 2 * p[0], W + 2 * p[1]), value, dtype=x.dtype)
+    out[:, :, p[0]:p[0] + H, p[1]:p[1] + W] = x
+    return out
+
+
+class MaxPool2d(FunctionNode):
+    """Maximum over each window (``-inf`` padding). When the result will be differentiated, it
+    keeps the winning offset of every window (uint8 up to 256 offsets) and the input."""
+
+    def __init__(self, k, s, p, keep_argmax):
+        self.k, self.s, self.p, self.keep_argmax = k, s, p, keep_argmax
+        self.argmax = None
+
+    def forward(self, inputs):
+        x, = inputs
+        xp = get_array_module(x)
+        (kH, kW), (sH, sW), (pH, pW) = self.k, self.s, self.p
+        H, W = x.shape[2:]
+        out_hw = ((H + 2 * pH - kH) // sH + 1, (W + 2 * pW - kW) // sW + 1)
+        windows = _windows(_padded(xp, x, self.p, -numpy.inf), self.k, self.s, out_hw)
+        y = next(windows)[1].copy()
+        if not self.keep_argmax:
+            for _, view in windows:
+                xp.maximum(y, view, out=y)  # propagates NaN, as torch does
+            return (y,)
+        self.retain_inputs((0,))
+        argmax = xp.zeros(y.shape, dtype=xp.uint8 if kH * kW <= 256 else xp.int32)
+        for t, view in windows:
+            # The first maximum wins ties and a NaN always wins (torch's rule), so the gradient
+            # goes where torch sends it.
+            better = view > y
+            better |= xp.isnan(view)
+            xp.copyto(y, view, where=better)
+            xp.copyto(argmax, t, where=better)
+        self.argmax = argmax
+        return (y,)
+
+    def backward(self, indexes, grad_outputs):
+        if self.argmax is None:
+            raise RuntimeError("max_pool2d: the winning positions were not kept (recording was off "
+                               "when the forward ran) or were freed by an earlier backward")
+        x, = self.get_retained_inputs()
+        scatter = MaxPool2dScatter(self.k, self.s, self.p, self.argmax)
+        return (scatter.apply((x, grad_outputs[0]))[0],)
+
+    def release(self):
+        super().release()
+        self.argmax = None
+
+
+class _MaxPoolRouting(FunctionNode):
+    """Base of the two linear maps fixed by max pooling's winners, ``(x, g) -> routed g``.
+
+    The pooled input ``x`` is an operand only so that the graph records the dependence: the
+    routing is piecewise constant in ``x``, so its gradient there is zero (PyTorch's answer too),
+    and differentiating a max-pool gradient with respect to ``x`` gives zeros instead of an
+    "unused input" error. The gradient with respect to ``g`` is the other map.
+    """
+
+    def __init__(self, k, s, p, argmax):
+        self.k, self.s, self.p, self.argmax = k, s, p, argmax
+
+    def backward(self, indexes, grad_outputs):
+        x, = self.get_retained_inputs()
+        out = []
+        for i in indexes:
+            if i == 0:
+                out.append(Variable._from_node(get_array_module(x.data).zeros_like(x.data), None))
+            else:
+                out.append(self._adjoint().apply((x, grad_outputs[0]))[0])
+        return tuple(out)
+
+
+class MaxPool2dScatter(_MaxPoolRouting):
+    """``(x, gy) -> gx``: each window's gradient added at the position of its maximum."""
+
+    def forward(self, inputs):
+        x, gy = inputs
+        self.retain_inputs((0,))
+        xp = get_array_module(gy)
+        N, C, H, W = x.shape
+        pH, pW = self.p
+        gxpad = xp.zeros((N, C, H + 2 * pH, W + 2 * pW), dtype=gy.dtype)
+        zero = gy.dtype.type(0)
+        for t, view in _windows(gxpad, self.k, self.s, gy.shape[2:]):
+            view += xp.where(self.argmax == t, gy, zero)  # overlapping windows add up
+        if pH or pW:
+            gxpad = xp.ascontiguousarray(gxpad[:, :, pH:pH + H, pW:pW + W])
+        return (gxpad,)
+
+    def _adjoint(self):
+        return MaxPool2dGather(self.k, self.s, self.p, self.argmax)
+
+
+class MaxPool2dGather(_MaxPoolRouting):
+    """``(x, g) -> (N, C, Ho, Wo)``: ``g`` read at each window's maximum (the adjoint of the scatter)."""
+
+    def forward(self, inputs):
+        x, g = inputs
+        self.retain_inputs((0,))
+        xp = get_array_module(g)
+        out = xp.zeros(self.argmax.shape, dtype=g.dtype)
+        for t, view in _windows(_padded(xp, g, self.p, 0), self.k, self.s, out.shape[2:]):
+            xp.copyto(out, view, where=self.argmax == t)
+        return (out,)
+
+    def _adjoint(self):
+        return MaxPool2dScatter(self.k, self.s, self.p, self.argmax)
+
+
+def max_pool2d(x, kernel_size, stride=None, padding=0):
+    """Max pooling, as ``torch.nn.functional.max_pool2d`` (dilation 1, floor mode).
+
+    Args:
+        x: (N, C, H, W).
+        kernel_size, stride, padding: int or (h, w) pair; ``stride`` defaults to ``kernel_size``;
+            ``padding`` (``-inf``, never the maximum) at most half the kernel.
+
+    Returns:
+        (N, C, Ho, Wo) with ``Ho = (H + 2*padding - kH) // stride + 1``. The gradient goes to the
+        first maximum of each window (a NaN counts as the maximum), as in torch.
+    """
+    k, s, p = _pool_arguments("max_pool2d", x, kernel_size, stride, padding)
+    # Winners are only worth recording when the result will be differentiated.
+    keep_argmax = is_grad_enabled() and isinstance(x, Variable) and x.requires_grad
+    return MaxPool2d(k, s, p, keep_argmax).apply((x,))[0]
