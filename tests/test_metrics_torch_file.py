@@ -1,0 +1,188 @@
+"""load_torch_state_dict: both torch.save formats (committed fixtures made by
+scripts/make_torch_fixtures.py), hand-assembled streams, and refusal of foreign pickles."""
+import io
+import os
+import pickle
+import struct
+import zipfile
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+from gpgan.metrics.torch_file import load_torch_state_dict
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
+
+
+def expected_fixture():
+    """The values scripts/make_torch_fixtures.py writes, recomputed."""
+    base = np.arange(12, dtype=np.float32).reshape(3, 4) * np.float32(0.5)
+    return OrderedDict([
+        ("0.weight", np.arange(54, dtype=np.float32).reshape(2, 3, 3, 3) / np.float32(8) - np.float32(3)),
+        ("1.weight", np.array([1.5, 0.5], np.float32)),
+        ("1.bias", np.array([-0.25, 0.75], np.float32)),
+        ("1.running_mean", np.array([0.125, -2.0], np.float32)),
+        ("1.running_var", np.array([4.0, 0.0625], np.float32)),
+        ("1.num_batches_tracked", np.array(7, np.int64)),
+        ("extra.transposed", base.T),
+        ("extra.slice", base[1:]),
+        ("extra.double", np.linspace(-1, 1, 5)),
+        ("extra.half", np.array([1.5, -2.0, 65504.0], np.float16)),
+        # bfloat16 keeps 8 significant bits: 3e38 becomes the nearest bfloat16, 0x7f62 << 16.
+        ("extra.bfloat16", np.array([1.5, -2.0, np.array(0x7F620000, np.uint32).view(np.float32)], np.float32)),
+        ("extra.bool", np.array([True, False, True])),
+        ("extra.empty", np.zeros((0, 3), np.float32)),
+    ])
+
+
+@pytest.mark.parametrize("name", ["torch_state_zip.pt", "torch_state_legacy.pt"])
+def test_reads_both_torch_formats(name):
+    got = load_torch_state_dict(os.path.join(FIXTURES, name))
+    want = expected_fixture()
+    assert list(got) == list(want)  # the file's order
+    for key, value in want.items():
+        assert got[key].dtype == value.dtype and got[key].shape == value.shape, key
+        np.testing.assert_array_equal(got[key], value, err_msg=key)
+        assert got[key].flags.c_contiguous and got[key].flags.writeable
+
+
+# -- hand-assembled protocol-2 pickles: legacy streams without torch ----------------------------------
+def _global(module, name):
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _str(text):
+    data = text.encode()
+    return b"X" + struct.pack("<I", len(data)) + data
+
+
+def _int(value):
+    return b"J" + struct.pack("<i", value)
+
+
+def _tuple(*items):
+    return b"(" + b"".join(items) + b"t"
+
+
+def _tensor(storage_pid, offset, size, stride):
+    hooks = _global("collections", "OrderedDict") + b")R"
+    args = _tuple(storage_pid + b"Q", _int(offset), _tuple(*map(_int, size)), _tuple(*map(_int, stride)),
+                  b"\x89", hooks)
+    return _global("torch._utils", "_rebuild_tensor_v2") + args + b"R"
+
+
+def _state_dict_pickle(entries):
+    body = b"".join(_str(name) + tensor for name, tensor in entries)
+    return b"\x80\x02" + _global("collections", "OrderedDict") + b")R(" + body + b"u."
+
+
+def _legacy_stream(payload, keys, storages):
+    head = b"".join(pickle.dumps(v, protocol=2) for v in
+                    (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True}))
+    tail = pickle.dumps(keys, protocol=2)
+    for values in storages:
+        tail += struct.pack("<q", len(values)) + np.asarray(values, "<f4").tobytes()
+    return head + payload + tail
+
+
+def test_legacy_storage_views_and_offsets(tmp_path):
+    # Old torch pickled a view of a storage as (view_key, offset, numel) in the persistent id.
+    view = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("root"), _str("cpu"), _int(6),
+                  _tuple(_str("view"), _int(2), _int(3)))
+    whole = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("root"), _str("cpu"), _int(6), b"N")
+    payload = _state_dict_pickle([("v", _tensor(view, 1, (2,), (1,))), ("w", _tensor(whole, 0, (2, 3), (1, 2)))])
+    path = tmp_path / "views.pt"
+    path.write_bytes(_legacy_stream(payload, ["root"], [[0, 1, 2, 3, 4, 5]]))
+    got = load_torch_state_dict(path)
+    np.testing.assert_array_equal(got["v"], [3.0, 4.0])  # element 2 + 1 of the root
+    np.testing.assert_array_equal(got["w"], np.arange(6, dtype=np.float32).reshape(3, 2).T)
+
+
+def test_tensor_reaching_past_its_storage_is_refused(tmp_path):
+    pid = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("k"), _str("cpu"), _int(4), b"N")
+    payload = _state_dict_pickle([("bad", _tensor(pid, 2, (3,), (1,)))])
+    path = tmp_path / "bad.pt"
+    path.write_bytes(_legacy_stream(payload, ["k"], [[0, 1, 2, 3]]))
+    with pytest.raises(ValueError, match=r"entry 'bad': a tensor of size \(3,\), stride \(1,\) and offset 2 "
+                                         "reaches past its storage of 4 elements"):
+        load_torch_state_dict(path)
+
+
+def test_truncated_and_forged_files_fail_clearly(tmp_path):
+    data = tmp_path / "x.pt"
+    original = open(os.path.join(FIXTURES, "torch_state_legacy.pt"), "rb").read()
+    data.write_bytes(original[:-10])
+    with pytest.raises(ValueError, match="x.pt: the file ends inside storage"):
+        load_torch_state_dict(data)
+    pid = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("k"), _str("cpu"), _int(4), b"N")
+    stream = _legacy_stream(_state_dict_pickle([("t", _tensor(pid, 0, (4,), (1,)))]), ["k"], [])
+    stream += struct.pack("<q", 4) + b"\0" * 4  # the count matches, the bytes are missing
+    data.write_bytes(stream)
+    with pytest.raises(ValueError, match="the file ends inside storage 'k'"):
+        load_torch_state_dict(data)
+    data.write_bytes(b"\x80\x02K\x05.")  # a pickled 5: not the magic number
+    with pytest.raises(ValueError, match="not a file written by torch.save"):
+        load_torch_state_dict(data)
+    data.write_bytes(b"PK\x03\x04 not really a zip")
+    with pytest.raises(ValueError, match="truncated or corrupt torch file"):
+        load_torch_state_dict(data)
+
+
+def test_a_pickle_that_is_not_a_state_dict(tmp_path):
+    path = tmp_path / "list.pt"
+    path.write_bytes(_legacy_stream(b"\x80\x02]q\x00.", [], []))  # an empty list
+    with pytest.raises(ValueError, match="holds a list, not a state dict"):
+        load_torch_state_dict(path)
+
+
+# -- refusal: nothing runs -----------------------------------------------------------------------
+class _RunsACommand:
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("container", ["legacy", "zip", "header"])
+def test_a_pickle_naming_os_system_is_refused_without_running(container, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = pickle.dumps(OrderedDict(w=_RunsACommand(marker)), protocol=2)
+    assert b"system" in evil
+    path = tmp_path / "evil.pt"
+    if container == "legacy":
+        path.write_bytes(_legacy_stream(evil, [], []))
+    elif container == "header":  # the very first record already
+        path.write_bytes(evil)
+    else:
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("evil/data.pkl", evil)
+            archive.writestr("evil/byteorder", "little")
+    with pytest.raises(ValueError, match=r"evil.pt: refused to unpickle \(refused global '(posix|os|nt)\.system'"):
+        load_torch_state_dict(path)
+    assert not marker.exists()
+
+
+def test_a_foreign_class_is_refused(tmp_path):
+    payload = b"\x80\x02" + _global("torch.nn.modules.conv", "Conv2d") + b")R."
+    path = tmp_path / "module.pt"
+    path.write_bytes(_legacy_stream(payload, [], []))
+    with pytest.raises(ValueError, match="refused global 'torch.nn.modules.conv.Conv2d': a torch state dict "
+                                         "may only name tensor storages"):
+        load_torch_state_dict(path)
+
+
+# -- optional: against torch itself ----------------------------------------------------------------
+def test_equals_torch_load(tmp_path):
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    sd = OrderedDict((f"t{i}", torch.tensor(rng.standard_normal((3, i + 1)).astype(np.float32))) for i in range(4))
+    sd["strided"] = sd["t3"].t()
+    for legacy in (False, True):
+        path = tmp_path / f"s{legacy}.pt"
+        torch.save(sd, path, _use_new_zipfile_serialization=not legacy)
+        got = load_torch_state_dict(path)
+        ref = torch.load(path)
+        for key in sd:
+            np.testing.assert_array_equal(got[key], ref[key].numpy())
