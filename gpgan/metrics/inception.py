@@ -1,0 +1,421 @@
+"""The FID Inception-v3 network of pytorch-fid, run with gpgan's functions on NumPy or CuPy.
+
+pytorch-fid (``src/pytorch_fid/inception.py``) builds torchvision's ``Inception3`` with 1008
+classes and replaces five blocks by TensorFlow's variants: the average pools of the ``A``, ``C``
+and first ``E`` blocks leave padded zeros out of the mean, and the last ``E`` block max-pools.
+Every convolution is followed by batch normalization (eps 1e-3) and ReLU. Its weights,
+``pt_inception-2015-12-05-6726825d.pth``, are TensorFlow's 2015 graph ported to torch; FID,
+KID, precision/recall are taken on the 2048 ``pool3`` features, the Inception Score on the
+logits (without the fc bias, as OpenAI's and torch-fidelity's code).
+
+The network is declared once, as data (:data:`ARCHITECTURE` and the block layouts below); the
+expected state dict, the validation of a weights file and the forward pass all read it. At load
+time each batch norm is folded into its convolution (``w * g / sqrt(v + eps)``, bias
+``b - m * g / sqrt(v + eps)``, in float64), and the 1x1 convolutions that read the same input
+in a block are concatenated into one, so a block runs one GEMM where torch runs three: the
+results are the same up to rounding, and the forward is a chain of conv2d + relu.
+"""
+import json
+import os
+import warnings
+
+import numpy
+
+import gpgan.functions as F
+from gpgan.autograd import Variable, no_grad
+from gpgan.backend import to_device
+from gpgan.metrics.files import DownloadError, cache_dir, download, save_npz_atomic, sha256sum
+from gpgan.metrics.torch_file import load_torch_state_dict
+
+__all__ = [
+    "InceptionV3", "InceptionWeightsError", "FID_WEIGHTS_URL", "FID_WEIGHTS_SHA256", "FID_WEIGHTS_SIZE",
+    "WEIGHTS_ENV", "state_dict_shapes", "random_state_dict", "weights_path",
+]
+
+# pytorch-fid's release of the weights (pytorch_fid/inception.py: FID_WEIGHTS_URL).
+FID_WEIGHTS_URL = ("https://github.com/mseitzer/pytorch-fid/releases/download/fid_weights/"
+                   "pt_inception-2015-12-05-6726825d.pth")
+FID_WEIGHTS_FILE = "pt_inception-2015-12-05-6726825d.pth"
+FID_WEIGHTS_SHA256 = "6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2"
+FID_WEIGHTS_SIZE = 95_628_359
+WEIGHTS_ENV = "GPGAN_INCEPTION_WEIGHTS"
+
+INPUT_SIZE = 299
+NUM_CLASSES = 1008
+BN_EPS = 1e-3
+
+
+class InceptionWeightsError(RuntimeError):
+    """The Inception weights could not be found, downloaded, or read as the FID network."""
+
+
+# -- the architecture, as data ----------------------------------------------------------------------
+# Block name, block type, input channels, and the type's option (pool_features for A,
+# channels_7x7 for C), in forward order after the stem.
+ARCHITECTURE = (
+    ("Mixed_5b", "A", 192, 32), ("Mixed_5c", "A", 256, 64), ("Mixed_5d", "A", 288, 64),
+    ("Mixed_6a", "B", 288, None),
+    ("Mixed_6b", "C", 768, 128), ("Mixed_6c", "C", 768, 160), ("Mixed_6d", "C", 768, 160),
+    ("Mixed_6e", "C", 768, 192),
+    ("Mixed_7a", "D", 768, None),
+    ("Mixed_7b", "E_1", 1280, None), ("Mixed_7c", "E_2", 2048, None),
+)
+
+# Stem convolutions: name, in, out, kernel, stride, padding (a max pool follows 2b and 4a).
+STEM = (
+    ("Conv2d_1a_3x3", 3, 32, 3, 2, 0), ("Conv2d_2a_3x3", 32, 32, 3, 1, 0), ("Conv2d_2b_3x3", 32, 64, 3, 1, 1),
+    ("Conv2d_3b_1x1", 64, 80, 1, 1, 0), ("Conv2d_4a_3x3", 80, 192, 3, 1, 0),
+)
+
+
+def _block_convs(kind, cin, option):
+    """torchvision's convolutions of one block: (suffix, in, out, kernel, stride, padding)."""
+    if kind == "A":
+        return (("branch1x1", cin, 64, 1, 1, 0), ("branch5x5_1", cin, 48, 1, 1, 0), ("branch5x5_2", 48, 64, 5, 1, 2),
+                ("branch3x3dbl_1", cin, 64, 1, 1, 0), ("branch3x3dbl_2", 64, 96, 3, 1, 1),
+                ("branch3x3dbl_3", 96, 96, 3, 1, 1), ("branch_pool", cin, option, 1, 1, 0))
+    if kind == "B":
+        return (("branch3x3", cin, 384, 3, 2, 0), ("branch3x3dbl_1", cin, 64, 1, 1, 0),
+                ("branch3x3dbl_2", 64, 96, 3, 1, 1), ("branch3x3dbl_3", 96, 96, 3, 2, 0))
+    if kind == "C":
+        c7, row, col = option, ((1, 7), 1, (0, 3)), ((7, 1), 1, (3, 0))
+        return (("branch1x1", cin, 192, 1, 1, 0), ("branch7x7_1", cin, c7, 1, 1, 0),
+                ("branch7x7_2", c7, c7) + row, ("branch7x7_3", c7, 192) + col,
+                ("branch7x7dbl_1", cin, c7, 1, 1, 0), ("branch7x7dbl_2", c7, c7) + col,
+                ("branch7x7dbl_3", c7, c7) + row, ("branch7x7dbl_4", c7, c7) + col,
+                ("branch7x7dbl_5", c7, 192) + row, ("branch_pool", cin, 192, 1, 1, 0))
+    if kind == "D":
+        return (("branch3x3_1", cin, 192, 1, 1, 0), ("branch3x3_2", 192, 320, 3, 2, 0),
+                ("branch7x7x3_1", cin, 192, 1, 1, 0), ("branch7x7x3_2", 192, 192, (1, 7), 1, (0, 3)),
+                ("branch7x7x3_3", 192, 192, (7, 1), 1, (3, 0)), ("branch7x7x3_4", 192, 192, 3, 2, 0))
+    # E_1 and E_2 have the same convolutions; they differ in the pooling of branch_pool.
+    return (("branch1x1", cin, 320, 1, 1, 0), ("branch3x3_1", cin, 384, 1, 1, 0),
+            ("branch3x3_2a", 384, 384, (1, 3), 1, (0, 1)), ("branch3x3_2b", 384, 384, (3, 1), 1, (1, 0)),
+            ("branch3x3dbl_1", cin, 448, 1, 1, 0), ("branch3x3dbl_2", 448, 384, 3, 1, 1),
+            ("branch3x3dbl_3a", 384, 384, (1, 3), 1, (0, 1)), ("branch3x3dbl_3b", 384, 384, (3, 1), 1, (1, 0)),
+            ("branch_pool", cin, 192, 1, 1, 0))
+
+
+# The 1x1 convolutions of each block type that read the block's input: run as one.
+_FUSED_1X1 = {
+    "A": ("branch1x1", "branch5x5_1", "branch3x3dbl_1"),
+    "B": (),
+    "C": ("branch1x1", "branch7x7_1", "branch7x7dbl_1"),
+    "D": ("branch3x3_1", "branch7x7x3_1"),
+    "E_1": ("branch1x1", "branch3x3_1", "branch3x3dbl_1"),
+    "E_2": ("branch1x1", "branch3x3_1", "branch3x3dbl_1"),
+}
+
+
+def _all_convs():
+    """Every convolution: full name -> (in, out, (kH, kW), stride, (pH, pW))."""
+    def pair(v):
+        return tuple(v) if isinstance(v, tuple) else (v, v)
+
+    convs = {}
+    for name, cin, cout, k, s, p in STEM:
+        convs[name] = (cin, cout, pair(k), s, pair(p))
+    for block, kind, cin, option in ARCHITECTURE:
+        for suffix, ci, co, k, s, p in _block_convs(kind, cin, option):
+            convs[f"{block}.{suffix}"] = (ci, co, pair(k), s, pair(p))
+    return convs
+
+
+def state_dict_shapes():
+    """The FID Inception state dict: name -> shape, in torchvision's names (``<conv>.conv.weight``,
+    ``<conv>.bn.{weight,bias,running_mean,running_var}``, ``fc.weight``, ``fc.bias``). A file may
+    also hold ``<conv>.bn.num_batches_tracked``, which is ignored."""
+    shapes = {}
+    for name, (cin, cout, (kH, kW), _, _) in _all_convs().items():
+        shapes[f"{name}.conv.weight"] = (cout, cin, kH, kW)
+        for stat in ("weight", "bias", "running_mean", "running_var"):
+            shapes[f"{name}.bn.{stat}"] = (cout,)
+    shapes["fc.weight"] = (NUM_CLASSES, 2048)
+    shapes["fc.bias"] = (NUM_CLASSES,)
+    return shapes
+
+
+def random_state_dict(seed=0):
+    """Random weights in the FID Inception's state-dict layout (float32), for tests and benchmarks.
+
+    Convolutions are He-normal and the batch-norm statistics near identity, so activations keep
+    their scale through the 94 layers and the features are O(1), not vanishing."""
+    rng = numpy.random.default_rng(seed)
+    state = {}
+    for name, shape in state_dict_shapes().items():
+        if name.endswith("conv.weight"):
+            value = rng.standard_normal(shape) * numpy.sqrt(2.0 / numpy.prod(shape[1:]))
+        elif name.endswith(("bn.weight", "bn.running_var")):
+            value = rng.uniform(0.8, 1.2, shape)
+        elif name.endswith(("bn.bias", "bn.running_mean")):
+            value = rng.normal(0.0, 0.1, shape)
+        elif name == "fc.weight":
+            value = rng.standard_normal(shape) / numpy.sqrt(shape[1])
+        else:
+            value = rng.normal(0.0, 0.1, shape)
+        state[name] = value.astype(numpy.float32)
+    return state
+
+
+def _check_state_dict(state, source):
+    expected = state_dict_shapes()
+    extra = [k for k in state if k not in expected and not k.endswith(".bn.num_batches_tracked")]
+    missing = [k for k in expected if k not in state]
+    wrong = [f"{k} {tuple(state[k].shape)} (expected {expected[k]})" for k in expected
+             if k in state and tuple(state[k].shape) != expected[k]]
+    if extra or missing or wrong:
+        parts = []
+        for what, names in (("missing", missing), ("unexpected", extra), ("wrong shape", wrong)):
+            if names:
+                parts.append(f"{what}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)})")
+        raise InceptionWeightsError(f"{source} is not the FID Inception-v3 state dict of pytorch-fid; "
+                                    + "; ".join(parts))
+
+
+# -- finding and caching the weights -----------------------------------------------------------------
+def weights_path(path=None, download_missing=True, progress=True):
+    """The weights file to use: ``path``, else ``$GPGAN_INCEPTION_WEIGHTS``, else the official file in
+    :func:`~gpgan.metrics.files.cache_dir`, downloaded there once (size and SHA-256 checked).
+
+    Raises:
+        InceptionWeightsError: a named file is missing, or the official one is not cached and
+            cannot be downloaded; the message says where to put it.
+    """
+    for given, origin in ((path, "path"), (os.environ.get(WEIGHTS_ENV) or None, f"${WEIGHTS_ENV}")):
+        if given is not None:
+            given = os.path.abspath(os.path.expanduser(os.fspath(given)))
+            if not os.path.isfile(given):
+                raise InceptionWeightsError(f"Inception weights {given} (from {origin}) do not exist")
+            return given
+    default = os.path.join(cache_dir(), FID_WEIGHTS_FILE)
+    if os.path.isfile(default):
+        return default
+    where = (f"download {FID_WEIGHTS_URL} ({FID_WEIGHTS_SIZE:,} bytes, SHA-256 {FID_WEIGHTS_SHA256}) and "
+             f"put it at {default}, or set {WEIGHTS_ENV} to the path of a copy")
+    if not download_missing:
+        raise InceptionWeightsError(f"the FID Inception weights are not in {cache_dir()}; {where}")
+    try:
+        return download(FID_WEIGHTS_URL, default, FID_WEIGHTS_SHA256, FID_WEIGHTS_SIZE, progress=progress,
+                        desc="Inception weights")
+    except (DownloadError, OSError) as exc:
+        raise InceptionWeightsError(f"{exc}; {where}") from None
+
+
+def _cache_path(source):
+    return os.path.join(cache_dir(), os.path.splitext(os.path.basename(source))[0] + ".npz")
+
+
+def _source_facts(source):
+    info = os.stat(source)
+    return {"path": os.path.abspath(source), "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+
+
+def _read_cached(cache, facts):
+    """The arrays of a valid cache of the source described by ``facts``, else None."""
+    try:
+        with numpy.load(cache, allow_pickle=False) as npz:
+            meta = json.loads(str(npz["__source__"]))
+            if {k: meta.get(k) for k in facts} != facts:
+                return None
+            return {k: npz[k] for k in npz.files if k != "__source__"}
+    except (OSError, ValueError, KeyError):
+        return None  # missing, stale format or damaged: convert again
+
+
+def load_state_dict(source, progress=True):
+    """The weights of ``source`` as NumPy arrays: a ``torch.save`` file (converted once to an ``.npz``
+    cache in :func:`~gpgan.metrics.files.cache_dir`, reused while the file's size and time stay
+    the same) or an ``.npz`` holding the state dict directly."""
+    if source.endswith(".npz"):
+        with numpy.load(source, allow_pickle=False) as npz:
+            state = {k: npz[k] for k in npz.files if k != "__source__"}
+        _check_state_dict(state, source)
+        return state
+    facts = _source_facts(source)
+    cache = _cache_path(source)
+    state = _read_cached(cache, facts)
+    if state is not None:
+        return state
+    try:
+        state = load_torch_state_dict(source)
+    except ValueError as exc:
+        raise InceptionWeightsError(str(exc)) from None
+    _check_state_dict(state, source)
+    digest = sha256sum(source)
+    if digest != FID_WEIGHTS_SHA256:
+        warnings.warn(f"{source} is not the official FID Inception file (SHA-256 {digest[:16]}..., expected "
+                      f"{FID_WEIGHTS_SHA256[:16]}...): its scores are not comparable to published ones",
+                      stacklevel=3)
+    meta = dict(facts, sha256=digest)
+    os.makedirs(cache_dir(), exist_ok=True)
+    save_npz_atomic(cache, dict(state, __source__=numpy.array(json.dumps(meta))))
+    return state
+
+
+# -- the network -----------------------------------------------------------------------------------
+class InceptionV3:
+    """pytorch-fid's FID Inception-v3, inference only (see the module docstring).
+
+    Build it with :meth:`load` (the official weights) or from a state dict in torchvision's
+    names and shapes (:func:`state_dict_shapes`), e.g. ``InceptionV3(random_state_dict())``.
+
+    Args:
+        state_dict: name -> array (NumPy), as :func:`state_dict_shapes` lists.
+        device: "cpu" (NumPy) or "cuda" (CuPy).
+        dtype: the computing dtype, float32 (as pytorch-fid) or float64.
+    """
+
+    def __init__(self, state_dict, device="cpu", dtype=numpy.float32):
+        dtype = numpy.dtype(dtype)
+        if dtype not in (numpy.float32, numpy.float64):
+            raise ValueError(f"InceptionV3: dtype must be float32 or float64, got {dtype}")
+        _check_state_dict(state_dict, "the state dict")
+        self.device, self.dtype = device, dtype
+        state = {k: numpy.asarray(v, dtype=numpy.float64) for k, v in state_dict.items()
+                 if not k.endswith("num_batches_tracked")}
+        folded = {}
+        for name, (_, _, _, stride, padding) in _all_convs().items():
+            scale = state[f"{name}.bn.weight"] / numpy.sqrt(state[f"{name}.bn.running_var"] + BN_EPS)
+            weight = state[f"{name}.conv.weight"] * scale[:, None, None, None]
+            bias = state[f"{name}.bn.bias"] - state[f"{name}.bn.running_mean"] * scale
+            folded[name] = (weight, bias, stride, padding)
+        self._splits = {}
+        for block, kind, _, _ in ARCHITECTURE:
+            members = [folded.pop(f"{block}.{suffix}") for suffix in _FUSED_1X1[kind]]
+            if members:
+                folded[f"{block}.fused_1x1"] = (numpy.concatenate([m[0] for m in members]),
+                                                numpy.concatenate([m[1] for m in members]), 1, (0, 0))
+                self._splits[block] = list(numpy.cumsum([m[0].shape[0] for m in members])[:-1])
+        self._convs = {name: (Variable(to_device(w.astype(dtype), device)), Variable(to_device(b.astype(dtype), device)),
+                              stride, padding)
+                       for name, (w, b, stride, padding) in folded.items()}
+        self.fc_weight = state["fc.weight"]  # (1008, 2048) float64 on the host: logits in float64
+
+    @classmethod
+    def load(cls, path=None, device="cpu", dtype=numpy.float32, progress=True):
+        """The network with pytorch-fid's weights.
+
+        Args:
+            path: a ``torch.save`` weights file or an ``.npz`` state dict; None takes
+                ``$GPGAN_INCEPTION_WEIGHTS``, else the official file, downloaded once into
+                ``~/.cache/gpgan/`` (size and SHA-256 checked).
+            device, dtype: as the constructor.
+            progress: a progress bar while downloading.
+
+        Raises:
+            InceptionWeightsError: the file is missing and cannot be downloaded (the message says
+                where to put it), or it is not the FID Inception state dict.
+        """
+        return cls(load_state_dict(weights_path(path, progress=progress), progress), device, dtype)
+
+    # -- forward --------------------------------------------------------------------------------
+    def _conv(self, name, x):
+        weight, bias, stride, padding = self._convs[name]
+        return F.relu(F.conv2d(x, weight, bias, stride, padding))
+
+    def _fused(self, block, x):
+        """The block's 1x1 convolutions on ``x``, as one convolution split into their outputs."""
+        return F.split(self._conv(f"{block}.fused_1x1", x), self._splits[block], axis=1)
+
+    def _block(self, block, kind, x):
+        def conv(suffix, v):
+            return self._conv(f"{block}.{suffix}", v)
+
+        def avg_pool(v):  # TensorFlow's average pool: padded zeros are not counted
+            return F.avg_pool2d(v, 3, 1, 1, count_include_pad=False)
+
+        if kind == "A":
+            b1, b5, b3 = self._fused(block, x)
+            b5 = conv("branch5x5_2", b5)
+            b3 = conv("branch3x3dbl_3", conv("branch3x3dbl_2", b3))
+            return F.concat([b1, b5, b3, conv("branch_pool", avg_pool(x))], axis=1)
+        if kind == "B":
+            b3 = conv("branch3x3", x)
+            bd = conv("branch3x3dbl_3", conv("branch3x3dbl_2", conv("branch3x3dbl_1", x)))
+            return F.concat([b3, bd, F.max_pool2d(x, 3, 2)], axis=1)
+        if kind == "C":
+            b1, b7, bd = self._fused(block, x)
+            b7 = conv("branch7x7_3", conv("branch7x7_2", b7))
+            for k in range(2, 6):
+                bd = conv(f"branch7x7dbl_{k}", bd)
+            return F.concat([b1, b7, bd, conv("branch_pool", avg_pool(x))], axis=1)
+        if kind == "D":
+            b3, b7 = self._fused(block, x)
+            b3 = conv("branch3x3_2", b3)
+            for k in range(2, 5):
+                b7 = conv(f"branch7x7x3_{k}", b7)
+            return F.concat([b3, b7, F.max_pool2d(x, 3, 2)], axis=1)
+        b1, b3, bd = self._fused(block, x)
+        b3 = [conv("branch3x3_2a", b3), conv("branch3x3_2b", b3)]
+        bd = conv("branch3x3dbl_2", bd)
+        bd = [conv("branch3x3dbl_3a", bd), conv("branch3x3dbl_3b", bd)]
+        # pytorch-fid's last block max-pools here (TensorFlow's graph does), the first averages.
+        pooled = avg_pool(x) if kind == "E_1" else F.max_pool2d(x, 3, 1, 1)
+        return F.concat([b1] + b3 + bd + [conv("branch_pool", pooled)], axis=1)
+
+    def pool3(self, x):
+        """The 2048 pool3 features of preprocessed images.
+
+        Args:
+            x: (N, 3, 299, 299) in [-1, 1], an array on this network's device in its dtype (or a
+                Variable).
+
+        Returns:
+            (N, 2048) on the device, in the network's dtype.
+        """
+        with no_grad():
+            for name, *_ in STEM:
+                x = self._conv(name, x)
+                if name in ("Conv2d_2b_3x3", "Conv2d_4a_3x3"):
+                    x = F.max_pool2d(x, 3, 2)
+            for block, kind, _, _ in ARCHITECTURE:
+                x = self._block(block, kind, x)
+            x = F.adaptive_avg_pool2d(x, 1)
+        return x.data.reshape(x.shape[0], -1)
+
+    def preprocess(self, images):
+        """uint8 images (N, 3, H, W) -> (N, 3, 299, 299) in [-1, 1] on the device, as pytorch-fid:
+        to [0, 1] (x / 255), bilinear to 299x299 (torch's ``interpolate``, align_corners=False),
+        then ``2x - 1``."""
+        x = Variable(to_device(images, self.device).astype(self.dtype) / self.dtype.type(255))
+        if x.shape[2:] != (INPUT_SIZE, INPUT_SIZE):
+            with no_grad():
+                x = F.interpolate(x, size=(INPUT_SIZE, INPUT_SIZE), mode="bilinear", align_corners=False)
+        return x.data * self.dtype.type(2) - self.dtype.type(1)
+
+    def features(self, images, batch_size=50, progress=False):
+        """Inception features of uint8 images.
+
+        Args:
+            images: uint8 (N, 3, H, W), NumPy or CuPy (generated images: see
+                :func:`gpgan.metrics.quantize_images`).
+            batch_size: images per forward pass; memory grows with it (about 25 MiB per image in
+                float32 at the largest convolution's column matrix).
+            progress: a tqdm bar on stderr.
+
+        Returns:
+            ``{"pool3": (N, 2048), "logits": (N, 1008)}`` float64 NumPy arrays; the logits are
+            ``pool3 @ fc.weight.T`` without the fc bias (the Inception Score convention).
+        """
+        from tqdm import tqdm
+
+        _check_images(images)
+        batch_size = int(batch_size)
+        if batch_size < 1:
+            raise ValueError(f"features: batch_size must be >= 1, got {batch_size}")
+        n = images.shape[0]
+        pool3 = numpy.empty((n, 2048), dtype=numpy.float64)
+        with tqdm(total=n, unit="img", desc="Inception features", disable=not progress, leave=False) as bar:
+            for start in range(0, n, batch_size):
+                batch = images[start:start + batch_size]
+                pool3[start:start + len(batch)] = to_device(self.pool3(self.preprocess(batch)), "cpu")
+                bar.update(len(batch))
+        return {"pool3": pool3, "logits": pool3 @ self.fc_weight.T}
+
+
+def _check_images(images):
+    shape = tuple(getattr(images, "shape", ()))
+    dtype = getattr(images, "dtype", None)
+    if len(shape) != 4 or shape[1] != 3 or dtype != numpy.uint8:
+        raise ValueError(f"features: images must be uint8 of shape (N, 3, H, W), got {dtype} {shape}; "
+                         "quantize generated images in [-1, 1] with gpgan.metrics.quantize_images first")
