@@ -1,6 +1,5 @@
 """load_torch_state_dict: both torch.save formats (committed fixtures made by
 scripts/make_torch_fixtures.py), hand-assembled streams, and refusal of foreign pickles."""
-import io
 import os
 import pickle
 import struct
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 from gpgan.metrics.torch_file import load_torch_state_dict
+from torch_stream import legacy_stream, op_global, state_dict_pickle, storage_pid, tensor
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -47,63 +47,23 @@ def test_reads_both_torch_formats(name):
         assert got[key].flags.c_contiguous and got[key].flags.writeable
 
 
-# -- hand-assembled protocol-2 pickles: legacy streams without torch ----------------------------------
-def _global(module, name):
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def _str(text):
-    data = text.encode()
-    return b"X" + struct.pack("<I", len(data)) + data
-
-
-def _int(value):
-    return b"J" + struct.pack("<i", value)
-
-
-def _tuple(*items):
-    return b"(" + b"".join(items) + b"t"
-
-
-def _tensor(storage_pid, offset, size, stride):
-    hooks = _global("collections", "OrderedDict") + b")R"
-    args = _tuple(storage_pid + b"Q", _int(offset), _tuple(*map(_int, size)), _tuple(*map(_int, stride)),
-                  b"\x89", hooks)
-    return _global("torch._utils", "_rebuild_tensor_v2") + args + b"R"
-
-
-def _state_dict_pickle(entries):
-    body = b"".join(_str(name) + tensor for name, tensor in entries)
-    return b"\x80\x02" + _global("collections", "OrderedDict") + b")R(" + body + b"u."
-
-
-def _legacy_stream(payload, keys, storages):
-    head = b"".join(pickle.dumps(v, protocol=2) for v in
-                    (0x1950A86A20F9469CFC6C, 1001, {"protocol_version": 1001, "little_endian": True}))
-    tail = pickle.dumps(keys, protocol=2)
-    for values in storages:
-        tail += struct.pack("<q", len(values)) + np.asarray(values, "<f4").tobytes()
-    return head + payload + tail
-
-
+# -- hand-assembled legacy streams ------------------------------------------------------------------
 def test_legacy_storage_views_and_offsets(tmp_path):
     # Old torch pickled a view of a storage as (view_key, offset, numel) in the persistent id.
-    view = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("root"), _str("cpu"), _int(6),
-                  _tuple(_str("view"), _int(2), _int(3)))
-    whole = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("root"), _str("cpu"), _int(6), b"N")
-    payload = _state_dict_pickle([("v", _tensor(view, 1, (2,), (1,))), ("w", _tensor(whole, 0, (2, 3), (1, 2)))])
+    view = storage_pid("root", 6, view=("view", 2, 3))
+    whole = storage_pid("root", 6)
+    payload = state_dict_pickle([("v", tensor(view, 1, (2,), (1,))), ("w", tensor(whole, 0, (2, 3), (1, 2)))])
     path = tmp_path / "views.pt"
-    path.write_bytes(_legacy_stream(payload, ["root"], [[0, 1, 2, 3, 4, 5]]))
+    path.write_bytes(legacy_stream(payload, ["root"], [[0, 1, 2, 3, 4, 5]]))
     got = load_torch_state_dict(path)
     np.testing.assert_array_equal(got["v"], [3.0, 4.0])  # element 2 + 1 of the root
     np.testing.assert_array_equal(got["w"], np.arange(6, dtype=np.float32).reshape(3, 2).T)
 
 
 def test_tensor_reaching_past_its_storage_is_refused(tmp_path):
-    pid = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("k"), _str("cpu"), _int(4), b"N")
-    payload = _state_dict_pickle([("bad", _tensor(pid, 2, (3,), (1,)))])
+    payload = state_dict_pickle([("bad", tensor(storage_pid("k", 4), 2, (3,), (1,)))])
     path = tmp_path / "bad.pt"
-    path.write_bytes(_legacy_stream(payload, ["k"], [[0, 1, 2, 3]]))
+    path.write_bytes(legacy_stream(payload, ["k"], [[0, 1, 2, 3]]))
     with pytest.raises(ValueError, match=r"entry 'bad': a tensor of size \(3,\), stride \(1,\) and offset 2 "
                                          "reaches past its storage of 4 elements"):
         load_torch_state_dict(path)
@@ -115,8 +75,7 @@ def test_truncated_and_forged_files_fail_clearly(tmp_path):
     data.write_bytes(original[:-10])
     with pytest.raises(ValueError, match="x.pt: the file ends inside storage"):
         load_torch_state_dict(data)
-    pid = _tuple(_str("storage"), _global("torch", "FloatStorage"), _str("k"), _str("cpu"), _int(4), b"N")
-    stream = _legacy_stream(_state_dict_pickle([("t", _tensor(pid, 0, (4,), (1,)))]), ["k"], [])
+    stream = legacy_stream(state_dict_pickle([("t", tensor(storage_pid("k", 4), 0, (4,), (1,)))]), ["k"], [])
     stream += struct.pack("<q", 4) + b"\0" * 4  # the count matches, the bytes are missing
     data.write_bytes(stream)
     with pytest.raises(ValueError, match="the file ends inside storage 'k'"):
@@ -131,7 +90,7 @@ def test_truncated_and_forged_files_fail_clearly(tmp_path):
 
 def test_a_pickle_that_is_not_a_state_dict(tmp_path):
     path = tmp_path / "list.pt"
-    path.write_bytes(_legacy_stream(b"\x80\x02]q\x00.", [], []))  # an empty list
+    path.write_bytes(legacy_stream(b"\x80\x02]q\x00.", [], []))  # an empty list
     with pytest.raises(ValueError, match="holds a list, not a state dict"):
         load_torch_state_dict(path)
 
@@ -152,7 +111,7 @@ def test_a_pickle_naming_os_system_is_refused_without_running(container, tmp_pat
     assert b"system" in evil
     path = tmp_path / "evil.pt"
     if container == "legacy":
-        path.write_bytes(_legacy_stream(evil, [], []))
+        path.write_bytes(legacy_stream(evil, [], []))
     elif container == "header":  # the very first record already
         path.write_bytes(evil)
     else:
@@ -165,9 +124,9 @@ def test_a_pickle_naming_os_system_is_refused_without_running(container, tmp_pat
 
 
 def test_a_foreign_class_is_refused(tmp_path):
-    payload = b"\x80\x02" + _global("torch.nn.modules.conv", "Conv2d") + b")R."
+    payload = b"\x80\x02" + op_global("torch.nn.modules.conv", "Conv2d") + b")R."
     path = tmp_path / "module.pt"
-    path.write_bytes(_legacy_stream(payload, [], []))
+    path.write_bytes(legacy_stream(payload, [], []))
     with pytest.raises(ValueError, match="refused global 'torch.nn.modules.conv.Conv2d': a torch state dict "
                                          "may only name tensor storages"):
         load_torch_state_dict(path)

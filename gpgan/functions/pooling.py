@@ -231,6 +231,20 @@ def _padded(xp, x, p, value):
     return out
 
 
+def _separable_max(xp, xpad, k, s, out_hw):
+    """Window maxima as a maximum along W, then along H: ``kW + kH - 2`` passes, not ``kH*kW - 1``.
+    ``maximum`` propagates NaN, as torch does."""
+    (kH, kW), (sH, sW), (Ho, Wo) = k, s, out_hw
+    hs, ws = (Ho - 1) * sH + 1, (Wo - 1) * sW + 1
+    rows = xpad[:, :, :, 0:ws:sW].copy()
+    for j in range(1, kW):
+        xp.maximum(rows, xpad[:, :, :, j:j + ws:sW], out=rows)
+    y = rows[:, :, 0:hs:sH].copy()
+    for i in range(1, kH):
+        xp.maximum(y, rows[:, :, i:i + hs:sH], out=y)
+    return y
+
+
 class MaxPool2d(FunctionNode):
     """Maximum over each window (``-inf`` padding). When the result will be differentiated, it
     keeps the winning offset of every window (uint8 up to 256 offsets) and the input."""
@@ -245,21 +259,20 @@ class MaxPool2d(FunctionNode):
         (kH, kW), (sH, sW), (pH, pW) = self.k, self.s, self.p
         H, W = x.shape[2:]
         out_hw = ((H + 2 * pH - kH) // sH + 1, (W + 2 * pW - kW) // sW + 1)
-        windows = _windows(_padded(xp, x, self.p, -numpy.inf), self.k, self.s, out_hw)
-        y = next(windows)[1].copy()
+        xpad = _padded(xp, x, self.p, -numpy.inf)
+        y = _separable_max(xp, xpad, self.k, self.s, out_hw)
         if not self.keep_argmax:
-            for _, view in windows:
-                xp.maximum(y, view, out=y)  # propagates NaN, as torch does
             return (y,)
         self.retain_inputs((0,))
+        # The winner of each window is the first offset holding its maximum (torch's tie rule):
+        # visiting offsets last to first, each match overwrites the later ones.
         argmax = xp.zeros(y.shape, dtype=xp.uint8 if kH * kW <= 256 else xp.int32)
-        for t, view in windows:
-            # The first maximum wins ties and a NaN always wins (torch's rule), so the gradient
-            # goes where torch sends it.
-            better = view > y
-            better |= xp.isnan(view)
-            xp.copyto(y, view, where=better)
-            xp.copyto(argmax, t, where=better)
+        windows = list(_windows(xpad, self.k, self.s, out_hw))
+        for t, view in reversed(windows):
+            xp.copyto(argmax, t, where=view == y)
+        if xp.isnan(y).any():  # torch sends the gradient of a NaN window to its last NaN
+            for t, view in windows:
+                xp.copyto(argmax, t, where=xp.isnan(view))
         self.argmax = argmax
         return (y,)
 
