@@ -31,25 +31,31 @@ from gpgan.metrics.inception import InceptionV3, random_state_dict  # noqa: E402
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
 
 
-def import_pytorch_fid():
-    """``pytorch_fid.inception``, importing the comparison venv's torchvision shim first when the
-    plain import fails on torchvision's C ops (raises ImportError when it cannot be had)."""
+def import_with_torchvision(name):
+    """Import the module ``name`` (pytorch-fid's or torch-fidelity's), which imports torchvision;
+    when that fails on torchvision's C ops, import the comparison venv's torchvision shim first.
+    Raises ImportError when it cannot be had."""
+    import importlib
+
     try:
-        import pytorch_fid.inception as module
-        return module
+        return importlib.import_module(name)
     except ImportError:
         raise
     except Exception:  # torchvision's C ops built for another torch: RuntimeError at import
         shim = os.path.join(ROOT, "..", "shared", "compare")
         if not os.path.isfile(os.path.join(shim, "torchvision_shim.py")):
-            raise ImportError("pytorch_fid imports torchvision, which fails here and no torchvision_shim "
+            raise ImportError(f"{name} imports torchvision, which fails here, and no torchvision_shim "
                               "was found") from None
-        for name in [m for m in sys.modules if m.startswith(("torchvision", "pytorch_fid"))]:
-            del sys.modules[name]
+        for loaded in [m for m in sys.modules if m.split(".")[0] in ("torchvision", name.split(".")[0])]:
+            del sys.modules[loaded]
         sys.path.insert(0, shim)
         import torchvision_shim  # noqa: F401
-        import pytorch_fid.inception as module
-        return module
+        return importlib.import_module(name)
+
+
+def import_pytorch_fid():
+    """``pytorch_fid.inception`` (see :func:`import_with_torchvision`)."""
+    return import_with_torchvision("pytorch_fid.inception")
 
 
 def pytorch_fid_features(state_dict, images, dtype="float32", batch_size=50):
