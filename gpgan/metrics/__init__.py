@@ -1,4 +1,27 @@
-"""Metrics: mode coverage of 2-D toy mixtures (VEEGAN / PacGAN definitions)."""
+"""Metrics: mode coverage of 2-D toy mixtures, and image quality (FID, KID, IS, precision/recall).
+
+Image metrics take features from pytorch-fid's FID Inception-v3 (:class:`InceptionV3`, run with
+gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scores`)::
+
+    net = InceptionV3.load()                                 # downloads the weights once
+    fake = net.features(quantize_images(generated))          # {"pool3", "logits"}
+    mu, sigma = dataset_statistics(net, "cifar10", root="~/data/cifar-10-batches-py")
+    score = frechet_distance(*feature_statistics(fake["pool3"]), mu, sigma)
+"""
+from gpgan.metrics.inception import InceptionV3, InceptionWeightsError
+from gpgan.metrics.reference import (
+    dataset_statistics,
+    load_statistics,
+    quantize_images,
+    save_statistics,
+    statistics_path,
+)
+from gpgan.metrics.scores import feature_statistics, fid, frechet_distance, inception_score, kid, precision_recall
 from gpgan.metrics.toy import DEFAULT_NUM_SAMPLES, mode_metrics, nearest_modes
 
-__all__ = ["DEFAULT_NUM_SAMPLES", "mode_metrics", "nearest_modes"]
+__all__ = [
+    "DEFAULT_NUM_SAMPLES", "mode_metrics", "nearest_modes",
+    "InceptionV3", "InceptionWeightsError",
+    "feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
+    "quantize_images", "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
+]

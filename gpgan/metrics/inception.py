@@ -15,9 +15,11 @@ time each batch norm is folded into its convolution (``w * g / sqrt(v + eps)``, 
 in a block are concatenated into one, so a block runs one GEMM where torch runs three: the
 results are the same up to rounding, and the forward is a chain of conv2d + relu.
 """
+import hashlib
 import json
 import os
 import warnings
+import zipfile
 
 import numpy
 
@@ -29,7 +31,7 @@ from gpgan.metrics.torch_file import load_torch_state_dict
 
 __all__ = [
     "InceptionV3", "InceptionWeightsError", "FID_WEIGHTS_URL", "FID_WEIGHTS_SHA256", "FID_WEIGHTS_SIZE",
-    "WEIGHTS_ENV", "state_dict_shapes", "random_state_dict", "weights_path",
+    "WEIGHTS_ENV", "state_dict_shapes", "random_state_dict", "weights_path", "weights_digest", "load_state_dict",
 ]
 
 # pytorch-fid's release of the weights (pytorch_fid/inception.py: FID_WEIGHTS_URL).
@@ -172,6 +174,17 @@ def _check_state_dict(state, source):
                                     + "; ".join(parts))
 
 
+def weights_digest(state_dict):
+    """SHA-256 (hex) of a state dict's values as float32, in name order: names the weights whatever
+    file or dtype they came in (cached data-set statistics carry it in their file name)."""
+    digest = hashlib.sha256()
+    for name in sorted(k for k in state_dict if not k.endswith("num_batches_tracked")):
+        value = numpy.ascontiguousarray(state_dict[name], dtype="<f4")
+        digest.update(f"{name}{value.shape}".encode())
+        digest.update(value.tobytes())
+    return digest.hexdigest()
+
+
 # -- finding and caching the weights -----------------------------------------------------------------
 def weights_path(path=None, download_missing=True, progress=True):
     """The weights file to use: ``path``, else ``$GPGAN_INCEPTION_WEIGHTS``, else the official file in
@@ -227,8 +240,11 @@ def load_state_dict(source, progress=True):
     cache in :func:`~gpgan.metrics.files.cache_dir`, reused while the file's size and time stay
     the same) or an ``.npz`` holding the state dict directly."""
     if source.endswith(".npz"):
-        with numpy.load(source, allow_pickle=False) as npz:
-            state = {k: npz[k] for k in npz.files if k != "__source__"}
+        try:
+            with numpy.load(source, allow_pickle=False) as npz:
+                state = {k: npz[k] for k in npz.files if k != "__source__"}
+        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
+            raise InceptionWeightsError(f"{source}: not a readable .npz state dict ({exc})") from None
         _check_state_dict(state, source)
         return state
     facts = _source_facts(source)
@@ -258,6 +274,7 @@ class InceptionV3:
 
     Build it with :meth:`load` (the official weights) or from a state dict in torchvision's
     names and shapes (:func:`state_dict_shapes`), e.g. ``InceptionV3(random_state_dict())``.
+    ``weights_id`` is :func:`weights_digest` of the weights.
 
     Args:
         state_dict: name -> array (NumPy), as :func:`state_dict_shapes` lists.
@@ -271,6 +288,7 @@ class InceptionV3:
             raise ValueError(f"InceptionV3: dtype must be float32 or float64, got {dtype}")
         _check_state_dict(state_dict, "the state dict")
         self.device, self.dtype = device, dtype
+        self.weights_id = weights_digest(state_dict)
         state = {k: numpy.asarray(v, dtype=numpy.float64) for k, v in state_dict.items()
                  if not k.endswith("num_batches_tracked")}
         folded = {}

@@ -1,0 +1,158 @@
+"""Reference statistics (files, cache names, data sets) and the quantization of generated images."""
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from gpgan.data import load_image_folder, to_unit_range
+from gpgan.metrics import reference
+from gpgan.metrics.reference import (
+    dataset_statistics,
+    load_statistics,
+    quantize_images,
+    save_statistics,
+    statistics_path,
+)
+from gpgan.metrics.scores import feature_statistics
+from gpgan.viz import image_grid
+
+
+# -- quantize_images ----------------------------------------------------------------------------------
+def test_quantize_inverts_the_loaders_unit_range():
+    levels = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16).repeat(3, axis=1)
+    np.testing.assert_array_equal(quantize_images(to_unit_range(levels)), levels)
+    np.testing.assert_array_equal(quantize_images(to_unit_range(levels).astype(np.float64)), levels)
+
+
+def test_quantize_rounds_and_clips_like_the_image_grid(rng):
+    images = rng.uniform(-1.2, 1.2, (2, 3, 5, 4)).astype(np.float32)
+    got = quantize_images(images)
+    assert got.dtype == np.uint8 and got.shape == images.shape
+    want = np.clip(np.floor((images.astype(np.float64) + 1) * 127.5 + 0.5), 0, 255)
+    np.testing.assert_array_equal(got, want)
+    assert got.min() == 0 and got.max() == 255  # clipped
+    grid = image_grid(images, nrow=2, padding=0)
+    np.testing.assert_array_equal(grid[:, :4], got[0].transpose(1, 2, 0))  # one rule in both places
+
+
+def test_quantize_refuses_integer_images():
+    with pytest.raises(TypeError, match="images must be floating point in \\[-1, 1\\], got uint8"):
+        quantize_images(np.zeros((1, 3, 2, 2), np.uint8))
+
+
+# -- statistics files -------------------------------------------------------------------------------
+def test_statistics_files_round_trip_and_published_layout(tmp_path, rng):
+    mu, sigma = rng.standard_normal(5), np.cov(rng.standard_normal((20, 5)), rowvar=False)
+    path = tmp_path / "deep" / "stats.npz"
+    save_statistics(path, mu, sigma)
+    with np.load(path) as npz:
+        assert sorted(npz.files) == ["mu", "sigma"]  # nothing but pytorch-fid's two arrays
+    got = load_statistics(path)
+    np.testing.assert_array_equal(got[0], mu)
+    np.testing.assert_array_equal(got[1], sigma)
+    published = tmp_path / "fid_stats_cifar10_train.npz"  # TTUR's files are float32 with extras
+    np.savez(published, mu=mu.astype(np.float32), sigma=sigma.astype(np.float32), note=np.array("ttur"))
+    mu32, sigma32 = load_statistics(published)
+    assert mu32.dtype == np.float64 and np.allclose(mu32, mu, rtol=1e-6)
+
+
+def test_statistics_file_errors(tmp_path):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, mean=np.zeros(3))
+    with pytest.raises(ValueError, match=r"holds arrays 'mu' and 'sigma', this one has \['mean'\]"):
+        load_statistics(bad)
+    np.savez(bad, mu=np.zeros(3), sigma=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"mu must be \(D,\) and sigma \(D, D\), got \(3,\) and \(3, 2\)"):
+        load_statistics(bad)
+    for junk in (b"not a zip", b"PK\x03\x04 broken"):
+        bad.write_bytes(junk)
+        with pytest.raises(ValueError, match="not a readable .npz statistics file"):
+            load_statistics(bad)
+    with pytest.raises(ValueError, match="save_statistics: mu must be"):
+        save_statistics(tmp_path / "x.npz", np.zeros(3), np.zeros(3))
+
+
+# -- data sets ------------------------------------------------------------------------------------
+class StandInNetwork:
+    """Features from the pixels (the caching logic does not need the real network)."""
+
+    weights_id = "0123456789abcdef" * 4
+
+    def __init__(self):
+        self.calls = 0
+
+    def features(self, images, batch_size=50, progress=False):
+        self.calls += 1
+        return {"pool3": images.reshape(len(images), -1)[:, :6].astype(np.float64)}
+
+
+def _write_images(folder, count, rng):
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        Image.fromarray(rng.integers(0, 256, (40, 36, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_image_folder_statistics_are_computed_once(home, tmp_path, rng):
+    root = tmp_path / "faces"
+    _write_images(root, 5, rng)
+    net = StandInNetwork()
+    mu, sigma = dataset_statistics(net, "image_folder", root=str(root), progress=False)
+    want = feature_statistics(net.features(load_image_folder(str(root)))["pool3"])
+    np.testing.assert_allclose(mu, want[0])
+    np.testing.assert_allclose(sigma, want[1])
+    path = statistics_path("image_folder", net.weights_id, root=str(root))
+    assert os.path.dirname(path) == str(home / ".cache" / "gpgan" / "fid_stats")
+    assert os.path.basename(path).startswith("image_folder-faces-") and path.endswith("-inception-0123456789ab.npz")
+    assert os.path.isfile(path)
+    calls = net.calls
+    again = dataset_statistics(net, "image_folder", root=str(root), progress=False)
+    assert net.calls == calls  # read from the cache
+    np.testing.assert_array_equal(again[0], mu)
+    dataset_statistics(net, "image_folder", root=str(root), progress=False, cache=False)
+    assert net.calls == calls + 1
+
+
+def test_cache_names_follow_the_data_and_the_weights(home, tmp_path, rng):
+    root = tmp_path / "imgs"
+    _write_images(root, 2, rng)
+    before = statistics_path("image_folder", "a" * 64, root=str(root))
+    assert statistics_path("image_folder", "a" * 64, root=str(root)) == before
+    assert statistics_path("image_folder", "b" * 64, root=str(root)) != before
+    _write_images(root / "more", 1, rng)  # a new image: other statistics
+    assert statistics_path("image_folder", "a" * 64, root=str(root)) != before
+    assert os.path.basename(statistics_path("cifar10", "c" * 64, split="test")) == "cifar10-test-inception-cccccccccccc.npz"
+
+
+def test_dataset_errors(home):
+    net = StandInNetwork()
+    with pytest.raises(ValueError, match="unknown data set 'mnist' for statistics; accepted: cifar10, image_folder"):
+        dataset_statistics(net, "mnist")
+    with pytest.raises(ValueError, match="CIFAR-10 split 'valid'"):
+        statistics_path("cifar10", net.weights_id, split="valid")
+    with pytest.raises(ValueError, match="image_folder statistics need root"):
+        dataset_statistics(net, "image_folder")
+    with pytest.raises(FileNotFoundError, match="CIFAR-10 files missing in"):
+        dataset_statistics(net, "cifar10", root=str(home / "nowhere"))
+
+
+def test_cifar10_statistics_use_the_whole_split(home, monkeypatch, rng):
+    images = rng.integers(0, 256, (12, 3, 32, 32), dtype=np.uint8)
+    seen = {}
+
+    def fake_load(root, split="train", download=False, progress=True):
+        seen.update(root=root, split=split, download=download)
+        return images, np.zeros(12, np.int64)
+
+    monkeypatch.setattr("gpgan.data.load_cifar10", fake_load)
+    net = StandInNetwork()
+    mu, _ = dataset_statistics(net, "cifar10", root="/data/cifar", split="test", download=True, progress=False)
+    assert seen == {"root": "/data/cifar", "split": "test", "download": True}
+    np.testing.assert_allclose(mu, images.reshape(12, -1)[:, :6].mean(axis=0))
+    assert os.path.isfile(reference.statistics_path("cifar10", net.weights_id, split="test"))
