@@ -77,11 +77,11 @@ def naive_bilinear(x, out_hw, align_corners=False, scales=(None, None)):
     y = np.zeros((N, C, Ho, Wo))
     for i in range(Ho):
         h = _bilinear_source(i, H, Ho, align_corners, scales[0])
-        h0 = min(int(math.floor(h)), H - 1)
+        h0 = min(math.floor(h), H - 1)
         h1, lh = min(h0 + 1, H - 1), min(max(h - h0, 0.0), 1.0)
         for j in range(Wo):
             w = _bilinear_source(j, W, Wo, align_corners, scales[1])
-            w0 = min(int(math.floor(w)), W - 1)
+            w0 = min(math.floor(w), W - 1)
             w1, lw = min(w0 + 1, W - 1), min(max(w - w0, 0.0), 1.0)
             y[:, :, i, j] = ((1 - lh) * ((1 - lw) * x[:, :, h0, w0] + lw * x[:, :, h0, w1])
                              + lh * ((1 - lw) * x[:, :, h1, w0] + lw * x[:, :, h1, w1]))

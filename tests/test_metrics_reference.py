@@ -54,7 +54,9 @@ def test_statistics_files_round_trip_and_published_layout(tmp_path, rng):
     published = tmp_path / "fid_stats_cifar10_train.npz"  # TTUR's files are float32 with extras
     np.savez(published, mu=mu.astype(np.float32), sigma=sigma.astype(np.float32), note=np.array("ttur"))
     mu32, sigma32 = load_statistics(published)
-    assert mu32.dtype == np.float64 and np.allclose(mu32, mu, rtol=1e-6)
+    assert mu32.dtype == sigma32.dtype == np.float64
+    np.testing.assert_allclose(mu32, mu, rtol=1e-6)
+    np.testing.assert_allclose(sigma32, sigma, rtol=1e-6)
 
 
 def test_statistics_file_errors(tmp_path):

@@ -71,7 +71,8 @@ def test_tensor_reaching_past_its_storage_is_refused(tmp_path):
 
 def test_truncated_and_forged_files_fail_clearly(tmp_path):
     data = tmp_path / "x.pt"
-    original = open(os.path.join(FIXTURES, "torch_state_legacy.pt"), "rb").read()
+    with open(os.path.join(FIXTURES, "torch_state_legacy.pt"), "rb") as f:
+        original = f.read()
     data.write_bytes(original[:-10])
     with pytest.raises(ValueError, match="x.pt: the file ends inside storage"):
         load_torch_state_dict(data)

@@ -337,7 +337,7 @@ class MaxPool2dGather(_MaxPoolRouting):
     """``(x, g) -> (N, C, Ho, Wo)``: ``g`` read at each window's maximum (the adjoint of the scatter)."""
 
     def forward(self, inputs):
-        x, g = inputs
+        _, g = inputs
         self.retain_inputs((0,))
         xp = get_array_module(g)
         out = xp.zeros(self.argmax.shape, dtype=g.dtype)

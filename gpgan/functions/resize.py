@@ -182,7 +182,7 @@ def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=N
         if len(factors) != 2 or not all(isinstance(f, numbers.Real) and not isinstance(f, bool)
                                         and math.isfinite(f) and f > 0 for f in factors):
             raise ValueError(f"{fn}: scale_factor must be a number > 0 or a pair of them, got {scale_factor!r}")
-        out_hw = tuple(int(math.floor(i * f)) for i, f in zip(in_hw, factors))
+        out_hw = tuple(math.floor(i * f) for i, f in zip(in_hw, factors))
         if min(out_hw) < 1:
             raise ValueError(f"{fn}: scale_factor {scale_factor!r} leaves no pixel of x with shape {tuple(x.shape)}")
         scales = tuple(1.0 / f for f in factors)

@@ -58,7 +58,7 @@ def download(url, dest, sha256, size, progress=True, desc=None):
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 raise DownloadError(f"could not download {url} ({exc})") from None
             with response, tqdm(total=size, unit="B", unit_scale=True, desc=desc or os.path.basename(dest),
-                                disable=not progress) as bar:
+                                disable=None if progress else True) as bar:
                 for block in iter(lambda: response.read(1 << 20), b""):
                     out.write(block)
                     digest.update(block)

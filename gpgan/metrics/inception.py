@@ -235,7 +235,7 @@ def _read_cached(cache, facts):
         return None  # missing, stale format or damaged: convert again
 
 
-def load_state_dict(source, progress=True):
+def load_state_dict(source):
     """The weights of ``source`` as NumPy arrays: a ``torch.save`` file (converted once to an ``.npz``
     cache in :func:`~gpgan.metrics.files.cache_dir`, reused while the file's size and time stay
     the same) or an ``.npz`` holding the state dict directly."""
@@ -324,7 +324,7 @@ class InceptionV3:
             InceptionWeightsError: the file is missing and cannot be downloaded (the message says
                 where to put it), or it is not the FID Inception state dict.
         """
-        return cls(load_state_dict(weights_path(path, progress=progress), progress), device, dtype)
+        return cls(load_state_dict(weights_path(path, progress=progress)), device, dtype)
 
     # -- forward --------------------------------------------------------------------------------
     def _conv(self, name, x):
@@ -401,7 +401,7 @@ class InceptionV3:
                 x = F.interpolate(x, size=(INPUT_SIZE, INPUT_SIZE), mode="bilinear", align_corners=False)
         return x.data * self.dtype.type(2) - self.dtype.type(1)
 
-    def features(self, images, batch_size=50, progress=False):
+    def features(self, images, batch_size=50, progress=True):
         """Inception features of uint8 images.
 
         Args:
@@ -409,7 +409,7 @@ class InceptionV3:
                 :func:`gpgan.metrics.quantize_images`).
             batch_size: images per forward pass; memory grows with it (about 25 MiB per image in
                 float32 at the largest convolution's column matrix).
-            progress: a tqdm bar on stderr.
+            progress: a tqdm bar on stderr (only when it is a terminal).
 
         Returns:
             ``{"pool3": (N, 2048), "logits": (N, 1008)}`` float64 NumPy arrays; the logits are
@@ -423,7 +423,9 @@ class InceptionV3:
             raise ValueError(f"features: batch_size must be >= 1, got {batch_size}")
         n = images.shape[0]
         pool3 = numpy.empty((n, 2048), dtype=numpy.float64)
-        with tqdm(total=n, unit="img", desc="Inception features", disable=not progress, leave=False) as bar:
+        bar = tqdm(total=n, unit="img", desc="Inception features", leave=False,
+                   disable=None if progress else True)  # None: only on a terminal
+        with bar:
             for start in range(0, n, batch_size):
                 batch = images[start:start + batch_size]
                 pool3[start:start + len(batch)] = to_device(self.pool3(self.preprocess(batch)), "cpu")
