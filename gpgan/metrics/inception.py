@@ -12,8 +12,12 @@ The network is declared once, as data (:data:`ARCHITECTURE` and the block layout
 expected state dict, the validation of a weights file and the forward pass all read it. At load
 time each batch norm is folded into its convolution (``w * g / sqrt(v + eps)``, bias
 ``b - m * g / sqrt(v + eps)``, in float64), and the 1x1 convolutions that read the same input
-in a block are concatenated into one, so a block runs one GEMM where torch runs three: the
-results are the same up to rounding, and the forward is a chain of conv2d + relu.
+in a block are concatenated into one, so a block runs one GEMM where torch runs three or four.
+The pool branch of the A, C and first E blocks (average pooling, then a 1x1 convolution) runs its
+convolution first, inside that GEMM: both are linear, the convolution acts on each pixel and the
+pooling on each channel, and the pooling's weights sum to one, so the bias passes through
+unchanged. The pooling then averages 4 to 7 times fewer channels. Results equal pytorch-fid's
+up to rounding.
 """
 import hashlib
 import json
@@ -98,13 +102,14 @@ def _block_convs(kind, cin, option):
             ("branch_pool", cin, 192, 1, 1, 0))
 
 
-# The 1x1 convolutions of each block type that read the block's input: run as one.
+# The 1x1 convolutions of each block type that read the block's input: run as one. A
+# "branch_pool" among them is the pool branch's convolution, moved before the average pooling.
 _FUSED_1X1 = {
-    "A": ("branch1x1", "branch5x5_1", "branch3x3dbl_1"),
+    "A": ("branch1x1", "branch5x5_1", "branch3x3dbl_1", "branch_pool"),
     "B": (),
-    "C": ("branch1x1", "branch7x7_1", "branch7x7dbl_1"),
+    "C": ("branch1x1", "branch7x7_1", "branch7x7dbl_1", "branch_pool"),
     "D": ("branch3x3_1", "branch7x7x3_1"),
-    "E_1": ("branch1x1", "branch3x3_1", "branch3x3dbl_1"),
+    "E_1": ("branch1x1", "branch3x3_1", "branch3x3dbl_1", "branch_pool"),
     "E_2": ("branch1x1", "branch3x3_1", "branch3x3dbl_1"),
 }
 
@@ -297,13 +302,15 @@ class InceptionV3:
             weight = state[f"{name}.conv.weight"] * scale[:, None, None, None]
             bias = state[f"{name}.bn.bias"] - state[f"{name}.bn.running_mean"] * scale
             folded[name] = (weight, bias, stride, padding)
-        self._splits = {}
+        self._fused_parts = {}  # block -> (names, channel offsets) of its fused 1x1 convolution
         for block, kind, _, _ in ARCHITECTURE:
-            members = [folded.pop(f"{block}.{suffix}") for suffix in _FUSED_1X1[kind]]
+            names = _FUSED_1X1[kind]
+            members = [folded.pop(f"{block}.{suffix}") for suffix in names]
             if members:
                 folded[f"{block}.fused_1x1"] = (numpy.concatenate([m[0] for m in members]),
                                                 numpy.concatenate([m[1] for m in members]), 1, (0, 0))
-                self._splits[block] = list(numpy.cumsum([m[0].shape[0] for m in members])[:-1])
+                offsets = [int(o) for o in numpy.cumsum([m[0].shape[0] for m in members])[:-1]]
+                self._fused_parts[block] = (names, offsets)
         self._convs = {name: (Variable(to_device(w.astype(dtype), device)), Variable(to_device(b.astype(dtype), device)),
                               stride, padding)
                        for name, (w, b, stride, padding) in folded.items()}
@@ -332,44 +339,46 @@ class InceptionV3:
         return F.relu(F.conv2d(x, weight, bias, stride, padding))
 
     def _fused(self, block, x):
-        """The block's 1x1 convolutions on ``x``, as one convolution split into their outputs."""
-        return F.split(self._conv(f"{block}.fused_1x1", x), self._splits[block], axis=1)
+        """The activations of the block's 1x1 convolutions on ``x`` (one GEMM), by name."""
+        names, offsets = self._fused_parts[block]
+        weight, bias, _, _ = self._convs[f"{block}.fused_1x1"]
+        parts = F.split(F.conv2d(x, weight, bias), offsets, axis=1)
+        # The pool branch was convolved before its pooling (see the module docstring).
+        return {name: F.relu(_tf_avg_pool(part) if name == "branch_pool" else part)
+                for name, part in zip(names, parts)}
 
     def _block(self, block, kind, x):
         def conv(suffix, v):
             return self._conv(f"{block}.{suffix}", v)
 
-        def avg_pool(v):  # TensorFlow's average pool: padded zeros are not counted
-            return F.avg_pool2d(v, 3, 1, 1, count_include_pad=False)
-
-        if kind == "A":
-            b1, b5, b3 = self._fused(block, x)
-            b5 = conv("branch5x5_2", b5)
-            b3 = conv("branch3x3dbl_3", conv("branch3x3dbl_2", b3))
-            return F.concat([b1, b5, b3, conv("branch_pool", avg_pool(x))], axis=1)
         if kind == "B":
             b3 = conv("branch3x3", x)
             bd = conv("branch3x3dbl_3", conv("branch3x3dbl_2", conv("branch3x3dbl_1", x)))
             return F.concat([b3, bd, F.max_pool2d(x, 3, 2)], axis=1)
+        fused = self._fused(block, x)
+        if kind == "A":
+            b5 = conv("branch5x5_2", fused["branch5x5_1"])
+            b3 = conv("branch3x3dbl_3", conv("branch3x3dbl_2", fused["branch3x3dbl_1"]))
+            return F.concat([fused["branch1x1"], b5, b3, fused["branch_pool"]], axis=1)
         if kind == "C":
-            b1, b7, bd = self._fused(block, x)
-            b7 = conv("branch7x7_3", conv("branch7x7_2", b7))
+            b7 = conv("branch7x7_3", conv("branch7x7_2", fused["branch7x7_1"]))
+            bd = fused["branch7x7dbl_1"]
             for k in range(2, 6):
                 bd = conv(f"branch7x7dbl_{k}", bd)
-            return F.concat([b1, b7, bd, conv("branch_pool", avg_pool(x))], axis=1)
+            return F.concat([fused["branch1x1"], b7, bd, fused["branch_pool"]], axis=1)
         if kind == "D":
-            b3, b7 = self._fused(block, x)
-            b3 = conv("branch3x3_2", b3)
+            b3 = conv("branch3x3_2", fused["branch3x3_1"])
+            b7 = fused["branch7x7x3_1"]
             for k in range(2, 5):
                 b7 = conv(f"branch7x7x3_{k}", b7)
             return F.concat([b3, b7, F.max_pool2d(x, 3, 2)], axis=1)
-        b1, b3, bd = self._fused(block, x)
+        b3 = fused["branch3x3_1"]
         b3 = [conv("branch3x3_2a", b3), conv("branch3x3_2b", b3)]
-        bd = conv("branch3x3dbl_2", bd)
+        bd = conv("branch3x3dbl_2", fused["branch3x3dbl_1"])
         bd = [conv("branch3x3dbl_3a", bd), conv("branch3x3dbl_3b", bd)]
-        # pytorch-fid's last block max-pools here (TensorFlow's graph does), the first averages.
-        pooled = avg_pool(x) if kind == "E_1" else F.max_pool2d(x, 3, 1, 1)
-        return F.concat([b1] + b3 + bd + [conv("branch_pool", pooled)], axis=1)
+        # pytorch-fid's last block max-pools before its pool convolution (TensorFlow's graph does).
+        pooled = fused["branch_pool"] if kind == "E_1" else conv("branch_pool", F.max_pool2d(x, 3, 1, 1))
+        return F.concat([fused["branch1x1"]] + b3 + bd + [pooled], axis=1)
 
     def pool3(self, x):
         """The 2048 pool3 features of preprocessed images.
@@ -431,6 +440,11 @@ class InceptionV3:
                 pool3[start:start + len(batch)] = to_device(self.pool3(self.preprocess(batch)), "cpu")
                 bar.update(len(batch))
         return {"pool3": pool3, "logits": pool3 @ self.fc_weight.T}
+
+
+def _tf_avg_pool(v):
+    """TensorFlow's 3x3 average pool of the FID blocks: padded zeros are not counted."""
+    return F.avg_pool2d(v, 3, 1, 1, count_include_pad=False)
 
 
 def _check_images(images):
