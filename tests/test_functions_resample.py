@@ -300,6 +300,33 @@ def test_resize_errors():
         F.adaptive_avg_pool2d(x, (2, 0))
 
 
+# -- CUDA: the same numbers, first and second order ------------------------------------------------
+CUDA_CASES = {
+    # x * x: pooling and resizing are linear, so without it the second derivative would be trivial
+    "max_pool2d": lambda x: F.max_pool2d(x * x, 3, 2, 1),
+    "avg_pool2d_exclude_pad": lambda x: F.avg_pool2d(x * x, 3, 1, 1, count_include_pad=False),
+    "bilinear": lambda x: F.interpolate(x * x, size=(9, 7), mode="bilinear"),
+    "adaptive_avg_pool2d": lambda x: F.adaptive_avg_pool2d(x * x, (2, 3)),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", sorted(CUDA_CASES))
+def test_cuda_matches_cpu(name):
+    fn = CUDA_CASES[name]
+    host = np.random.default_rng(0).standard_normal((2, 3, 6, 5))
+    results = {}
+    for device in ("cpu", "cuda"):
+        x = gpgan.Variable(gpgan.Variable(host).to(device).data, requires_grad=True)
+        y = fn(x)
+        gy = gpgan.Variable(gpgan.Variable(np.cos(np.arange(y.size)).reshape(y.shape)).to(device).data)
+        gx, = gpgan.grad(y, x, grad_outputs=gy, create_graph=True)
+        ggx, = gpgan.grad(F.sum(gx * gx), x)
+        results[device] = [v.to("cpu").data for v in (y, gx, ggx)]
+    for cpu, cuda in zip(results["cpu"], results["cuda"]):
+        np.testing.assert_allclose(cuda, cpu, rtol=1e-10, atol=1e-12)
+
+
 # -- optional: against PyTorch -------------------------------------------------------------------
 @pytest.fixture
 def torch():

@@ -263,6 +263,19 @@ def test_download_verifies_size_and_hash_and_leaves_no_partial_file(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["weights.pth"]
 
 
+@pytest.mark.cuda
+def test_features_on_cuda_equal_cpu(state, rng):
+    from gpgan.metrics import quantize_images
+
+    images = rng.integers(0, 256, (3, 3, 32, 32), dtype=np.uint8)
+    cpu = InceptionV3(state).features(images, batch_size=2)
+    on_gpu = gpgan.Variable(images.astype(np.float32) / 127.5 - 1).to("cuda").data
+    cuda = InceptionV3(state, device="cuda").features(quantize_images(on_gpu), batch_size=2)
+    for name in ("pool3", "logits"):
+        assert isinstance(cuda[name], np.ndarray)
+        np.testing.assert_allclose(cuda[name], cpu[name], rtol=1e-4, atol=1e-4 * np.abs(cpu[name]).max())
+
+
 # -- optional: pytorch-fid itself, and the real weights ---------------------------------------------
 def _compare_script():
     spec = importlib.util.spec_from_file_location(

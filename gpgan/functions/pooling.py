@@ -268,11 +268,12 @@ class MaxPool2d(FunctionNode):
         # visiting offsets last to first, each match overwrites the later ones.
         argmax = xp.zeros(y.shape, dtype=xp.uint8 if kH * kW <= 256 else xp.int32)
         windows = list(_windows(xpad, self.k, self.s, out_hw))
+        offset = argmax.dtype.type  # a scalar of argmax's own dtype: copyto needs no cast
         for t, view in reversed(windows):
-            xp.copyto(argmax, t, where=view == y)
+            xp.copyto(argmax, offset(t), where=view == y)
         if xp.isnan(y).any():  # torch sends the gradient of a NaN window to its last NaN
             for t, view in windows:
-                xp.copyto(argmax, t, where=xp.isnan(view))
+                xp.copyto(argmax, offset(t), where=xp.isnan(view))
         self.argmax = argmax
         return (y,)
 
