@@ -33,7 +33,6 @@ matching every key of an entry is not run.
 """
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -42,12 +41,14 @@ from typing import Any
 
 import yaml
 
+from gpgan.metrics import direction as metric_direction
+from gpgan.schema import did_you_mean
+
 __all__ = [
     "SweepError",
     "Sweep",
     "RunSpec",
     "IGNORED",
-    "default_direction",
     "load_sweep",
     "parse_sweep",
     "expand_runs",
@@ -66,15 +67,7 @@ DEFAULT_SEED_AXIS = "train.seed"
 DEFAULT_X_AXIS = "penalty.weight"
 DEFAULT_SERIES_AXIS = "penalty.type"
 
-# Metric names that are better when small; every other metric defaults to "max".
-_MINIMIZED = re.compile(r"(kl|loss|fid|divergence|distance|error|time)", re.IGNORECASE)
-
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def default_direction(metric: str) -> str:
-    """"min" for metrics that look like costs (kl, loss, fid, distance, error, time), else "max"."""
-    return "min" if _MINIMIZED.search(metric) else "max"
 
 
 class SweepError(ValueError):
@@ -193,13 +186,6 @@ def _safe_fragment(text: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # validation helpers
 
-def _closest(word, options) -> str:
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=2, cutoff=0.5)
-    if close:
-        return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
-    return ""
-
-
 def _err(path, where, message) -> SweepError:
     return SweepError(f"sweep file {path}: {where}: {message}")
 
@@ -229,7 +215,7 @@ def _check_axis_values(path, where, axes, mapping):
     out = {}
     for key, val in mapping.items():
         if key not in axes:
-            raise _err(path, where, f"{key!r} is not an axis; axes are {list(axes)}{_closest(key, axes)}")
+            raise _err(path, where, f"{key!r} is not an axis; axes are {list(axes)}{did_you_mean(key, axes)}")
         vals = _as_list(val)
         for v in vals:
             if not any(_same(v, a) for a in axes[key]):
@@ -264,10 +250,10 @@ def _parse_metrics(path, raw):
         if not isinstance(name, str) or not name:
             raise _err(path, where, f"metric name {name!r} must be a non-empty string")
         if direction is None:
-            direction = default_direction(name)
+            direction = metric_direction(name)
         if direction not in DIRECTIONS:
             raise _err(path, where, f"direction {direction!r} for {name!r} must be one of {list(DIRECTIONS)}"
-                       + _closest(direction, DIRECTIONS))
+                       + did_you_mean(direction, DIRECTIONS))
         if any(name == m for m, _ in metrics):
             raise _err(path, where, f"metric {name!r} is listed twice")
         metrics.append((name, direction))
@@ -299,7 +285,7 @@ def parse_sweep(raw, path) -> Sweep:
                          f"got {type(raw).__name__}")
     unknown = [k for k in raw if k not in TOP_LEVEL_KEYS]
     if unknown:
-        details = "; ".join(f"{k!r}{_closest(k, TOP_LEVEL_KEYS)}" for k in unknown)
+        details = "; ".join(f"{k!r}{did_you_mean(k, TOP_LEVEL_KEYS)}" for k in unknown)
         raise SweepError(f"sweep file {path}: unknown key(s) {details}; valid keys are {list(TOP_LEVEL_KEYS)}")
     for key in ("base", "axes"):
         if key not in raw:
@@ -346,7 +332,7 @@ def parse_sweep(raw, path) -> Sweep:
         if value is None:
             return None
         if value not in axes:
-            raise _err(path, name, f"{value!r} is not an axis; axes are {list(axes)}{_closest(value, axes)}")
+            raise _err(path, name, f"{value!r} is not an axis; axes are {list(axes)}{did_you_mean(value, axes)}")
         return value
 
     seed_axis = axis_option("seed_axis", DEFAULT_SEED_AXIS)
@@ -367,7 +353,7 @@ def parse_sweep(raw, path) -> Sweep:
             raise _err(path, where, "must be a mapping {when: {axis: value}, axes: [axis, ...]}")
         bad = [k for k in rule if k not in IGNORE_KEYS]
         if bad:
-            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{_closest(k, IGNORE_KEYS)}" for k in bad)
+            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{did_you_mean(k, IGNORE_KEYS)}" for k in bad)
                        + f"; valid keys are {list(IGNORE_KEYS)}")
         if "when" not in rule or "axes" not in rule:
             raise _err(path, where, "needs both 'when' and 'axes'")
@@ -379,7 +365,7 @@ def parse_sweep(raw, path) -> Sweep:
             raise _err(path, where + ".axes", "must be a non-empty list of axis keys")
         for key in dropped:
             if key not in axes:
-                raise _err(path, where + ".axes", f"{key!r} is not an axis; axes are {list(axes)}{_closest(key, axes)}")
+                raise _err(path, where + ".axes", f"{key!r} is not an axis; axes are {list(axes)}{did_you_mean(key, axes)}")
             if key in when:
                 raise _err(path, where + ".axes", f"{key!r} cannot be both tested in 'when' and ignored")
             if key == seed_axis:
