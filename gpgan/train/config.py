@@ -31,6 +31,11 @@ def _penalty_names():
     return sorted(PENALTIES)
 
 
+def _eval_metric_names():
+    from gpgan.metrics.direction import KNOWN
+    return sorted(KNOWN)
+
+
 def _data_names():
     from gpgan.data import IMAGE_DATASETS
     from gpgan.data.toy import TOY_DATASETS
@@ -99,6 +104,9 @@ SCHEMA = {
         "eval_interval": Field("int", 0, "toy 2-D data: evaluate mode metrics every N steps "
                                "(0: only at the end)", minimum=0),
         "eval_samples": Field("int", 2500, "toy 2-D data: generated samples per evaluation", minimum=1),
+        "best_metric": Field("str", None, "evaluation metric that picks checkpoints/best.npz (kept at the best "
+                             "evaluation so far, by the metric's direction); null: eval/reverse_kl on toy data",
+                             nullable=True, choices=_eval_metric_names),
         "n_samples": Field("int", 64, "images in each sample grid (points in each scatter plot: "
                            "eval_samples)", minimum=1),
         "stop_after": Field("int", None, "stop as if interrupted (checkpoint, exit 130) after this "

@@ -22,6 +22,7 @@ import numpy
 import gpgan
 from gpgan.backend import random as global_random
 from gpgan.checkpoint import load_checkpoint, save_checkpoint
+from gpgan.metrics import is_better
 from gpgan.train.build import build_components
 from gpgan.train.feed import InputFeed
 from gpgan.train.monitor import Monitor
@@ -67,6 +68,8 @@ class Trainer:
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
                               tc["critic_steps"])
         self.monitor = Monitor(self.parts, run)
+        self.best_metric = tc["best_metric"] or "eval/reverse_kl"
+        self.best_value = None  # the best evaluation of best_metric so far (checkpoints/best.npz)
         self.wall_time = 0.0
         self.last = {}          # the latest value of each step output (device scalars or floats)
         self._last_batch = None
@@ -99,7 +102,8 @@ class Trainer:
         periodic = path is None
         path = self.run.checkpoint_path(self.step) if periodic else path
         meta = {"step": self.step, "data": self.parts.loader.state_dict(), "wall_time_s": self.wall_time,
-                "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__}
+                "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__,
+                "best": {"metric": self.best_metric, "value": self.best_value}}
         modules, optimizers, emas, rngs = self._state()
         save_checkpoint(path, modules, optimizers, emas=emas, rngs=rngs, meta=meta)
         if periodic:
@@ -114,7 +118,16 @@ class Trainer:
         self.step_fn.step = int(meta["step"])
         self.wall_time = float(meta.get("wall_time_s", 0.0))
         self.last = dict(meta.get("last", {}))
+        best = meta.get("best") or {}
+        self.best_value = best.get("value") if best.get("metric") == self.best_metric else None
         return self.step
+
+    def _keep_best(self, evaluation):
+        """Save checkpoints/best.npz when ``evaluation`` beats the best value of the best metric."""
+        value = evaluation.get(self.best_metric)
+        if value is not None and is_better(self.best_metric, value, self.best_value):
+            self.best_value = value
+            self.save_checkpoint(self.run.best_checkpoint_path)
 
     # -- stops --------------------------------------------------------------------------------
     def _raise_on_fault(self):
@@ -178,6 +191,7 @@ class Trainer:
                 if log or sample or checkpoint:
                     self._raise_on_fault()  # before anything reads the weights or losses
                 evaluation = self.monitor.evaluate() if evaluate else {}
+                self._keep_best(evaluation)
                 if log:
                     now = time.perf_counter()
                     record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
