@@ -19,6 +19,7 @@ MAX_MARKERS = 60              # a line with more points than this is drawn witho
 SERIES_STYLES = ("line", "points", "level")
 DODGE_PT = 4                  # horizontal shift between series with error bars, in points
 MARK_SPACING_PT = 16          # between the labelled marks of non-finite values of several series
+BAND = 0.12                   # share of the plot height kept at the top (+inf) or bottom (-inf, nan) for marks
 
 
 def _host(x):
@@ -221,9 +222,6 @@ def _draw_series(ax, xs, ys, err, style, color, label, dodge):
     if has_err and ok_err.any():
         ax.errorbar(xs[ok_err], ys[ok_err], yerr=spread[ok_err], fmt="none", ecolor=color, elinewidth=1.2,
                     capsize=4, zorder=2, transform=transform)
-
-
-BAND = 0.12    # fraction of the plot height kept at the top (+inf) or bottom (-inf, nan) for marks
 
 
 def _y_layout(prepared):
