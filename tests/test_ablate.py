@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -333,6 +334,101 @@ def test_ignore_collapses_runs_and_panels_split_figures(tmp_path, fake):
     assert sum(r["penalty.weight"] == "" for r in rows) == 4
     # Best setting per panel for modes (max): r1 with weight 10 on grid25 (modes grow with weight).
     assert "- `eval/modes` ↑ (data.name=grid25): penalty.type=r1, penalty.weight=10:" in report
+
+
+# ----------------------------------------------------------------------------------------------
+# figures
+
+def figure_parts(figure):
+    """(axes, {legend label: line}, [error bars as (x, low, high)] per errorbar call, mark texts)."""
+    ax = figure.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    bars = [[(s[0][0], min(s[0][1], s[1][1]), max(s[0][1], s[1][1])) for s in c.lines[2][0].get_segments()]
+            for c in ax.containers]
+    return ax, lines, bars, sorted(t.get_text() for t in ax.texts)
+
+
+def test_metric_figure_log_axis_error_bars_levels_and_infinite_marks():
+    from gpgan.studies.figures import build_metric_figure
+
+    points = [("none", IGNORED, 0.6, 0.1),
+              ("r1", 0.1, 0.5, 0.2), ("r1", 1.0, 0.3, None), ("r1", 10.0, 0.1, 0.05),
+              ("wgan_gp", 0.1, 0.4, 0.1), ("wgan_gp", 1.0, 0.2, 0.1), ("wgan_gp", 10.0, math.inf, None)]
+    figure = build_metric_figure(points, "penalty.weight", "penalty.type", [0.1, 1.0, 10.0],
+                                 "eval/reverse_kl", "min", "eval/reverse_kl, data.name=grid25")
+    ax, lines, bars, marks = figure_parts(figure)
+    assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [0.1, 1.0, 10.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0.1", "1.0", "10.0"]
+    assert ax.get_ylabel() == "eval/reverse_kl (lower is better)" and ax.get_title() == "eval/reverse_kl, data.name=grid25"
+    assert list(lines) == ["none (any penalty.weight)", "r1", "wgan_gp"]
+    assert lines["none (any penalty.weight)"].get_linestyle() == "--"  # a level over every weight
+    np.testing.assert_array_equal(lines["r1"].get_ydata(), [0.5, 0.3, 0.1])
+    # error bars = std over seeds, none where a single seed has no std; the inf has none either
+    np.testing.assert_allclose(bars[0], [(0.1, 0.3, 0.7), (10.0, 0.05, 0.15)])
+    np.testing.assert_allclose(bars[1], [(0.1, 0.3, 0.5), (1.0, 0.1, 0.3)])
+    # the collapsed setting is marked, not silently missing
+    assert marks == ["inf"]
+    (mark,) = [line for line in ax.get_lines() if line.get_marker() == "^"]
+    assert list(mark.get_xdata()) == [10.0] and mark.get_ydata()[0] > 0.8  # top band, axes coordinates
+
+
+def test_metric_figure_linear_categorical_and_point_plot_axes(tmp_path):
+    from gpgan.studies.figures import build_metric_figure, metric_figure
+
+    linear = build_metric_figure([(None, x, x * 2.0, 0.1) for x in (1, 2, 3)], "train.critic_steps", None,
+                                 [1, 2, 3], "eval/modes", "max", "eval/modes")
+    ax, lines, _, _ = figure_parts(linear)
+    assert ax.get_xscale() == "linear" and list(ax.get_xticks()) == [1.0, 2.0, 3.0]
+    assert ax.get_ylabel() == "eval/modes (higher is better)" and not lines and not linear.legends
+
+    names = ["relu", "leaky_relu", "elu"]
+    categorical = build_metric_figure([("adam", x, float(i), None) for i, x in enumerate(names)],
+                                      "model.activation", "optim.name", names, "eval/modes", "max", "t")
+    ax, lines, bars, _ = figure_parts(categorical)
+    categorical.canvas.draw()
+    assert list(ax.get_xticks()) == [0.0, 1.0, 2.0] and [t.get_text() for t in ax.get_xticklabels()] == names
+    assert list(lines) == ["adam"] and bars == []
+
+    # one weight per type: one mark per type, no line between the types, named on the x axis
+    points = [("r1", 1.0, 25.0, 0.5), ("wgan_gp", 1.0, math.nan, None), ("none", IGNORED, 17.0, 1.0)]
+    single = build_metric_figure(points, "penalty.weight", "penalty.type", [1.0], "eval/modes", "max", "t")
+    ax, _, bars, marks = figure_parts(single)
+    single.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "r1 (penalty.weight=1.0)", "wgan_gp (penalty.weight=1.0)", "none"]
+    assert ax.get_xlabel() == "penalty.type" and ax.get_lines()[0].get_linestyle() == "None"
+    assert len(bars) == 1 and marks == ["nan"]
+    np.testing.assert_allclose(bars[0], [(0.0, 24.5, 25.5), (2.0, 16.0, 18.0)])
+
+    assert build_metric_figure([], "penalty.weight", None, [1.0], "eval/modes", "max", "t") is None
+    assert metric_figure(tmp_path / "none.png", [], "penalty.weight", None, [1.0], "eval/modes", "max", "t") is False
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_report_marks_and_names_an_infinite_setting(tmp_path, monkeypatch):
+    """A reverse KL of inf (a collapsed run) is drawn as a mark and named in the figure's caption."""
+    script = tmp_path / "fake_inf.py"
+    script.write_text(FAKE_TRAINER.replace(
+        '"eval/reverse_kl": 1 / (1 + seed)}',
+        '"eval/reverse_kl": float("inf") if weight >= 10 else 1 / (1 + seed)}'))
+    monkeypatch.setenv("GPGAN_TRAIN_CMD", shlex.join([sys.executable, str(script)]))
+    sweep = write_sweep(tmp_path, """\
+        base: base.yaml
+        axes:
+          penalty.type: [r1]
+          penalty.weight: [0.1, 1, 10]
+          train.seed: [0, 1]
+        metrics: [{eval/reverse_kl: min}]
+    """)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    report = (out / "REPORT.md").read_text()
+    assert "| r1 | 10 | 2/2 | inf |" in report
+    assert ("eval/reverse_kl (final, mean ± std over seeds); marked at the edge (mean not finite): r1, 10 (inf):\n\n"
+            "![eval/reverse_kl (final, mean ± std over seeds)](figures/eval-reverse_kl.png)") in report
+    png = (out / "figures" / "eval-reverse_kl.png").read_bytes()
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    assert (out / "figures" / "eval-reverse_kl.png").read_bytes() == png
 
 
 @pytest.mark.parametrize("whom", ["ablate", "process_group"])

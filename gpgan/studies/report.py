@@ -144,14 +144,15 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
                     continue
                 s = st.values.get(sweep.series_axis) if sweep.series_axis else None
                 x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
-                points.append((s, x, mean, std or 0.0))
+                points.append((s, x, mean, std))
             rel = f"figures/{slug(metric)}{suffix}.png"
             title = f"{metric}, {heading}" if pv else metric
             caption = f"{metric} (final, mean ± std over seeds)"
-            undrawn = [", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
-                       for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
-            if undrawn:  # e.g. a reverse KL of inf: the plot cannot show it, the table does
-                caption += "; not drawn (mean not finite): " + "; ".join(undrawn)
+            off_scale = [", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
+                         + f" ({_num(st.final[metric][0])})"
+                         for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
+            if off_scale:  # e.g. a reverse KL of inf: marked in a band at the plot's edge, named here
+                caption += "; marked at the edge (mean not finite): " + "; ".join(off_scale)
             if metric_figure(out_dir / rel, points, sweep.x_axis, sweep.series_axis, x_values,
                              metric, direction, title):
                 items.append((caption, rel))
