@@ -104,7 +104,7 @@ def test_scatter_samples_default_view_fits_the_real_points(tmp_path):
     assert ax.get_title() == "collapsed" and figure.get_suptitle() == ""
     path = scatter_samples(tmp_path / "sub" / "points.png", real, real + 0.1)
     with Image.open(path) as img:
-        assert img.format == "PNG" and img.size == (600, 600)
+        assert img.format == "PNG" and img.size == (560, 560)
 
 
 def test_density_alpha_falls_with_the_number_of_points():

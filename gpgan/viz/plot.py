@@ -13,7 +13,7 @@ from gpgan.viz.figure import DPI, PALETTE, new_figure, plot_style, rgb, save_fig
 
 REAL_COLOR = (150, 150, 150)
 GENERATED_COLOR = PALETTE[0]
-SCATTER_SIZE = (600, 600)     # pixels
+SCATTER_SIZE = (560, 560)     # pixels (as scatter_plot)
 LINE_SIZE = (640, 440)
 MAX_MARKERS = 60              # a line with more points than this is drawn without markers
 SERIES_STYLES = ("line", "points", "level")
