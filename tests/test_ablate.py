@@ -336,6 +336,66 @@ def test_ignore_collapses_runs_and_panels_split_figures(tmp_path, fake):
     assert "- `eval/modes` ↑ (data.name=grid25): penalty.type=r1, penalty.weight=10:" in report
 
 
+def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_path, fake):
+    sweep_path = write_sweep(tmp_path, """\
+        base: base.yaml
+        set: {train.steps: 3, optim.critic.lr: 0.002}
+        variants:
+          pairing:
+            common: {}
+            paper: {loss: wgan, train.critic_steps: 5, optim.critic.lr: 0.0001}
+        axes:
+          pairing: [common, paper]
+          penalty.type: [r1, wgan_gp]
+          penalty.weight: [1.0]
+          train.seed: [0, 1]
+        exclude:
+          - {pairing: paper, penalty.type: r1}
+        metrics: [eval/modes, {eval/reverse_kl: min}]
+        notes: |
+          Modes grow with the weight.
+    """)
+    specs = expand_runs(load_sweep(sweep_path))
+    assert len(specs) == 6 and specs[0].name == "pairing-common__type-r1__weight-1.0__seed-0"
+    paper = dict(next(s for s in specs if s.values["pairing"] == "paper").overrides)
+    # The variant's keys come after set: (so they win) and no "pairing" key reaches the trainer.
+    assert paper["optim.critic.lr"] == 0.0001 and paper["loss"] == "wgan" and "pairing" not in paper
+    out = tmp_path / "out"
+    assert main([str(sweep_path), "--out", str(out), "--jobs", "2"]) == 0
+    states = [json.loads(p.read_text()) for p in (out / "runs").glob("*/pairing-paper*/fake_state.json")]
+    assert len(states) == 2 and all(st["sets"]["train.critic_steps"] == 5 for st in states)
+    report = (out / "REPORT.md").read_text()
+    assert "- Variant `pairing=paper`: `loss=wgan`, `train.critic_steps=5`, `optim.critic.lr=0.0001`." in report
+    assert "## Findings\n\nModes grow with the weight.\n" in report
+    curve = "figures/curves/eval-modes__pairing-common.png"
+    assert f"({curve})" in report and is_png(out / curve)
+    # The curve is the mean over seeds at each step: the fake trainer logs modes = 10 + seed + weight
+    # + (5 at step 1, step - 3 after), so seeds 0 and 1 at weight 1 average 11.5 + that.
+    from gpgan.studies.report import curve_stats
+    from gpgan.studies.results import collect_results
+
+    records = [r for r in collect_results(load_sweep(sweep_path), out)
+               if r.spec.values["pairing"] == "common" and r.spec.values["penalty.type"] == "r1"]
+    steps, mean, std = curve_stats(records, "eval/modes")
+    assert steps == [1, 2, 3] and mean == [16.5, 10.5, 11.5]
+    assert std == pytest.approx([statistics.stdev([16, 17])] * 3)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("variants: {pairing: {a: {}}}\naxes: {pairing: [b]}\n", "'b' is not a variant of 'pairing'"),
+    ("variants: {pairing: {a: {penalty.type: r1}}}\naxes: {pairing: [a], penalty.type: [r1]}\n",
+     "is also an axis"),
+    ("axes: {pairng: [a]}\n", "neither a dotted config key"),
+    ("variants: {pairing: {a: {}}}\naxes: {penalty.type: [r1]}\n", "is not used as an axis"),
+    ("variants: {pairing: {a: {train.stesp: 3}}}\naxes: {pairing: [a]}\n", "did you mean 'train.steps'"),
+])
+def test_variant_errors(tmp_path, body, message):
+    path = write_sweep(tmp_path, "base: base.yaml\n" + body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert message in str(info.value)
+
+
 # ----------------------------------------------------------------------------------------------
 # figures
 

@@ -277,3 +277,21 @@ print("ok")
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+def test_curves_figure_keeps_colours_per_label_and_leaves_out_non_finite_means():
+    from gpgan.viz import curves_figure
+
+    groups = [("r1", [("w=0.1", [1, 2, 3], [1.0, 2.0, float("inf")], [0.1, 0.2, 0.3]),
+                      ("w=1", [1, 2, 3], [2.0, 3.0, 4.0], None)]),
+              ("r2", [("w=1", [1, 2, 3], [3.0, 1.0, 2.0], [0.5, 0.5, 0.5])])]
+    figure = curves_figure(groups, "generator step", "eval/modes")
+    first, second = figure.axes[0], figure.axes[1]
+    assert first.get_title() == "r1" and second.get_title() == "r2"
+    lines = [line for line in first.get_lines() if len(line.get_xdata())]
+    assert list(lines[0].get_xdata()) == [1, 2] and list(lines[0].get_ydata()) == [1.0, 2.0]  # inf left out
+    colour_w1 = [line.get_color() for line in lines if line.get_label() == "w=1"][0]
+    assert [line.get_color() for line in second.get_lines() if line.get_label() == "w=1"] == [colour_w1]
+    assert len(first.collections) == 1 and len(second.collections) == 1  # bands only where a std is given
+    with pytest.raises(ValueError, match="no groups"):
+        curves_figure([], "x", "y")

@@ -366,3 +366,60 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE
     Returns the path written.
     """
     return save_figure(line_figure(series, xlabel, ylabel, title, logx, size, xticks), path)
+
+
+CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
+
+
+def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
+    """Small multiples of curves: one panel per group, with a line and a shaded band each.
+
+    Args:
+        groups: list of ``(panel title, lines)`` with ``lines`` a list of ``(label, xs, mean,
+            std)``: ``std`` None or an array (the band is mean +- std). A label keeps one colour
+            in every panel. Points whose mean is not finite are left out of the line (the
+            caller says so).
+        xlabel, ylabel, title: shared labels and the figure's title.
+        ncols: panels per row.
+    """
+    if not groups:
+        raise ValueError("curves_figure: no groups to draw")
+    labels = []
+    for _, lines in groups:
+        labels += [line[0] for line in lines if line[0] not in labels]
+    ncols = max(1, min(int(ncols), len(groups)))
+    nrows = -(-len(groups) // ncols)
+    with plot_style():
+        figure = new_figure((CURVE_PANEL_PX[0] * ncols, CURVE_PANEL_PX[1] * nrows + 60))
+        axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+        for k, ax in enumerate(axes.ravel()):
+            if k >= len(groups):
+                ax.set_visible(False)
+                continue
+            name, lines = groups[k]
+            for label, xs, mean, std in lines:
+                color = rgb(PALETTE[labels.index(label) % len(PALETTE)])
+                xs, mean = _host(xs), _host(mean)
+                shown = numpy.isfinite(mean)
+                ax.plot(xs[shown], mean[shown], color=color, linewidth=1.4, label=label)
+                if std is not None:
+                    std = _host(std)
+                    band = shown & numpy.isfinite(std)
+                    ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band], color=color, alpha=0.18,
+                                    linewidth=0)
+            ax.set_title(name)
+            if k % ncols == 0:
+                ax.set_ylabel(ylabel)
+            if k // ncols == nrows - 1 or k + ncols >= len(groups):
+                ax.set_xlabel(xlabel)
+        if title:
+            figure.suptitle(title)
+        handles = [axes.ravel()[0].plot([], [], color=rgb(PALETTE[i % len(PALETTE)]), label=lab)[0]
+                   for i, lab in enumerate(labels)]
+        figure.legend(handles=handles, loc="outside lower center", ncols=min(len(labels), 6), frameon=False)
+    return figure
+
+
+def curves_plot(path, groups, xlabel, ylabel, title="", ncols=3):
+    """:func:`curves_figure` written to ``path`` (PNG); returns the path."""
+    return save_figure(curves_figure(groups, xlabel, ylabel, title, ncols), path)
