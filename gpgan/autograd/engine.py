@@ -14,8 +14,6 @@ from gpgan.autograd.function import FunctionNode
 from gpgan.autograd.variable import Variable
 from gpgan.backend import get_array_module
 
-_mode = mode._mode
-
 
 class _Accumulate(FunctionNode):
     """Sum of gradients of equal shape; its backward hands the incoming gradient to every term."""

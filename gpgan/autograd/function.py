@@ -14,6 +14,7 @@ Subclasses implement
 
 This follows Chainer's FunctionNode; nnabla calls the same idea forward graph expansion.
 """
+import sys
 import weakref
 
 import numpy
@@ -24,6 +25,9 @@ from gpgan.backend import array_module
 
 _mode = mode._mode
 _RELEASED = object()
+# Module-level names: apply() reads them on every call, and a global lookup is the cheapest.
+_sys_modules = sys.modules
+_new_variable = Variable._from_node
 
 
 class FunctionNode:
@@ -150,19 +154,6 @@ class FunctionNode:
 
     def __repr__(self):
         return f"<{self.label} generation={self.generation}>"
-
-
-import sys as _sys  # noqa: E402
-
-_sys_modules = _sys.modules
-
-
-def _new_variable(data, node, _new=object.__new__):
-    var = _new(Variable)
-    var.data = data
-    var.grad = None
-    var._node = node
-    return var
 
 
 def _with_constants(inputs):
