@@ -275,6 +275,24 @@ def test_activation_modules_match_formulas():
     np.testing.assert_allclose(nn.Softplus()(v).data, np.log1p(np.exp(x)))
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(kernel_size=0), r"Conv2d: kernel_size must be an int >= 1 or a pair of them, got 0"),
+    (dict(kernel_size=(3, 3, 3)), r"Conv2d: kernel_size must be an int >= 1 or a pair of them, got \(3, 3, 3\)"),
+    (dict(kernel_size=3, stride=(1, 0)), r"Conv2d: stride must be an int >= 1 or a pair of them, got \(1, 0\)"),
+    (dict(kernel_size=3, padding=-1), r"Conv2d: padding must be an int >= 0 or a pair of them, got -1"),
+    (dict(kernel_size=3, groups=0), r"Conv2d: groups must be an int >= 1, got 0"),
+    (dict(kernel_size=True), r"Conv2d: kernel_size must be an int >= 1 or a pair of them, got True"),
+])
+def test_conv_layer_refuses_bad_geometry_when_built(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        nn.Conv2d(4, 4, **kwargs)
+
+
+def test_conv_transpose_layer_refuses_negative_output_padding():
+    with pytest.raises(ValueError, match=r"ConvTranspose2d: output_padding must be an int >= 0"):
+        nn.ConvTranspose2d(4, 4, 3, stride=2, output_padding=-1)
+
+
 # -- gradients through composed modules -----------------------------------------------------------
 def test_gradcheck_and_gradgradcheck_linear_leaky_relu_sequential():
     rng = np.random.default_rng(0)

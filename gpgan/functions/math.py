@@ -17,16 +17,12 @@ import numpy
 
 from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
+from gpgan.functions._args import array_of, broadcast_error, constant, scalar_like
 from gpgan.functions.array import sum_to
 
 
 __all__ = ['exp', 'log', 'sin', 'cos', 'sqrt', 'square', 'abs', 'maximum', 'minimum', 'where',
            'clip', 'clamp']
-
-
-def _const(array):
-    """A raw array as a constant (graph-less) Variable."""
-    return Variable._from_node(array, None)
 
 
 class _MaskNode(FunctionNode):
@@ -134,7 +130,7 @@ class Abs(FunctionNode):
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()
         xp = get_array_module(x.data)
-        return (grad_outputs[0] * _const(xp.sign(x.data)),)
+        return (grad_outputs[0] * constant(xp.sign(x.data)),)
 
 
 class _Select(_MaskNode):
@@ -146,7 +142,7 @@ class _Select(_MaskNode):
         raise NotImplementedError
 
     def broadcast_error(self, a, b):
-        return ValueError(f"{self.name}: shapes {a.shape} and {b.shape} cannot be broadcast together")
+        return broadcast_error(self.name, a, b)
 
     def forward(self, inputs):
         a, b = inputs
@@ -171,7 +167,7 @@ class _Select(_MaskNode):
         out = []
         for i in indexes:
             m = mask if i == 0 else ~mask
-            out.append(sum_to(gy * _const(m), self.shapes[i]))
+            out.append(sum_to(gy * constant(m), self.shapes[i]))
         return tuple(out)
 
 
@@ -219,8 +215,8 @@ class Clip(_MaskNode):
     def forward(self, inputs):
         x, = inputs
         xp = get_array_module(x)
-        lo = None if self.lo is None else xp.asarray(self.lo, dtype=x.dtype)
-        hi = None if self.hi is None else xp.asarray(self.hi, dtype=x.dtype)
+        lo = None if self.lo is None else scalar_like(self.lo, x)
+        hi = None if self.hi is None else scalar_like(self.hi, x)
         inside = xp.ones(x.shape, dtype=bool)
         y = x
         if lo is not None:
@@ -233,7 +229,7 @@ class Clip(_MaskNode):
         return (y,)
 
     def backward(self, indexes, grad_outputs):
-        return (grad_outputs[0] * _const(self.get_mask()),)
+        return (grad_outputs[0] * constant(self.get_mask()),)
 
 
 def sqrt(x):
@@ -262,7 +258,7 @@ def minimum(a, b):
 
 
 def _condition_array(condition):
-    data = condition.data if isinstance(condition, Variable) else condition
+    data = array_of(condition)
     if not hasattr(data, "dtype"):
         data = numpy.asarray(data)
     if data.dtype.kind != "b":
