@@ -3,9 +3,11 @@
 Every backward is written with gpgan functions, so each activation can be differentiated to any
 order. Two rules shape them:
 
-* Piecewise-linear activations (the ReLU family) compute ``gx = gy * mask`` with a constant mask:
-  the second derivative is zero almost everywhere, but the gradient stays a differentiable
-  function of ``gy``. Gradient penalties (R1, WGAN-GP) differentiate exactly that dependence.
+* Piecewise-linear activations (the ReLU family) compute ``gx = gy * mask`` with
+  :func:`~gpgan.functions.math.mask_scale`: the second derivative is zero almost everywhere,
+  but the gradient stays a differentiable function of ``gy`` (gradient penalties such as R1 and
+  WGAN-GP differentiate exactly that dependence), and stays connected to ``x`` through the mask
+  with a zero derivative, so differentiating it with respect to ``x`` gives zeros, not "unused".
 * Where the derivative can be written with the output (sigmoid, tanh, elu, softmax,
   log_softmax), the node retains the output rather than the input: the next layer usually keeps
   the output alive anyway, and the double backward then flows through it.
@@ -15,8 +17,8 @@ The exp-based functions are evaluated in forms that do not overflow for any fini
 """
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
-from gpgan.functions._args import axis_index, constant, scalar_like
-from gpgan.functions.math import exp, where
+from gpgan.functions._args import axis_index, scalar_like
+from gpgan.functions.math import exp, mask_scale, where
 from gpgan.functions.reduction import sum as _sum
 
 
@@ -44,7 +46,7 @@ class ReLU(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
-        return (grad_outputs[0] * constant(y.data > 0),)
+        return (mask_scale(grad_outputs[0], y.data > 0, y),)
 
 
 class LeakyReLU(FunctionNode):
@@ -69,7 +71,7 @@ class LeakyReLU(FunctionNode):
         scale = positive.astype(ref.dtype)
         scale *= scalar_like(1 - self.slope, ref.data)
         scale += scalar_like(self.slope, ref.data)
-        return (grad_outputs[0] * constant(scale),)
+        return (mask_scale(grad_outputs[0], scale, ref),)
 
 
 class ELU(FunctionNode):
