@@ -1,5 +1,9 @@
 """gpgan's reverse-mode autodiff engine, whose backward pass is itself differentiable.
 
+Owns the graph (Variables, function nodes), its traversal, the recording mode and the
+finite-difference checks. It knows no operation: the differentiable functions, and the
+operators ``+ - * @ ...`` on Variables, live one layer up in :mod:`gpgan.functions`.
+
 Public names: :class:`Variable`, :func:`grad`, :func:`backward`, :func:`no_grad`,
 :func:`enable_grad`, :class:`FunctionNode`, :data:`STRUCTURAL_ZERO`, :func:`gradcheck`,
 :func:`gradgradcheck`.
