@@ -9,7 +9,7 @@ each output gradient is dropped as soon as its function has consumed it.
 
 Structural zeros. The gradient of a ReLU network with respect to its input depends on the input
 only through the activation masks, whose derivative is zero wherever it is defined. So that a
-penalty on that gradient still reaches the input (PyTorch returns zeros; "not used" would be
+penalty on that gradient still reaches the input (PyTorch's relu gives zeros; "not used" would be
 wrong), a mask's backward node keeps the masked value as an input (Chainer's ReLUGrad does the
 same) and its backward returns :data:`~gpgan.autograd.function.STRUCTURAL_ZERO` for it: a
 marker, not an array. The traversal treats the marker as follows:
