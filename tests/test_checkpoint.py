@@ -7,17 +7,7 @@ import pytest
 
 import gpgan
 import gpgan.backend.random as global_random
-from gpgan.checkpoint import (
-    CheckpointError,
-    checkpoint_path,
-    checkpoint_step,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    prune_checkpoints,
-    read_meta,
-    save_checkpoint,
-)
+from gpgan.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
 from gpgan.optim import EMA, SGD, Adam, LinearDecayLR
 
 
@@ -290,24 +280,31 @@ def test_optimizer_and_ema_mismatches_change_nothing(saved):
         load_checkpoint(saved, {}, {}, rngs={"data": np.random.Generator(np.random.MT19937(0))})
 
 
-# -- file helpers -------------------------------------------------------------------------------
+# -- the run folder's checkpoints ---------------------------------------------------------------
 def test_list_latest_and_prune(tmp_path):
-    assert list_checkpoints(tmp_path / "nowhere") == [] and latest_checkpoint(tmp_path) is None
+    from gpgan.train.run import RunFolder
+
+    run = RunFolder(tmp_path / "run")
+    assert run.checkpoints() == [] and run.latest_checkpoint() is None
     for step in (300, 5, 1200, 40):
-        save_checkpoint(checkpoint_path(tmp_path, step), {}, {}, meta={"step": step})
-    (tmp_path / "notes.txt").write_text("not a checkpoint")
-    (tmp_path / ".ckpt_00000050.npz.abc123.tmp").write_bytes(b"left by a crash")
-    paths = list_checkpoints(tmp_path)
-    assert [os.path.basename(p) for p in paths] == ["ckpt_00000005.npz", "ckpt_00000040.npz",
-                                                    "ckpt_00000300.npz", "ckpt_00001200.npz"]
-    assert [checkpoint_step(p) for p in paths] == [5, 40, 300, 1200]
-    assert latest_checkpoint(tmp_path) == paths[-1] and read_meta(paths[-1])["step"] == 1200
-    removed = prune_checkpoints(tmp_path, keep_last=2)
-    assert sorted(os.path.basename(p) for p in removed) == [".ckpt_00000050.npz.abc123.tmp", "ckpt_00000005.npz",
-                                                            "ckpt_00000040.npz"]
-    assert sorted(os.listdir(tmp_path)) == ["ckpt_00000300.npz", "ckpt_00001200.npz", "notes.txt"]
+        save_checkpoint(run.checkpoint_path(step), {}, {}, meta={"step": step})
+    folder = tmp_path / "run" / "checkpoints"
+    (folder / "notes.txt").write_text("not a checkpoint")
+    (folder / ".ckpt_000050.npz.abc123.tmp").write_bytes(b"left by a crash")
+    save_checkpoint(run.best_checkpoint_path, {}, {}, meta={"step": 40})
+    paths = [p for _, p in run.checkpoints()]
+    assert [os.path.basename(p) for p in paths] == ["ckpt_000005.npz", "ckpt_000040.npz",
+                                                    "ckpt_000300.npz", "ckpt_001200.npz"]
+    assert [RunFolder.checkpoint_step(p) for p in paths] == [5, 40, 300, 1200]
+    assert [s for s, _ in run.checkpoints()] == [5, 40, 300, 1200]
+    assert run.latest_checkpoint() == (1200, paths[-1]) and read_meta(paths[-1])["step"] == 1200
+    removed = run.prune_checkpoints(keep=2)
+    assert sorted(os.path.basename(p) for p in removed) == [".ckpt_000050.npz.abc123.tmp", "ckpt_000005.npz",
+                                                            "ckpt_000040.npz"]
+    assert sorted(os.listdir(folder)) == ["best.npz", "ckpt_000300.npz", "ckpt_001200.npz", "notes.txt"]
     with pytest.raises(ValueError, match="not a checkpoint file name"):
-        checkpoint_step("model.npz")
+        RunFolder.checkpoint_step("model.npz")
+    assert RunFolder.checkpoint_step("ckpt_1.npz") == 1  # any width reads back (older runs, other tools)
 
 
 # -- with the real gpgan.nn, when it is there ----------------------------------------------------------

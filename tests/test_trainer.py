@@ -7,7 +7,7 @@ import pytest
 
 from gpgan.train.config import load_config
 from gpgan.train.run import RunFolder
-from gpgan.train.trainer import Trainer
+from gpgan.train.loop import Trainer
 
 QUICKSTART = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "quickstart.yaml")
 
@@ -27,18 +27,16 @@ def test_lazy_regularization_penalizes_every_interval_th_critic_step(tmp_path, i
     trainer = tiny_trainer(tmp_path, "penalty.type=r1", f"penalty.interval={interval}",
                            f"train.critic_steps={critic_steps}")
     calls, values = [], []
-    penalty = trainer.penalty
+    penalty = trainer.step_fn.penalty
+    evaluate = penalty.evaluate
 
-    class Counting:
-        interval = penalty.interval
+    def counting(*args, **kwargs):
+        value, term, sq = evaluate(*args, **kwargs)
+        calls[-1] += 1
+        values.append((float(value.data), float(term.data)))
+        return value, term, sq
 
-        def __call__(self, *args, **kwargs):
-            value, stats = penalty(*args, **kwargs)
-            calls[-1] += 1
-            values.append((float(value.data), float(stats["penalty"])))
-            return value, stats
-
-    trainer.penalty = Counting()
+    penalty.evaluate = counting
     for _ in expected:
         calls.append(0)
         trainer.train_step()

@@ -1,18 +1,14 @@
-"""Checkpoints: one atomically written ``.npz`` per checkpoint (no pickles), and the helpers a
-trainer needs to find and prune them.
+"""Checkpoints: the ``.npz`` file format of a training state (arrays plus one JSON entry, no
+pickles), read with clear errors for damaged or foreign files, and atomic file writes.
 
-Public names: :func:`save_checkpoint`, :func:`load_checkpoint`, :func:`read_meta`,
-:class:`CheckpointError`, :func:`checkpoint_path`, :func:`checkpoint_step`,
-:func:`list_checkpoints`, :func:`latest_checkpoint`, :func:`prune_checkpoints`.
+Which checkpoints a run keeps, and their names, are the run folder's business
+(:class:`gpgan.train.run.RunFolder`).
+
+Public names: :func:`save_checkpoint`, :func:`load_checkpoint`, :func:`read_meta`, :func:`verify`,
+:class:`CheckpointError`, :func:`atomic_write`, :func:`is_temporary`.
 """
-from gpgan.checkpoint.files import (
-    checkpoint_path,
-    checkpoint_step,
-    latest_checkpoint,
-    list_checkpoints,
-    prune_checkpoints,
-)
-from gpgan.checkpoint.npz import CheckpointError, load_checkpoint, read_meta, save_checkpoint
+from gpgan.checkpoint.atomic import atomic_write, is_temporary
+from gpgan.checkpoint.npz import CheckpointError, load_checkpoint, read_meta, save_checkpoint, verify
 
-__all__ = ["save_checkpoint", "load_checkpoint", "read_meta", "CheckpointError", "checkpoint_path",
-           "checkpoint_step", "list_checkpoints", "latest_checkpoint", "prune_checkpoints"]
+__all__ = ["save_checkpoint", "load_checkpoint", "read_meta", "verify", "CheckpointError", "atomic_write",
+           "is_temporary"]

@@ -14,24 +14,23 @@ No entry is a pickle. The file is written to a temporary file in the same folder
 fsync'ed, then moved over ``path`` with ``os.replace``: a crash leaves either the old file or the
 new one, never a torn one.
 """
-import contextlib
 import json
 import os
-import tempfile
 import types
 import zipfile
+import zlib
 
 import numpy
 
 from gpgan.autograd import Variable
 from gpgan.backend import device_of, get_array_module, to_device
+from gpgan.checkpoint.atomic import atomic_write
 
-__all__ = ["save_checkpoint", "load_checkpoint", "read_meta", "CheckpointError", "FORMAT", "VERSION"]
+__all__ = ["save_checkpoint", "load_checkpoint", "read_meta", "verify", "CheckpointError", "FORMAT", "VERSION"]
 
 FORMAT = "gpgan.checkpoint"
 VERSION = 1
 META_KEY = "__meta__"
-TMP_SUFFIX = ".tmp"
 _GROUPS = ("module", "optimizer", "ema")
 _MAX_EXACT_JSON_INT = 2 ** 53  # JSON readers other than Python's may round larger ints
 
@@ -153,40 +152,6 @@ def _set_rng_state(gen, state):
 
 
 # -- writing -------------------------------------------------------------------------------------
-def _umask():
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_folder(folder):
-    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_savez(path, arrays):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=TMP_SUFFIX)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            numpy.savez(f, allow_pickle=False, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give it a normal file's mode
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_folder(folder)
-
-
 def _check_name(group, name):
     if not isinstance(name, str) or not name or "/" in name:
         raise ValueError(f"{group} names must be non-empty strings without '/', got {name!r}")
@@ -223,26 +188,55 @@ def save_checkpoint(path, modules, optimizers, emas=None, rngs=None, meta=None):
     except (TypeError, ValueError) as exc:
         raise TypeError(f"save_checkpoint: meta is not JSON-serializable: {exc}") from exc
     arrays[META_KEY] = numpy.frombuffer(text.encode("utf-8"), dtype=numpy.uint8)
-    _atomic_savez(path, arrays)
+    atomic_write(path, lambda f: numpy.savez(f, allow_pickle=False, **arrays))
     return path
 
 
 # -- reading -------------------------------------------------------------------------------------
+# What zipfile, zlib and NumPy raise on a damaged archive: flipped bytes (a CRC mismatch), a file
+# cut short, a garbled member header.
+_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
+
+
+def _damaged(path, exc):
+    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return CheckpointError(f"checkpoint {path} is damaged and cannot be read ({reason}); delete it, or "
+                           "use another checkpoint of the run")
+
+
 def _open(path):
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if not zipfile.is_zipfile(path):  # also keeps NumPy from trying (and refusing) to unpickle it
+        raise CheckpointError(f"checkpoint {path} is not a readable .npz file without pickles (it is not a zip "
+                              "archive: cut short, or not a checkpoint); delete it, or use another checkpoint "
+                              "of the run")
     try:
         return numpy.load(path, allow_pickle=False)
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise CheckpointError(f"checkpoint {path} is not a readable .npz file without pickles: {exc}") from exc
+    except _DAMAGE as exc:
+        raise _damaged(path, exc) from exc
+
+
+def _entry(path, npz, key):
+    """The array ``key`` of an open checkpoint; a pickled entry or a damaged one is refused."""
+    try:
+        return npz[key]
+    except ValueError as exc:
+        if "allow_pickle" in str(exc):
+            raise CheckpointError(
+                f"checkpoint {path}: entry {key!r} holds pickled Python objects; checkpoints are read "
+                "with allow_pickle=False and such entries are refused") from exc
+        raise _damaged(path, exc) from exc
+    except _DAMAGE as exc:
+        raise _damaged(path, exc) from exc
 
 
 def _parse_meta(path, npz):
     if META_KEY not in npz.files:
         raise CheckpointError(f"checkpoint {path} has no {META_KEY!r} entry; it was not written by "
                               "gpgan.checkpoint.save_checkpoint")
-    raw = npz[META_KEY]
+    raw = _entry(path, npz, META_KEY)
     try:
         doc = json.loads(raw.tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -257,20 +251,17 @@ def _parse_meta(path, npz):
 
 def _read(path):
     """``(doc, arrays)``: the parsed JSON and every array entry (all read, so that an object
-    array anywhere in the file is refused up front)."""
+    array or a damaged entry anywhere in the file is refused up front)."""
     with _open(path) as npz:
         doc = _parse_meta(path, npz)
-        arrays = {}
-        for key in npz.files:
-            if key == META_KEY:
-                continue
-            try:
-                arrays[key] = npz[key]
-            except ValueError as exc:
-                raise CheckpointError(
-                    f"checkpoint {path}: entry {key!r} holds pickled Python objects; checkpoints are read "
-                    f"with allow_pickle=False and such entries are refused ({exc})") from exc
+        arrays = {key: _entry(path, npz, key) for key in npz.files if key != META_KEY}
     return doc, arrays
+
+
+def verify(path):
+    """Read every entry of the checkpoint at ``path`` (CRC-checked) and return its meta; raises
+    :class:`CheckpointError` for a damaged or foreign file, FileNotFoundError for a missing one."""
+    return _read(path)[0]["meta"]
 
 
 def read_meta(path):

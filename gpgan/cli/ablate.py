@@ -113,6 +113,13 @@ def main(argv=None) -> int:
             return 130
         print(summary.line())
     else:
+        if all(run_state(out, spec.name)[0] == "absent" for spec in expand_runs(sweep)):
+            # e.g. a fresh clone: run folders are not in git. Rebuilding would replace a committed
+            # report with an empty one; leave it as it is.
+            print(f"gpgan-ablate: no run of this sweep under {out / 'runs'}; nothing written (the report in "
+                  f"{args.report_dir or out} is left as it is). Run the sweep without --report-only first, "
+                  "or pass the --out it was run with.", file=sys.stderr)
+            return 1
         stale = config_mismatches(sweep, out)
         if stale:
             print(f"gpgan-ablate: warning: {stale_message(out, stale)}", file=sys.stderr)

@@ -1,5 +1,10 @@
-"""``gpgan-sample``: images (a grid, or rows of latent interpolations) or, for 2-D toy data, a
-scatter plot of generated over real points, from a run folder or one of its checkpoints."""
+"""``gpgan-sample``: samples of a trained generator, from a run folder or one of its checkpoints:
+an image grid (or rows of latent interpolations), a scatter plot of generated over real points for
+2-D toy data, or many samples for other tools (an ``.npz`` file, or one PNG per image).
+
+Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missing or damaged
+run or checkpoint, an option the run's data do not allow).
+"""
 import argparse
 import math
 import os
@@ -12,18 +17,34 @@ examples:
   gpgan-sample experiments/r1_cifar/run1 --out samples.png
   gpgan-sample experiments/r1_cifar/run1/checkpoints/ckpt_010000.npz --grid 4x8 --seed 3 --out s.png
   gpgan-sample experiments/r1_cifar/run1 --interpolate --grid 8x10 --out interp.png
+  gpgan-sample experiments/r1_cifar/run1 --n 50000 --out samples.npz      (uint8 NHWC images)
+  gpgan-sample experiments/r1_cifar/run1 --n 1000 --out-dir samples/      (one PNG per image)
   gpgan-sample experiments/quickstart/run1 --n 5000 --out points.png     (2-D data: scatter plot)
 """
+
+GRID_EXTENSIONS = (".png", ".jpg", ".jpeg")
+#: the most images one grid picture holds (a larger --n goes to .npz or --out-dir)
+MAX_GRID = 10_000
+
+
+def _out_path(text):
+    ext = os.path.splitext(text)[1].lower()
+    if ext not in GRID_EXTENSIONS + (".npz",):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has no accepted extension ({', '.join(GRID_EXTENSIONS + ('.npz',))}): a picture "
+            "(.png, .jpg) or an .npz file of the samples")
+    return text
 
 
 def build_parser():
     p = argparse.ArgumentParser(
         prog="gpgan-sample",
         description="Draw samples from a trained generator: an image grid, rows of latent "
-                    "interpolations, or (2-D toy data) generated points over real points.",
+                    "interpolations, (2-D toy data) generated points over real points, or many "
+                    "samples as an .npz file or a folder of PNGs.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
-                   help="a run folder (its latest checkpoint is used) or a checkpoints/ckpt_N.npz file")
+                   help="a run folder (its newest readable checkpoint is used) or a checkpoints/ckpt_N.npz file")
     p.add_argument("--n", type=int, metavar="N",
                    help="number of samples (default 64 images; 2-D data: the run's train.eval_samples)")
     p.add_argument("--grid", metavar="RxC",
@@ -35,7 +56,14 @@ def build_parser():
     p.add_argument("--interpolate", action="store_true",
                    help="each row interpolates (spherically) between two random latents, left to right")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the generator (cpu)")
-    p.add_argument("--out", required=True, metavar="FILE.png", help="the PNG file to write")
+    p.add_argument("--batch-size", type=int, default=500, metavar="B",
+                   help="samples generated at once (default 500): memory stays bounded by one batch")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("--out", type=_out_path, metavar="FILE",
+                     help="FILE.png (or .jpg): a grid / scatter plot; FILE.npz: the samples themselves "
+                          "(images: uint8 (N, H, W, C) under 'images'; 2-D data: float32 (N, 2) under 'points')")
+    out.add_argument("--out-dir", metavar="DIR", help="write one PNG per image into DIR (000000.png, ...)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 
@@ -67,48 +95,22 @@ def slerp(z0, z1, t):
 
 def resolve_source(source):
     """(run folder, checkpoint path) for a run folder or a checkpoint file."""
-    from gpgan.train.run import RunFolder
+    from gpgan.train.sampling import resolve_source as resolve
 
-    if os.path.isdir(source):
-        run = RunFolder(source)
-        last = run.latest_checkpoint()
-        if last is None:
-            raise FileNotFoundError(f"{run.checkpoints_dir} holds no checkpoint (ckpt_N.npz)")
-        return run, last[1]
-    if not os.path.isfile(source):
-        raise FileNotFoundError(f"{source} is neither a run folder nor a checkpoint file")
-    return RunFolder(os.path.dirname(os.path.dirname(os.path.abspath(source)))), source
+    return resolve(source)
 
 
 def load_generator(run, checkpoint, use_ema=None, device="cpu"):
     """(generator in eval mode, config, whether the EMA weights are in it)."""
-    from gpgan.checkpoint import load_checkpoint
-    from gpgan.models import make_model
-    from gpgan.optim import EMA
+    from gpgan.train.sampling import load_generator as load
 
-    config = run.read_config()
-    mc = config["model"]
-    generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
-    has_ema = config["train"]["ema"]["enabled"]
-    if use_ema is None:
-        use_ema = has_ema
-    if use_ema and not has_ema:
-        raise ValueError(f"the run {run.path} kept no EMA of the generator (train.ema.enabled is false); "
-                         "use --no-ema")
-    emas = {"generator": EMA(generator)} if use_ema else {}
-    load_checkpoint(checkpoint, {"generator": generator}, {}, emas=emas)
-    if use_ema:
-        emas["generator"].copy_to(generator)
-    generator.eval()
-    return generator, config, use_ema
+    return load(run, checkpoint, use_ema, device)
 
 
-def _generate(generator, z, device):
-    from gpgan.autograd import Variable, no_grad
-    from gpgan.backend import to_device
+def _generate(generator, z, device, batch_size=500):
+    from gpgan.train.sampling import generate
 
-    with no_grad():
-        return generator(Variable(to_device(z.astype(numpy.float32), device))).numpy()
+    return generate(generator, z, device, batch_size)
 
 
 def main(argv=None):
@@ -116,62 +118,139 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.n is not None and args.n < 1:
         parser.error(f"--n must be at least 1, got {args.n}")
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    if args.grid:
+        try:
+            parse_grid(args.grid)
+        except ValueError as exc:
+            parser.error(str(exc))
     try:
         return _main(args)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:
+    except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        print(f"gpgan-sample: error: {exc}", file=sys.stderr)
+        print(f"gpgan-sample: error: {args.source}: {exc}" if args.source not in str(exc)
+              else f"gpgan-sample: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _progress(args, total):
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="sample", disable=True if args.quiet else None, desc="gpgan-sample")
 
 
 def _main(args):
     from gpgan.data import is_toy
-    from gpgan.viz import save_image_grid, scatter_plot
 
     run, checkpoint = resolve_source(args.source)
     generator, config, used_ema = load_generator(run, checkpoint, args.ema, args.device)
     rng = numpy.random.default_rng(args.seed)
     latent = int(generator.latent_dim)
-    out_dir = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(out_dir, exist_ok=True)
     data = config["data"]
-
+    many = args.out_dir is not None or args.out.lower().endswith(".npz")
     if is_toy(data["name"]):
         if args.interpolate or args.grid:
             raise ValueError("--interpolate and --grid need image data; this run trained on 2-D "
                              f"points ({data['name']}), which are drawn as a scatter plot")
-        from gpgan.data.toy import make_toy
-
-        n = args.n or config["train"]["eval_samples"]
-        points = _generate(generator, rng.standard_normal((n, latent)), args.device)
-        real = make_toy(data["name"], **data["options"]).sample(n, numpy.random.default_rng(args.seed + 1))
-        lo, hi = real.min(axis=0), real.max(axis=0)
-        pad = 0.25 * (hi - lo)
-        limits = ((lo[0] - pad[0], hi[0] + pad[0]), (lo[1] - pad[1], hi[1] + pad[1]))
-        scatter_plot(args.out, [(real, (170, 170, 170), "real"), (points, (31, 119, 180), "generated")],
-                     limits=limits, title=f"{data['name']}: {n} generated over {n} real")
+        if args.out_dir is not None:
+            raise ValueError(f"--out-dir writes one PNG per image; this run trained on 2-D points "
+                             f"({data['name']}): use --out FILE.npz or FILE.png")
+        written = _toy(args, generator, config, rng, latent, many)
+    elif many:
+        written = _many_images(args, generator, rng, latent)
     else:
-        if args.grid:
-            rows, cols = parse_grid(args.grid)
-        else:
-            n = args.n or 64
-            if n < 1:
-                raise ValueError(f"--n must be positive, got {n}")
-            cols = int(math.ceil(math.sqrt(n)))
-            rows = int(math.ceil(n / cols))
-        if args.interpolate:
-            if cols < 2:
-                raise ValueError("--interpolate needs at least 2 columns")
-            z0, z1 = rng.standard_normal((rows, latent)), rng.standard_normal((rows, latent))
-            z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
-        else:
-            n = rows * cols if args.grid else (args.n or 64)
-            z = rng.standard_normal((n, latent))
-        save_image_grid(args.out, _generate(generator, z, args.device), nrow=cols)
-    print(f"gpgan-sample: wrote {args.out} (checkpoint {checkpoint}, {'EMA' if used_ema else 'raw'} weights)",
+        written = _grid(args, generator, rng, latent)
+    print(f"gpgan-sample: wrote {written} (checkpoint {checkpoint}, {'EMA' if used_ema else 'raw'} weights)",
           file=sys.stderr)
     return 0
+
+
+def _toy(args, generator, config, rng, latent, many):
+    from gpgan.data.toy import make_toy
+    from gpgan.viz import scatter_samples
+
+    data = config["data"]
+    n = args.n or config["train"]["eval_samples"]
+    points = _generate(generator, rng.standard_normal((n, latent)), args.device, args.batch_size)
+    _make_parent(args.out)
+    if many:
+        from gpgan.checkpoint import atomic_write
+
+        atomic_write(args.out, lambda f: numpy.savez(f, points=points.astype(numpy.float32)))
+        return f"{args.out} ({n} points)"
+    real = make_toy(data["name"], **data["options"]).sample(n, numpy.random.default_rng(args.seed + 1))
+    scatter_samples(args.out, real, points, title=f"{data['name']}: {n} generated over {n} real")
+    return args.out
+
+
+def _grid(args, generator, rng, latent):
+    from gpgan.viz import save_image_grid
+
+    if args.grid:
+        rows, cols = parse_grid(args.grid)
+        n = rows * cols
+    else:
+        n = args.n or 64
+        cols = int(math.ceil(math.sqrt(n)))
+        rows = int(math.ceil(n / cols))
+    if n > MAX_GRID:
+        raise ValueError(f"--n {n} is too many images for one picture (at most {MAX_GRID:,}); write them with "
+                         "--out FILE.npz or --out-dir DIR")
+    if args.interpolate:
+        if cols < 2:
+            raise ValueError("--interpolate needs at least 2 columns")
+        z0, z1 = rng.standard_normal((rows, latent)), rng.standard_normal((rows, latent))
+        z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
+    else:
+        z = rng.standard_normal((n, latent))
+    _make_parent(args.out)
+    save_image_grid(args.out, _generate(generator, z, args.device, args.batch_size), nrow=cols)
+    return args.out
+
+
+def _many_images(args, generator, rng, latent):
+    """--out FILE.npz or --out-dir DIR: every image, as uint8, generated batch by batch."""
+    from PIL import Image
+
+    from gpgan.checkpoint import atomic_write
+    from gpgan.data import to_uint8
+    from gpgan.train.sampling import batches
+
+    if args.interpolate or args.grid:
+        raise ValueError("--interpolate and --grid make a picture: use --out FILE.png")
+    n = args.n or 64
+    z = rng.standard_normal((n, latent))
+    images = None
+    bar = _progress(args, n)
+    try:
+        done = 0
+        for batch in batches(generator, z, args.device, args.batch_size):
+            pixels = to_uint8(batch).transpose(0, 2, 3, 1)  # (B, H, W, C), as image files store them
+            if args.out_dir is not None:
+                os.makedirs(args.out_dir, exist_ok=True)
+                for k, image in enumerate(pixels):
+                    Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).save(
+                        os.path.join(args.out_dir, f"{done + k:06d}.png"))
+            else:
+                if images is None:
+                    images = numpy.empty((n,) + pixels.shape[1:], dtype=numpy.uint8)
+                images[done:done + len(pixels)] = pixels
+            done += len(pixels)
+            bar.update(len(pixels))
+    finally:
+        bar.close()
+    if args.out_dir is not None:
+        return f"{n} PNG files into {args.out_dir}"
+    _make_parent(args.out)
+    atomic_write(args.out, lambda f: numpy.savez(f, images=images))
+    return f"{args.out} ({n} images, uint8 NHWC)"
+
+
+def _make_parent(path):
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
 
 
 if __name__ == "__main__":

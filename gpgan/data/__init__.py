@@ -13,14 +13,14 @@ from gpgan.data.cifar import (  # noqa: F401
     safe_extract,
 )
 from gpgan.data.image_folder import load_image_folder  # noqa: F401
-from gpgan.data.loader import ImageLoader, ToyLoader, to_unit_range  # noqa: F401
+from gpgan.data.loader import ImageLoader, ToyLoader, to_uint8, to_unit_range  # noqa: F401
 
 IMAGE_DATASETS = ("cifar10", "image_folder")
 
 __all__ = [
     "IMAGE_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "RestrictedUnpickler", "restricted_load",
     "load_cifar10", "download_cifar10", "safe_extract", "load_image_folder", "ImageLoader",
-    "ToyLoader", "to_unit_range", "is_toy", "make_loader",
+    "ToyLoader", "to_unit_range", "to_uint8", "is_toy", "make_loader",
 ]
 
 

@@ -11,12 +11,19 @@ Both return float32 NumPy arrays on the CPU; the trainer moves them to its devic
 """
 import numpy
 
-__all__ = ["ImageLoader", "ToyLoader", "to_unit_range"]
+__all__ = ["ImageLoader", "ToyLoader", "to_unit_range", "to_uint8"]
 
 
 def to_unit_range(images):
     """uint8 images (any shape) -> float32 in [-1, 1]: ``x / 127.5 - 1``."""
     return images.astype(numpy.float32) * numpy.float32(1 / 127.5) - numpy.float32(1.0)
+
+
+def to_uint8(images):
+    """Images in [-1, 1] (any shape, NumPy) -> uint8, rounding to the nearest level and clipping:
+    the inverse of :func:`to_unit_range` (a round trip returns the same bytes), so generated
+    images are quantized exactly as real ones are stored."""
+    return numpy.clip((numpy.asarray(images, dtype=numpy.float64) + 1.0) * 127.5 + 0.5, 0, 255).astype(numpy.uint8)
 
 
 class ImageLoader:

@@ -12,27 +12,14 @@ gradient is the matching gather (``MaxPool2dGather``), and vice versa. Both take
 as an operand and give it a zero gradient, as PyTorch does: differentiating a max-pool gradient
 with respect to the pooled input gives zeros, not an "unused input" error.
 """
-import numbers
-
 import numpy
 
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
+from gpgan.functions._args import check_4d, constant, pair
 
 
 __all__ = ['avg_pool2d', 'max_pool2d', 'upsample_nearest2d']
-
-
-def _pair(value, name, fn, minimum):
-    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    if len(pair) != 2 or any(not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < minimum for v in pair):
-        raise ValueError(f"{fn}: {name} must be an int >= {minimum} or a pair of them, got {value!r}")
-    return (int(pair[0]), int(pair[1]))
-
-
-def _check_4d(fn, x):
-    if len(x.shape) != 4:
-        raise ValueError(f"{fn}: x must have 4 dimensions (N, C, H, W), got shape {tuple(x.shape)}")
 
 
 class AvgPool2d(FunctionNode):
@@ -91,6 +78,21 @@ class AvgPool2dGrad(FunctionNode):
         return (AvgPool2d(self.k, self.s, self.p).apply(grad_outputs)[0],)
 
 
+def _pool_arguments(fn, x, kernel_size, stride, padding):
+    """Checked ``(k, s, p)`` pairs of a pooling of ``x`` (N, C, H, W); ``stride`` None is ``k``."""
+    check_4d(fn, "x", x)
+    k = pair(fn, "kernel_size", kernel_size, 1)
+    s = k if stride is None else pair(fn, "stride", stride, 1)
+    p = pair(fn, "padding", padding, 0)
+    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
+        raise ValueError(f"{fn}: padding {padding!r} must be at most half of kernel_size {kernel_size!r}")
+    H, W = x.shape[2:]
+    if H + 2 * p[0] < k[0] or W + 2 * p[1] < k[1]:
+        raise ValueError(f"{fn}: kernel_size {kernel_size!r} is larger than the padded input "
+                         f"({H + 2 * p[0]}, {W + 2 * p[1]}) of x with shape {tuple(x.shape)}")
+    return k, s, p
+
+
 def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
     """Average pooling, as ``torch.nn.functional.avg_pool2d`` (floor mode).
 
@@ -105,17 +107,8 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
     Returns:
         (N, C, Ho, Wo) with ``Ho = (H + 2*padding - kH) // stride + 1``.
     """
-    fn = "avg_pool2d"
-    _check_4d(fn, x)
-    k = _pair(kernel_size, "kernel_size", fn, 1)
-    s = k if stride is None else _pair(stride, "stride", fn, 1)
-    p = _pair(padding, "padding", fn, 0)
-    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
-        raise ValueError(f"{fn}: padding {padding!r} must be at most half of kernel_size {kernel_size!r}")
+    k, s, p = _pool_arguments("avg_pool2d", x, kernel_size, stride, padding)
     H, W = x.shape[2:]
-    if H + 2 * p[0] < k[0] or W + 2 * p[1] < k[1]:
-        raise ValueError(f"{fn}: kernel_size {kernel_size!r} is larger than the padded input "
-                         f"({H + 2 * p[0]}, {W + 2 * p[1]}) of x with shape {tuple(x.shape)}")
     y = AvgPool2d(k, s, p).apply((x,))[0]
     return y if count_include_pad else _exclude_padding(y, k, s, p, (H, W))
 
@@ -165,8 +158,8 @@ def upsample_nearest2d(x, scale_factor=2):
         (N, C, H*sH, W*sW), each input pixel repeated into an ``sH x sW`` block.
     """
     fn = "upsample_nearest2d"
-    _check_4d(fn, x)
-    s = _pair(scale_factor, "scale_factor", fn, 1)
+    check_4d(fn, "x", x)
+    s = pair(fn, "scale_factor", scale_factor, 1)
     if s == (1, 1):
         return x
     return UpsampleNearest2d(s).apply((x,))[0]
@@ -189,29 +182,11 @@ def _exclude_padding(y, k, s, p, in_hw):
     counts = numpy.outer(_window_counts(in_hw[0], k[0], s[0], p[0], Ho),
                          _window_counts(in_hw[1], k[1], s[1], p[1], Wo))
     factor = get_array_module(y.data).asarray((k[0] * k[1]) / counts, dtype=y.dtype)
-    return y * Variable._from_node(factor.reshape(1, 1, Ho, Wo), None)
+    return y * constant(factor.reshape(1, 1, Ho, Wo))
 
 
 
 # -- max pooling -----------------------------------------------------------------------------------
-def _pool_arguments(fn, x, kernel_size, stride, padding):
-    """Checked ``(k, s, p)`` pairs of a pooling of ``x`` (N, C, H, W); ``stride`` None is ``k``.
-
-    The same rules as avg_pool2d's checks above, which should call this once the argument
-    checks are shared (kept apart for now so that avg_pool2d's code is untouched)."""
-    _check_4d(fn, x)
-    k = _pair(kernel_size, "kernel_size", fn, 1)
-    s = k if stride is None else _pair(stride, "stride", fn, 1)
-    p = _pair(padding, "padding", fn, 0)
-    if p[0] > k[0] // 2 or p[1] > k[1] // 2:
-        raise ValueError(f"{fn}: padding {padding!r} must be at most half of kernel_size {kernel_size!r}")
-    H, W = x.shape[2:]
-    if H + 2 * p[0] < k[0] or W + 2 * p[1] < k[1]:
-        raise ValueError(f"{fn}: kernel_size {kernel_size!r} is larger than the padded input "
-                         f"({H + 2 * p[0]}, {W + 2 * p[1]}) of x with shape {tuple(x.shape)}")
-    return k, s, p
-
-
 def _windows(xpad, k, s, out_hw):
     """Yield ``(t, view)`` for each kernel offset ``t`` (row-major): the strided view
     (N, C, Ho, Wo) of the padded input that this offset reads in every window."""
@@ -307,7 +282,7 @@ class _MaxPoolRouting(FunctionNode):
         out = []
         for i in indexes:
             if i == 0:
-                out.append(Variable._from_node(get_array_module(x.data).zeros_like(x.data), None))
+                out.append(constant(get_array_module(x.data).zeros_like(x.data)))
             else:
                 out.append(self._adjoint().apply((x, grad_outputs[0]))[0])
         return tuple(out)

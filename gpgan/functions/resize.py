@@ -18,6 +18,7 @@ import numpy
 
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
+from gpgan.functions._args import check_4d, is_int, pair
 
 
 __all__ = ['interpolate', 'adaptive_avg_pool2d']
@@ -130,21 +131,20 @@ def _axis_matrix(mode, in_size, out_size, scale, align_corners, dtype):
 
 # -- argument handling ------------------------------------------------------------------------
 def _check_4d_float(fn, x):
-    if len(x.shape) != 4:
-        raise ValueError(f"{fn}: x must have 4 dimensions (N, C, H, W), got shape {tuple(x.shape)}")
+    check_4d(fn, "x", x)
     if x.dtype.kind != "f":
         raise TypeError(f"{fn}: x must be floating point, got {x.dtype}; convert images with .astype(float32)")
 
 
 def _size_pair(fn, name, value, allow_none=False):
-    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    ok = len(pair) == 2 and all(
-        (v is None and allow_none) or (isinstance(v, numbers.Integral) and not isinstance(v, bool) and v >= 1)
-        for v in pair)
-    if not ok:
-        extra = " (None keeps that input size)" if allow_none else ""
-        raise ValueError(f"{fn}: {name} must be an int >= 1 or a pair of them{extra}, got {value!r}")
-    return pair
+    """``value`` (an int >= 1, or a pair of them; None entries too with ``allow_none``) as a pair."""
+    if not allow_none:
+        return pair(fn, name, value, 1)
+    both = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
+    if len(both) != 2 or not all(v is None or (is_int(v) and v >= 1) for v in both):
+        raise ValueError(f"{fn}: {name} must be an int >= 1 or a pair of them (None keeps that input size), "
+                         f"got {value!r}")
+    return tuple(None if v is None else int(v) for v in both)
 
 
 def interpolate(x, size=None, scale_factor=None, mode="nearest", align_corners=None):

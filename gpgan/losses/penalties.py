@@ -44,9 +44,11 @@ Generated samples are never differentiated through here: ``fake`` is detached in
 caller passes detached fakes to the critic loss as well (the critic's step must not build a
 graph through the generator).
 
-Randomness (``eps``, ``alpha``, DRAGAN's noise) comes from the ``rng`` argument or
-:func:`gpgan.backend.random.get_rng`, is drawn on the CPU with NumPy and moved to the data's
-device, so a seed gives the same numbers on every device.
+Randomness (``eps``, ``alpha``, DRAGAN's noise) is drawn on the CPU with NumPy by
+:meth:`GradientPenalty.draw` and moved to the data's device, so a seed gives the same numbers on
+every device. :meth:`GradientPenalty.evaluate` then computes the penalty from those arrays on the
+device without reading anything back (a training step calls the two apart: it draws the inputs of
+a whole step first); calling a penalty does both, with the ``rng`` argument or the global generator.
 """
 import math
 
@@ -62,12 +64,6 @@ def _array(x, name):
     if hasattr(x, "dtype") and hasattr(x, "shape"):
         return x
     raise TypeError(f"penalty: {name} must be a Variable or an array, got {type(x).__name__}")
-
-
-def _uniform(rng, shape, like):
-    """U(0, 1) numbers drawn with NumPy, in the dtype and on the device of ``like``."""
-    arr = rng.random(shape).astype(like.dtype, copy=False)
-    return to_device(arr, device_of(like))
 
 
 def _batch_shape(x):
@@ -127,9 +123,17 @@ class GradientPenalty:
         """The factor the mean term is multiplied by: weight (/2 when zero-centred) * interval."""
         return self.weight * (0.5 if self.half else 1.0) * self.interval
 
-    def sample_points(self, real, fake, rng=None):
-        """The raw array of points where the gradient is taken."""
-        rng = get_rng(rng)
+    def draw(self, rng, real):
+        """The random numbers one evaluation needs, drawn on the CPU with ``rng``: a dict of NumPy
+        arrays in ``real``'s dtype, each with the batch as its first axis (so a data-parallel rank
+        takes its slice). ``real`` gives the shape and dtype (its values are not read)."""
+        if self.points == "interpolate":
+            return {"eps": rng.random(_batch_shape(real)).astype(real.dtype, copy=False)}
+        return {}
+
+    def sample_points(self, real, fake, draws):
+        """The raw array of points where the gradient is taken, from the arrays ``real`` and
+        ``fake`` and the output of :meth:`draw` (on their device)."""
         if self.points == "real":
             return real
         if self.points == "fake":
@@ -139,7 +143,7 @@ class GradientPenalty:
                 raise ValueError(
                     f"penalty {self.name}: interpolating needs real and fake of one shape, got "
                     f"{real.shape} and {fake.shape}")
-            eps = _uniform(rng, _batch_shape(real), real)
+            eps = draws["eps"]
             return eps * real + (1 - eps) * fake
         raise NotImplementedError(f"penalty {self.name}: unknown points {self.points!r}")
 
@@ -152,22 +156,31 @@ class GradientPenalty:
             gap = F.relu(gap)
         return gap * gap
 
-    def __call__(self, critic, real, fake, rng=None):
+    def evaluate(self, critic, real, fake, draws):
+        """``(value, mean_term, sq)``, all on the device, nothing read back: ``value`` the scalar
+        penalty (weighted, scaled), ``mean_term`` its unweighted mean term and ``sq`` the (N,)
+        squared input-gradient norms. ``draws``: :meth:`draw`'s arrays, on the data's device."""
         real = _array(real, "real")
         fake = _array(fake, "fake")
         with no_grad():
-            x = self.sample_points(real, fake, rng)
+            x = self.sample_points(real, fake, draws)
         _, g = input_gradient(critic, x, create_graph=True)
         with enable_grad():
             sq = _squared_norms(g)
             mean_term = F.mean(self.term(sq))
             value = mean_term * self.scale
+        return value, mean_term, sq
+
+    def __call__(self, critic, real, fake, rng=None):
+        """``(value, stats)``: the penalty with its random numbers drawn from ``rng`` (default: the
+        global generator), and ``stats`` of floats read back: ``grad_norm`` (mean ||g||) and
+        ``penalty`` (the unweighted mean term)."""
+        real_array = _array(real, "real")
+        device = device_of(real_array)
+        draws = {k: to_device(v, device) for k, v in self.draw(get_rng(rng), real_array).items()}
+        value, mean_term, sq = self.evaluate(critic, real, fake, draws)
         xp = get_array_module(sq.data)
-        stats = {
-            "grad_norm": float(xp.sqrt(sq.data).mean()),
-            "penalty": float(mean_term.data),
-        }
-        return value, stats
+        return value, {"grad_norm": float(xp.sqrt(sq.data).mean()), "penalty": float(mean_term.data)}
 
     def __repr__(self):
         return (f"{type(self).__name__}(weight={self.weight:g}, center={self.center:g}, "
@@ -222,14 +235,17 @@ class DRAGAN(GradientPenalty):
         self.noise_scale = float(noise_scale)
         self.interpolate = bool(interpolate)
 
-    def sample_points(self, real, fake, rng=None):
-        rng = get_rng(rng)
-        noise = _uniform(rng, real.shape, real)
-        perturbed = real + (self.noise_scale * real.std()).astype(real.dtype) * noise
+    def draw(self, rng, real):
+        draws = {"noise": rng.random(real.shape).astype(real.dtype, copy=False)}
+        if self.interpolate:
+            draws["alpha"] = rng.random(_batch_shape(real)).astype(real.dtype, copy=False)
+        return draws
+
+    def sample_points(self, real, fake, draws):
+        perturbed = real + (self.noise_scale * real.std()).astype(real.dtype) * draws["noise"]
         if not self.interpolate:
             return perturbed
-        alpha = _uniform(rng, _batch_shape(real), real)
-        return real + alpha * (perturbed - real)
+        return real + draws["alpha"] * (perturbed - real)
 
 
 class NoPenalty:
@@ -245,10 +261,17 @@ class NoPenalty:
     def __init__(self, weight=None, center=None, interval=1, **unused):
         self.interval = int(interval)
 
-    def __call__(self, critic, real, fake, rng=None):
+    def draw(self, rng, real):
+        return {}
+
+    def evaluate(self, critic, real, fake, draws):
         real = _array(real, "real")
-        xp = get_array_module(real)
-        return Variable(xp.zeros((), dtype=real.dtype)), {"grad_norm": math.nan, "penalty": 0.0}
+        zero = Variable(get_array_module(real).zeros((), dtype=real.dtype))
+        return zero, zero, None
+
+    def __call__(self, critic, real, fake, rng=None):
+        value, _, _ = self.evaluate(critic, real, fake, {})
+        return value, {"grad_norm": math.nan, "penalty": 0.0}
 
     def __repr__(self):
         return "NoPenalty()"

@@ -1,4 +1,5 @@
-"""Metrics: mode coverage of 2-D toy mixtures, and image quality (FID, KID, IS, precision/recall).
+"""Metrics: mode coverage of 2-D toy mixtures, image quality (FID, KID, IS, precision/recall), and
+which way each metric improves.
 
 Image metrics take features from pytorch-fid's FID Inception-v3 (:class:`InceptionV3`, run with
 gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scores`)::
@@ -8,6 +9,7 @@ gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scor
     mu, sigma = dataset_statistics(net, "cifar10", root="~/data/cifar-10-batches-py")
     score = frechet_distance(*feature_statistics(fake["pool3"]), mu, sigma)
 """
+from gpgan.metrics.direction import direction, is_better
 from gpgan.metrics.inception import InceptionV3, InceptionWeightsError
 from gpgan.metrics.reference import (
     dataset_statistics,
@@ -20,7 +22,7 @@ from gpgan.metrics.scores import feature_statistics, fid, frechet_distance, ince
 from gpgan.metrics.toy import DEFAULT_NUM_SAMPLES, mode_metrics, nearest_modes
 
 __all__ = [
-    "DEFAULT_NUM_SAMPLES", "mode_metrics", "nearest_modes",
+    "DEFAULT_NUM_SAMPLES", "mode_metrics", "nearest_modes", "direction", "is_better",
     "InceptionV3", "InceptionWeightsError",
     "feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
     "quantize_images", "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",

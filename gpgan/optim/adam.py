@@ -62,4 +62,4 @@ class Adam(Optimizer):
         denom = xp.sqrt(v)
         denom /= dt(math.sqrt(correction2))
         denom += dt(self.eps)
-        data -= dt(self.lr / correction1) * (m / denom)
+        data -= self._rate(self.lr / correction1, dt) * (m / denom)

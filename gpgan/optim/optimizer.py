@@ -96,20 +96,46 @@ class Optimizer:
         for p in self.params:
             p.grad = None
 
-    def step(self):
+    def step(self, gate=None):
         """Update every parameter that has a gradient; parameters with ``grad is None`` are skipped
-        (their state, including their step count, does not advance, as in torch)."""
-        for i, p in enumerate(self.params):
-            if p.grad is None:
-                continue
-            grad = p.grad.data if isinstance(p.grad, Variable) else p.grad
-            if grad.shape != p.data.shape:
-                raise ValueError(f"{type(self).__name__}.step: params[{i}] has shape {p.data.shape} "
-                                 f"but its gradient has shape {grad.shape}")
-            state = self._state_for(i, p.data)
-            state["step"] += 1
-            self._update(p.data, grad.astype(p.data.dtype, copy=False), state)
+        (their state, including their step count, does not advance, as in torch).
+
+        Args:
+            gate: None, or a 0-d boolean array on the parameters' device. Where it is False the
+                update is computed from zero gradients and applied with a step size of 0, so the
+                parameters keep their values exactly and the state stays finite, without reading
+                the device (a training step stops a run on a non-finite gradient this way).
+        """
+        self._gate = gate
+        self._gate_by_dtype = {}
+        try:
+            for i, p in enumerate(self.params):
+                if p.grad is None:
+                    continue
+                grad = p.grad.data if isinstance(p.grad, Variable) else p.grad
+                if grad.shape != p.data.shape:
+                    raise ValueError(f"{type(self).__name__}.step: params[{i}] has shape {p.data.shape} "
+                                     f"but its gradient has shape {grad.shape}")
+                grad = grad.astype(p.data.dtype, copy=False)
+                if gate is not None:
+                    grad = get_array_module(grad).where(gate, grad, grad.dtype.type(0))
+                state = self._state_for(i, p.data)
+                state["step"] += 1
+                self._update(p.data, grad, state)
+        finally:
+            self._gate = None
         self.step_count += 1
+
+    _gate = None
+
+    def _rate(self, value, dt):
+        """A step size ``value`` in the dtype ``dt``, times the gate of :meth:`step` when given."""
+        if self._gate is None:
+            return dt(value)
+        gate = self._gate_by_dtype.get(dt)
+        if gate is None:
+            gate = self._gate_by_dtype[dt] = self._gate.astype(dt)
+        return dt(value) * gate
 
     def _state_for(self, i, data):
         """The state of parameter ``i``: arrays it lacks are created as zeros (on its first update,

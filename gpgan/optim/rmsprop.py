@@ -62,6 +62,6 @@ class RMSprop(Optimizer):
             buf = state["momentum_buffer"]
             buf *= dt(self.momentum)
             buf += grad / denom
-            data -= dt(self.lr) * buf
+            data -= self._rate(self.lr, dt) * buf
         else:
-            data -= dt(self.lr) * (grad / denom)
+            data -= self._rate(self.lr, dt) * (grad / denom)

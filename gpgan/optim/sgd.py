@@ -51,4 +51,4 @@ class SGD(Optimizer):
                 buf *= dt(self.momentum)
                 buf += dt(1.0 - self.dampening) * grad
             grad = grad + dt(self.momentum) * buf if self.nesterov else buf
-        data -= dt(self.lr) * grad
+        data -= self._rate(self.lr, dt) * grad

@@ -1,6 +1,7 @@
 """Collecting a sweep's results from its run folders, and results.csv.
 
-Everything here reads files only (final.json, metrics.jsonl, OUT/logs/<name>/failure.json), so
+Everything here reads files only (a run folder's final.json and metrics.jsonl, through
+:class:`gpgan.train.run.RunFolder`, and OUT/logs/<name>/failure.json), so
 ``--report-only`` gives the same rows as the sweep that produced the runs.
 """
 from __future__ import annotations
@@ -12,8 +13,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpgan.studies.runner import find_run_dir, logs_dir, read_final
-from gpgan.studies.sweep import IGNORED, RunSpec, Sweep, default_direction, expand_runs, format_value
+from gpgan.metrics import direction
+from gpgan.studies.runner import find_run_dir, logs_dir
+from gpgan.studies.sweep import IGNORED, RunSpec, Sweep, expand_runs, format_value
+from gpgan.train.run import RunFolder
 
 __all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns"]
 
@@ -28,7 +31,8 @@ class RunRecord:
     stderr), "interrupted" (last attempt stopped with exit 130 and left a checkpoint: the next
     sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
     an attempt), "not run", or any other
-    status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value.
+    status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value;
+    ``curves``: metric name -> [(step, value)] of every evaluation logged in metrics.jsonl.
     """
 
     spec: RunSpec
@@ -40,6 +44,7 @@ class RunRecord:
     wall_time_s: float | None = None
     error: str = ""
     sample: Path | None = None
+    curves: dict[str, list] = field(default_factory=dict)
 
 
 def _aliases(name: str) -> list[str]:
@@ -64,32 +69,18 @@ def _lookup(mapping, name):
     return None
 
 
-def _read_metrics_log(run_dir: Path) -> list[dict]:
-    rows = []
-    try:
-        with open(run_dir / "metrics.jsonl") as fh:
-            for line in fh:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except ValueError:
-                    continue  # a line cut short by a crash
-                if isinstance(row, dict):
-                    rows.append(row)
-    except OSError:
-        pass
-    return rows
+def _read_final(run_dir):
+    return RunFolder(run_dir).read_final() if run_dir is not None else None
 
 
-def _series(rows: list[dict], name: str) -> list[float]:
-    values = []
+def _curve(rows: list[dict], name: str) -> list[tuple[int, float]]:
+    """(step, value) of every record that holds metric ``name``."""
+    points = []
     for row in rows:
         v = _lookup(row, name)
-        if v is not None:
-            values.append(v)
-    return values
+        if v is not None and isinstance(row.get("step"), int):
+            points.append((row["step"], v))
+    return points
 
 
 def _best(values, direction):
@@ -106,14 +97,14 @@ def resolve_metrics(sweep: Sweep, out_dir) -> list[tuple[str, str]]:
         return list(sweep.metrics)
     names = set()
     for spec in expand_runs(sweep):
-        final = read_final(find_run_dir(out_dir, spec.name)) or {}
+        final = _read_final(find_run_dir(out_dir, spec.name)) or {}
         if final.get("status") != "finished":
             continue
         for key, value in (final.get("final") or {}).items():
             if _number(value) is not None:
                 names.add(key)
     chosen = sorted(n for n in names if n.startswith("eval/")) or sorted(names)
-    return [(n, default_direction(n)) for n in chosen]
+    return [(n, direction(n)) for n in chosen]
 
 
 def _read_failure(out_dir, name) -> tuple[str, str] | None:
@@ -135,7 +126,7 @@ def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
     records = []
     for spec in expand_runs(sweep):
         run_dir = find_run_dir(out_dir, spec.name)
-        final = read_final(run_dir)
+        final = _read_final(run_dir)
         failure = _read_failure(out_dir, spec.name)
         rec = RunRecord(spec=spec, status="not run", run_dir=run_dir)
         if final is not None and final.get("status") == "finished":
@@ -151,9 +142,13 @@ def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
             rec.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
             rec.wall_time_s = _number(final.get("wall_time_s"))
         if run_dir is not None and rec.status == "finished":
-            rows = _read_metrics_log(run_dir)
+            try:
+                rows = RunFolder(run_dir).read_metrics()
+            except ValueError as exc:  # a damaged metrics.jsonl: the final values still count
+                rows, rec.error = [], str(exc)
             for name, direction in metrics:
-                series = _series(rows, name)
+                rec.curves[name] = _curve(rows, name)
+                series = [v for _, v in rec.curves[name]]
                 last = _lookup((final or {}).get("final"), name)
                 if last is None and series:
                     last = series[-1]

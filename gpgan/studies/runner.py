@@ -28,13 +28,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpgan.studies.sweep import RunSpec, Sweep, SweepError, expand_runs, override_text
-from gpgan.train.trainer import PARENT_ENV
+from gpgan.train.config import load_config
+from gpgan.train.loop import PARENT_ENV
+from gpgan.train.run import RunFolder
 
 __all__ = [
     "TRAINER_ENV",
     "trainer_command",
     "find_run_dir",
-    "read_final",
     "run_state",
     "JobResult",
     "SweepSummary",
@@ -75,47 +76,20 @@ def logs_dir(out_dir, name) -> Path:
     return Path(out_dir) / "logs" / name
 
 
-def read_final(run_dir) -> dict | None:
-    """The run's final.json as a dict, or None when missing or unreadable."""
-    if run_dir is None:
-        return None
-    try:
-        with open(Path(run_dir) / "final.json") as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def is_finished(run_dir) -> bool:
-    final = read_final(run_dir)
-    return final is not None and final.get("status") == "finished"
-
-
 def find_run_dir(out_dir, name) -> Path | None:
     """The run folder ``OUT/runs/<config name>/<name>`` (the config name is the trainer's to
     choose, so it is globbed); a finished one wins if several exist."""
     candidates = sorted(p for p in runs_root(out_dir).glob(f"*/{name}") if p.is_dir())
     if not candidates:
         return None
-    finished = [p for p in candidates if is_finished(p)]
+    finished = [p for p in candidates if RunFolder(p).is_finished()]
     return (finished or candidates)[0]
 
 
-def has_checkpoint(run_dir) -> bool:
-    return run_dir is not None and any((Path(run_dir) / "checkpoints").glob("*.npz"))
-
-
 def run_state(out_dir, name) -> tuple[str, Path | None]:
-    """("finished" | "resumable" | "stale" | "absent", run folder or None)."""
+    """(one of :data:`gpgan.train.run.STATES`, run folder or None) of the sweep's run ``name``."""
     run_dir = find_run_dir(out_dir, name)
-    if run_dir is None:
-        return "absent", None
-    if is_finished(run_dir):
-        return "finished", run_dir
-    if has_checkpoint(run_dir):
-        return "resumable", run_dir
-    return "stale", run_dir
+    return ("absent", None) if run_dir is None else (RunFolder(run_dir).state(), run_dir)
 
 
 def stderr_tail(path, n=TAIL_LINES) -> list[str]:
@@ -133,50 +107,31 @@ def stderr_tail(path, n=TAIL_LINES) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # runs made with another config
 
-# Keys that may differ between a run folder and the sweep: where the run trained, and the stop
-# point of an interrupted attempt (gpgan-train lets both change on resume).
-_IGNORED_CONFIG_KEYS = ("device", "train.stop_after")
-
-
 class StaleRunError(SweepError):
     """Existing run folders were made with a config other than the one the sweep asks for."""
 
 
 def config_mismatches(sweep: Sweep, out_dir, specs=None) -> list[tuple[str, list[tuple[str, object, object]]]]:
     """[(run name, [(key, value in the run's config.yaml, value the sweep asks for)])] for every
-    existing run folder whose config differs from base + set + axes (e.g. after ``set:`` was
-    edited: its name alone would make the old run count as done). Empty when gpgan.train is not
-    importable or the folders hold no config.yaml (the trainer is someone else's)."""
-    try:
-        import yaml
-
-        from gpgan.train.config import ConfigError, diff_configs, get_key, load_config
-    except ImportError:
-        return []
+    existing run folder (finished or resumable) whose config differs from base + set + axes (e.g.
+    after ``set:`` was edited: its name alone would make the old run count as done), ignoring the
+    keys that do not change what a run computes. Folders without a config.yaml (another trainer's)
+    and settings the trainer rejects are left to the trainer."""
     out = []
     for spec in expand_runs(sweep) if specs is None else specs:
         run_dir = find_run_dir(out_dir, spec.name)
-        if run_dir is None or not (run_dir / "config.yaml").is_file():
+        if run_dir is None:
             continue
-        if not (is_finished(run_dir) or has_checkpoint(run_dir)):
-            continue  # a folder without checkpoint is cleared and started again anyway
+        run = RunFolder(run_dir)
+        if not run.exists() or run.state() == "stale":  # a stale folder is cleared and started again
+            continue
         try:
-            with open(run_dir / "config.yaml") as fh:
-                saved = yaml.safe_load(fh)
             wanted = load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
-        except (OSError, yaml.YAMLError, ConfigError):
-            continue  # an unreadable folder or a setting the trainer rejects: it fails on its own
-        if not isinstance(saved, dict):
+            diffs = run.config_differences(wanted)
+        except (OSError, ValueError):  # an unreadable folder or a setting the trainer rejects
             continue
-        keys = [k for k in diff_configs(saved, wanted) if k not in _IGNORED_CONFIG_KEYS]
-
-        def get(config, key):
-            try:
-                return get_key(config, key)
-            except (KeyError, TypeError):
-                return None
-        if keys:
-            out.append((spec.name, [(k, get(saved, k), get(wanted, k)) for k in keys]))
+        if diffs:
+            out.append((spec.name, diffs))
     return out
 
 
@@ -344,7 +299,7 @@ class _Runner:
             for log_name in ("stdout.log", "stderr.log"):
                 shutil.copyfile(logs / log_name, new_dir / log_name)
         failure = logs / "failure.json"
-        if rc == 0 and is_finished(new_dir):
+        if rc == 0 and new_dir is not None and RunFolder(new_dir).is_finished():
             failure.unlink(missing_ok=True)
             result = JobResult(spec.name, action, "finished", rc, seconds, cpu_seconds=cpu)
         else:
@@ -354,7 +309,8 @@ class _Runner:
                             f"finished under {runs_root(self.out_dir)}/*/{spec.name}")
             error = "\n".join(tail) or f"exit code {rc} (stderr was empty)"
             # Exit 130 (Ctrl-C, train.stop_after) with a checkpoint: stopped, not broken.
-            status = "interrupted" if rc in (130, -signal.SIGINT) and has_checkpoint(new_dir) else "failed"
+            status = ("interrupted" if rc in (130, -signal.SIGINT) and new_dir is not None
+                      and RunFolder(new_dir).has_checkpoint() else "failed")
             failure.write_text(json.dumps({"status": status, "returncode": rc, "command": cmd, "error": error},
                                           indent=1) + "\n")
             result = JobResult(spec.name, action, status, rc, seconds, error, cpu_seconds=cpu)

@@ -21,6 +21,20 @@ A sweep file (YAML) names a base config and the axes to vary::
       - {penalty.type: r2, penalty.weight: 0.1}
     out: experiments/ablations/mine     # default output folder (optional)
     title: My ablation                  # REPORT.md heading (optional)
+    notes: |                            # Markdown for REPORT.md's "Findings" (optional)
+      R1 and LP cover every mode ...
+
+``variants``: named bundles of overrides that serve as the values of an axis with a plain name
+(no dot), e.g. a penalty in its paper's pairing beside the common setting::
+
+    variants:
+      pairing:
+        common: {}
+        wgan_gp_paper: {loss: wgan, train.critic_steps: 5, optim.critic.lr: 1.0e-4}
+    axes:
+      pairing: [common, wgan_gp_paper]
+
+A variant's keys override ``set:``; they may not also be axes.
 
 ``ignore``: in a combination matching ``when`` (every listed key has the listed value, or one of
 the listed values when a list is given) the listed axes are dropped: no override is passed for
@@ -33,7 +47,6 @@ matching every key of an entry is not run.
 """
 from __future__ import annotations
 
-import difflib
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -42,12 +55,14 @@ from typing import Any
 
 import yaml
 
+from gpgan.metrics import direction as metric_direction
+from gpgan.schema import did_you_mean
+
 __all__ = [
     "SweepError",
     "Sweep",
     "RunSpec",
     "IGNORED",
-    "default_direction",
     "load_sweep",
     "parse_sweep",
     "expand_runs",
@@ -57,8 +72,8 @@ __all__ = [
 ]
 
 TOP_LEVEL_KEYS = (
-    "base", "axes", "set", "metrics", "seed_axis", "x_axis", "series_axis",
-    "ignore", "exclude", "out", "title",
+    "base", "axes", "set", "variants", "metrics", "seed_axis", "x_axis", "series_axis",
+    "ignore", "exclude", "out", "title", "notes",
 )
 IGNORE_KEYS = ("when", "axes")
 DIRECTIONS = ("max", "min")
@@ -66,15 +81,7 @@ DEFAULT_SEED_AXIS = "train.seed"
 DEFAULT_X_AXIS = "penalty.weight"
 DEFAULT_SERIES_AXIS = "penalty.type"
 
-# Metric names that are better when small; every other metric defaults to "max".
-_MINIMIZED = re.compile(r"(kl|loss|fid|divergence|distance|error|time)", re.IGNORECASE)
-
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-
-
-def default_direction(metric: str) -> str:
-    """"min" for metrics that look like costs (kl, loss, fid, distance, error, time), else "max"."""
-    return "min" if _MINIMIZED.search(metric) else "max"
 
 
 class SweepError(ValueError):
@@ -122,6 +129,8 @@ class Sweep:
     out: Path | None = None
     title: str | None = None
     base_text: str = ""          # ``base`` exactly as written in the file (for the report)
+    variants: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    notes: str | None = None     # Markdown placed in REPORT.md under "Findings"
 
     @property
     def stem(self) -> str:
@@ -193,13 +202,6 @@ def _safe_fragment(text: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # validation helpers
 
-def _closest(word, options) -> str:
-    close = difflib.get_close_matches(str(word), [str(o) for o in options], n=2, cutoff=0.5)
-    if close:
-        return " (did you mean " + " or ".join(repr(c) for c in close) + "?)"
-    return ""
-
-
 def _err(path, where, message) -> SweepError:
     return SweepError(f"sweep file {path}: {where}: {message}")
 
@@ -229,7 +231,7 @@ def _check_axis_values(path, where, axes, mapping):
     out = {}
     for key, val in mapping.items():
         if key not in axes:
-            raise _err(path, where, f"{key!r} is not an axis; axes are {list(axes)}{_closest(key, axes)}")
+            raise _err(path, where, f"{key!r} is not an axis; axes are {list(axes)}{did_you_mean(key, axes)}")
         vals = _as_list(val)
         for v in vals:
             if not any(_same(v, a) for a in axes[key]):
@@ -264,10 +266,10 @@ def _parse_metrics(path, raw):
         if not isinstance(name, str) or not name:
             raise _err(path, where, f"metric name {name!r} must be a non-empty string")
         if direction is None:
-            direction = default_direction(name)
+            direction = metric_direction(name)
         if direction not in DIRECTIONS:
             raise _err(path, where, f"direction {direction!r} for {name!r} must be one of {list(DIRECTIONS)}"
-                       + _closest(direction, DIRECTIONS))
+                       + did_you_mean(direction, DIRECTIONS))
         if any(name == m for m, _ in metrics):
             raise _err(path, where, f"metric {name!r} is listed twice")
         metrics.append((name, direction))
@@ -299,7 +301,7 @@ def parse_sweep(raw, path) -> Sweep:
                          f"got {type(raw).__name__}")
     unknown = [k for k in raw if k not in TOP_LEVEL_KEYS]
     if unknown:
-        details = "; ".join(f"{k!r}{_closest(k, TOP_LEVEL_KEYS)}" for k in unknown)
+        details = "; ".join(f"{k!r}{did_you_mean(k, TOP_LEVEL_KEYS)}" for k in unknown)
         raise SweepError(f"sweep file {path}: unknown key(s) {details}; valid keys are {list(TOP_LEVEL_KEYS)}")
     for key in ("base", "axes"):
         if key not in raw:
@@ -312,6 +314,7 @@ def parse_sweep(raw, path) -> Sweep:
     if not base.is_file():
         raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
 
+    variants = _parse_variants(path, raw.get("variants"))
     axes_raw = raw["axes"]
     if not isinstance(axes_raw, dict) or not axes_raw:
         raise _err(path, "axes", "must be a non-empty mapping of dotted config keys to lists of values")
@@ -326,7 +329,23 @@ def parse_sweep(raw, path) -> Sweep:
         for i, v in enumerate(values):
             if any(_same(v, w) for w in values[:i]):
                 raise _err(path, where, f"value {v!r} is listed twice")
+        if key in variants:
+            for v in values:
+                if not isinstance(v, str) or v not in variants[key]:
+                    raise _err(path, where, f"{v!r} is not a variant of {key!r}; its variants are "
+                                            f"{list(variants[key])}{did_you_mean(v, variants[key])}")
+        elif "." not in key:
+            raise _err(path, where, f"{key!r} is neither a dotted config key like 'penalty.weight' nor a "
+                                    f"variant axis (variants: {list(variants)}){did_you_mean(key, variants)}")
         axes[key] = list(values)
+    for name in variants:
+        if name not in axes:
+            raise _err(path, f"variants.{name}", f"is not used as an axis; add `{name}: [...]` to axes")
+        for variant, settings in variants[name].items():
+            for key in settings:
+                if key in axes:
+                    raise _err(path, f"variants.{name}.{variant}.{key}", "is also an axis; a key is either "
+                                                                        "set by a variant or varied")
 
     fixed_raw = raw.get("set") or {}
     if not isinstance(fixed_raw, dict):
@@ -346,7 +365,7 @@ def parse_sweep(raw, path) -> Sweep:
         if value is None:
             return None
         if value not in axes:
-            raise _err(path, name, f"{value!r} is not an axis; axes are {list(axes)}{_closest(value, axes)}")
+            raise _err(path, name, f"{value!r} is not an axis; axes are {list(axes)}{did_you_mean(value, axes)}")
         return value
 
     seed_axis = axis_option("seed_axis", DEFAULT_SEED_AXIS)
@@ -367,7 +386,7 @@ def parse_sweep(raw, path) -> Sweep:
             raise _err(path, where, "must be a mapping {when: {axis: value}, axes: [axis, ...]}")
         bad = [k for k in rule if k not in IGNORE_KEYS]
         if bad:
-            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{_closest(k, IGNORE_KEYS)}" for k in bad)
+            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{did_you_mean(k, IGNORE_KEYS)}" for k in bad)
                        + f"; valid keys are {list(IGNORE_KEYS)}")
         if "when" not in rule or "axes" not in rule:
             raise _err(path, where, "needs both 'when' and 'axes'")
@@ -379,7 +398,7 @@ def parse_sweep(raw, path) -> Sweep:
             raise _err(path, where + ".axes", "must be a non-empty list of axis keys")
         for key in dropped:
             if key not in axes:
-                raise _err(path, where + ".axes", f"{key!r} is not an axis; axes are {list(axes)}{_closest(key, axes)}")
+                raise _err(path, where + ".axes", f"{key!r} is not an axis; axes are {list(axes)}{did_you_mean(key, axes)}")
             if key in when:
                 raise _err(path, where + ".axes", f"{key!r} cannot be both tested in 'when' and ignored")
             if key == seed_axis:
@@ -399,17 +418,50 @@ def parse_sweep(raw, path) -> Sweep:
     title = raw.get("title")
     if title is not None and not isinstance(title, str):
         raise _err(path, "title", f"must be a string, got {title!r}")
+    notes = raw.get("notes")
+    if notes is not None and not isinstance(notes, str):
+        raise _err(path, "notes", f"must be Markdown text (a string), got {type(notes).__name__}")
 
     sweep = Sweep(
         path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
         out=Path(out) if out is not None else None, title=title, base_text=base_text,
+        variants=variants, notes=notes,
     )
     _check_config_keys(sweep)
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
     if not specs:
         raise _err(path, "exclude", "excludes every combination; nothing to run")
     return sweep
+
+
+def _parse_variants(path, raw) -> dict:
+    """``variants: {axis name: {variant name: {dotted key: value}}}``: named bundles of
+    overrides, used as the values of an axis (e.g. a penalty in its paper's pairing of loss,
+    critic steps and optimizer beside the common one)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _err(path, "variants", "must be a mapping {axis name: {variant name: {dotted key: value}}}")
+    variants = {}
+    for name, bundle in raw.items():
+        where = f"variants.{name}"
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise _err(path, "variants", f"{name!r} must be a plain name (no dots): it names an axis, not a key")
+        if not isinstance(bundle, dict) or not bundle:
+            raise _err(path, where, "must be a non-empty mapping {variant name: {dotted key: value}}")
+        variants[name] = {}
+        for variant, settings in bundle.items():
+            if not isinstance(variant, str) or not variant:
+                raise _err(path, where, f"variant name {variant!r} must be a non-empty string")
+            settings = {} if settings is None else settings
+            if not isinstance(settings, dict):
+                raise _err(path, f"{where}.{variant}", "must be a mapping of dotted config keys to values")
+            for key, value in settings.items():
+                _check_key(path, f"{where}.{variant}", key)
+                _check_value(path, f"{where}.{variant}.{key}", value, allow_mapping=True)
+            variants[name][variant] = dict(settings)
+    return variants
 
 
 def _check_config_keys(sweep: Sweep) -> None:
@@ -421,7 +473,9 @@ def _check_config_keys(sweep: Sweep) -> None:
     except ImportError:  # the training package is not importable here: the trainer will judge
         return
     items = [("set", k, v) for k, v in sweep.fixed.items()]
-    items += [("axes", k, v) for k, vals in sweep.axes.items() for v in vals]
+    items += [("axes", k, v) for k, vals in sweep.axes.items() for v in vals if k not in sweep.variants]
+    items += [(f"variants.{name}.{variant}", k, v) for name, bundle in sweep.variants.items()
+              for variant, settings in bundle.items() for k, v in settings.items()]
     for section, key, value in items:
         try:
             parse_override(f"{key}={override_text(value)}")
@@ -469,7 +523,12 @@ def expand_runs(sweep: Sweep) -> list[RunSpec]:
             raise _err(sweep.path, "axes", f"runs {seen_names[name]} and {values} get the same folder name "
                        f"{name!r}; make the values differ in letters, digits or . + - _")
         seen_names[name] = values
-        overrides = list(sweep.fixed.items()) + [(k, v) for k, v in values.items() if v is not IGNORED]
+        overrides = list(sweep.fixed.items())
+        for k, v in values.items():
+            if v is IGNORED:
+                continue
+            # A variant stands for its bundle of overrides (which win over set:, coming later).
+            overrides += list(sweep.variants[k][v].items()) if k in sweep.variants else [(k, v)]
         setting = tuple(format_value(values[k]) for k in sweep.setting_axes)
         seed = values.get(sweep.seed_axis) if sweep.seed_axis else None
         specs.append(RunSpec(name=name, values=values, overrides=overrides, setting=setting, seed=seed))

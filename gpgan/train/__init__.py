@@ -1,5 +1,8 @@
-"""Training: the config schema (:mod:`gpgan.train.config`), the run folder
-(:mod:`gpgan.train.run`) and the training loop (:mod:`gpgan.train.trainer`).
+"""Training: gpgan's config schema (:mod:`~gpgan.train.config`), the run folder
+(:mod:`~gpgan.train.run`), building components from a config (:mod:`~gpgan.train.build`), each
+step's inputs (:mod:`~gpgan.train.feed`), the step's maths on the device (:mod:`~gpgan.train.step`),
+logging, samples and evaluation (:mod:`~gpgan.train.monitor`), the loop (:mod:`~gpgan.train.loop`)
+and starting, resuming and forking runs (:mod:`~gpgan.train.launch`).
 
 Names are imported on first use, so that ``python -m gpgan.train.config`` (which prints the
 config reference) and reading a config import neither models nor tensorboardX.
@@ -11,7 +14,12 @@ _LAZY = {
     "load_config": "gpgan.train.config",
     "validate_config": "gpgan.train.config",
     "RunFolder": "gpgan.train.run",
-    "Trainer": "gpgan.train.trainer",
+    "Trainer": "gpgan.train.loop",
+    "TrainingStep": "gpgan.train.step",
+    "build_components": "gpgan.train.build",
+    "start_run": "gpgan.train.launch",
+    "resume_run": "gpgan.train.launch",
+    "fork_run": "gpgan.train.launch",
 }
 
 __all__ = list(_LAZY)

@@ -1,79 +1,43 @@
-"""The run folder: where a training run keeps its config, manifest, metrics, samples and checkpoints.
+"""The run folder: the one owner of where a training run keeps its files, what they are called,
+and what state the run is in.
 
-Layout (``experiments/<config name>/<name or timestamp>/``)::
+Layout (``<out>/<config name>/<name or timestamp>/``)::
 
     config.yaml        the resolved config (every key, defaults filled in)
-    manifest.json      gpgan/Python/NumPy/CuPy versions, git commit, device, seed, command line
-    metrics.jsonl      one JSON object per logged step (see gpgan.train.trainer)
+    manifest.json      versions, git commit, device, seed, command line; one entry per resume
+    metrics.jsonl      one JSON object per logged step
     events.out.tfevents.*   TensorBoard scalars and sample grids (tensorboardX)
     samples/           step_000100.png ... and final.png
-    checkpoints/       ckpt_000100.npz ... (the last K kept)
-    final.json         written only when the run finished
+    checkpoints/       ckpt_000100.npz ... (the last K kept) and best.npz (never pruned)
+    final.json         written only when the run finished: {"status": "finished", ...}
+
+A run is *finished* when final.json says so, *resumable* when it holds a checkpoint, *stale* when
+it has neither (nothing to continue from), and *absent* when the folder holds no run.
 """
 import datetime
-import importlib.metadata
 import json
 import os
-import platform
 import re
-import shlex
-import subprocess
-import sys
 
-import numpy
 import yaml
 
-import gpgan
-from gpgan.backend import device_description
-from gpgan.train.config import dump_config, validate_config
+from gpgan.checkpoint import CheckpointError, atomic_write, is_temporary, verify
+from gpgan.schema import get_key
+from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
+from gpgan.train.manifest import environment_info, invocation
 
-__all__ = ["RunFolder", "environment_info", "git_commit"]
+__all__ = ["RunFolder", "RunNameError", "NotARunError"]
 
-_CKPT = re.compile(r"^ckpt_(\d+)\.npz$")
-
-
-def git_commit(directory=None):
-    """``(commit, dirty)`` of the git checkout holding ``directory`` (gpgan's source by default),
-    or ``(None, None)`` when it is not in one or git is missing."""
-    directory = directory or os.path.dirname(os.path.abspath(gpgan.__file__))
-    try:
-        commit = subprocess.run(["git", "-C", directory, "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10)
-        if commit.returncode != 0:
-            return None, None
-        status = subprocess.run(["git", "-C", directory, "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True, timeout=10)
-        return commit.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        return None, None
+_CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
+STATES = ("finished", "resumable", "stale", "absent")
 
 
-def _cupy_version():
-    cupy = sys.modules.get("cupy")
-    if cupy is not None:
-        return getattr(cupy, "__version__", None)
-    for dist in ("cupy", "cupy-cuda12x", "cupy-cuda11x", "cupy-cuda13x"):
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
+class RunNameError(ValueError):
+    """A run name that is not a plain folder name."""
 
 
-def environment_info(device):
-    """Versions, platform and ``device`` (with what it is, in words), for the manifest."""
-    commit, dirty = git_commit()
-    return {
-        "gpgan_version": gpgan.__version__,
-        "git_commit": commit,
-        "git_dirty": dirty,
-        "python": platform.python_version(),
-        "numpy": numpy.__version__,
-        "cupy": _cupy_version(),
-        "platform": platform.platform(),
-        "device": device,
-        "device_name": device_description(device),
-    }
+class NotARunError(FileNotFoundError):
+    """A folder that holds no run (no config.yaml)."""
 
 
 def _timestamp():
@@ -81,48 +45,87 @@ def _timestamp():
 
 
 class RunFolder:
-    """Paths and small file operations of one run folder."""
+    """One run folder: its paths, its state, and the small file operations on it."""
 
     def __init__(self, path):
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+    def __repr__(self):
+        return f"RunFolder({self.path!r})"
 
     # -- creation -----------------------------------------------------------------------------
     @staticmethod
-    def check_name_free(out, config_name, name):
-        """The path ``out/config_name/name`` for a new run.
+    def check_name(name):
+        """Refuse a run name that is not one plain folder name (it would write elsewhere)."""
+        if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name
+                or "\\" in name or os.sep in name or (os.altsep and os.altsep in name) or "\0" in name):
+            raise RunNameError(f"run name {name!r} is not a plain folder name: it may not be empty, contain "
+                               "a path separator, or be '.' or '..'")
+        return name
+
+    @classmethod
+    def location(cls, out, config_name, name):
+        """The path ``out/config_name/name`` (``name`` checked by :meth:`check_name`)."""
+        return os.path.join(os.path.abspath(os.path.expanduser(out)), config_name, cls.check_name(name))
+
+    @classmethod
+    def check_name_free(cls, out, config_name, name):
+        """The path for a new run ``out/config_name/name``.
 
         Raises:
+            RunNameError: when ``name`` is not a plain folder name.
             FileExistsError: when that folder already holds a run.
         """
-        path = os.path.join(os.path.abspath(os.path.expanduser(out)), config_name, name)
-        if os.path.exists(os.path.join(path, "config.yaml")):
+        path = cls.location(out, config_name, name)
+        if cls(path).exists():
             raise FileExistsError(f"run folder {path} already holds a run; pick another --name, or "
                                   f"continue it with `gpgan-train --resume {path}`")
         return path
 
     @classmethod
-    def create(cls, out, config_name, name=None):
-        """A new, empty run folder ``out/config_name/(name or timestamp)``.
+    def new(cls, out, config_name, name=None):
+        """The folder a new run ``out/config_name/(name or timestamp)`` will use; nothing is
+        created yet (see :meth:`initialize`).
 
         Raises:
-            FileExistsError: when ``name`` is given and that folder already holds a run.
+            RunNameError, FileExistsError: see :meth:`check_name_free`.
         """
-        parent = os.path.join(os.path.abspath(os.path.expanduser(out)), config_name)
         if name is not None:
-            path = cls.check_name_free(out, config_name, name)
-        else:
-            stamp = _timestamp()
-            path = os.path.join(parent, stamp)
-            k = 1
-            while os.path.exists(path):
-                k += 1
-                path = os.path.join(parent, f"{stamp}-{k}")
-        run = cls(path)
-        os.makedirs(run.samples_dir, exist_ok=True)
-        os.makedirs(run.checkpoints_dir, exist_ok=True)
+            return cls(cls.check_name_free(out, config_name, name))
+        run = cls(os.path.join(os.path.abspath(os.path.expanduser(out)), config_name, _timestamp()))
+        run._timestamped = True
         return run
 
+    _timestamped = False
+
+    @classmethod
+    def create(cls, out, config_name, name=None):
+        """:meth:`new` and its (empty) folders made."""
+        run = cls.new(out, config_name, name)
+        run._make_folders()
+        return run
+
+    def _make_folders(self):
+        if self._timestamped:  # another run may have taken this second's name meanwhile
+            stem, k = self.path, 1
+            while os.path.exists(self.path):
+                k += 1
+                self.path = f"{stem}-{k}"
+        os.makedirs(self.samples_dir, exist_ok=True)
+        os.makedirs(self.checkpoints_dir, exist_ok=True)
+
+    def initialize(self, config, argv=None, **manifest):
+        """Make the folders of a new run and write its config.yaml and manifest.json (with the
+        ``manifest`` entries added)."""
+        self._make_folders()
+        self.write_config(config)
+        self.write_manifest(config, argv, **manifest)
+
     # -- paths --------------------------------------------------------------------------------
+    @property
+    def name(self):
+        return os.path.basename(self.path)
+
     @property
     def config_path(self):
         return os.path.join(self.path, "config.yaml")
@@ -147,63 +150,111 @@ class RunFolder:
     def checkpoints_dir(self):
         return os.path.join(self.path, "checkpoints")
 
+    @property
+    def best_checkpoint_path(self):
+        return os.path.join(self.checkpoints_dir, "best.npz")
+
     def checkpoint_path(self, step):
-        return os.path.join(self.checkpoints_dir, f"ckpt_{step:06d}.npz")
+        """``checkpoints/ckpt_<step:06d>.npz``."""
+        if int(step) != step or step < 0:
+            raise ValueError(f"checkpoint_path: step must be a non-negative integer, got {step!r}")
+        return os.path.join(self.checkpoints_dir, f"ckpt_{int(step):06d}.npz")
+
+    @staticmethod
+    def checkpoint_step(path):
+        """The step in a checkpoint file name (``ckpt_001000.npz`` -> 1000; any width)."""
+        match = _CHECKPOINT.match(os.path.basename(os.fspath(path)))
+        if match is None:
+            raise ValueError(f"{path!r} is not a checkpoint file name (expected ckpt_<step>.npz)")
+        return int(match.group(1))
 
     def sample_path(self, step=None):
         name = "final.png" if step is None else f"step_{step:06d}.png"
         return os.path.join(self.samples_dir, name)
 
+    # -- state --------------------------------------------------------------------------------
     def exists(self):
+        """Whether the folder holds a run (its config.yaml)."""
         return os.path.isfile(self.config_path)
+
+    def is_finished(self):
+        final = self.read_final()
+        return final is not None and final.get("status") == "finished"
+
+    def has_checkpoint(self):
+        return bool(self.checkpoints())
+
+    def state(self):
+        """One of :data:`STATES`: "finished", "resumable", "stale" or "absent"."""
+        if not os.path.isdir(self.path):
+            return "absent"
+        if self.is_finished():
+            return "finished"
+        return "resumable" if self.has_checkpoint() else "stale"
+
+    def config_differences(self, wanted, ignore=VOLATILE_KEYS):
+        """``[(dotted key, value in this run's config, value in wanted)]`` for every key that
+        differs, except ``ignore`` (by default the keys that do not change what a run computes).
+        The run's config is completed with today's defaults first, so a key added to gpgan since
+        the run was made is no difference."""
+        saved = self.read_config()
+
+        def value(config, key):
+            try:
+                return get_key(config, key)
+            except (KeyError, TypeError):
+                return None
+        return [(k, value(saved, k), value(wanted, k)) for k in diff_configs(saved, wanted) if k not in ignore]
 
     # -- config and manifest ------------------------------------------------------------------
     def write_config(self, config):
-        _atomic_write(self.config_path, dump_config(config))
+        atomic_write(self.config_path, dump_config(config))
 
-    def read_config(self):
+    def read_config(self, validate=True):
+        """The run's config (validated and completed, unless ``validate`` is false).
+
+        Raises:
+            NotARunError: when the folder holds no run.
+        """
         if not self.exists():
-            raise FileNotFoundError(f"{self.path} is not a run folder (it has no config.yaml)")
+            raise NotARunError(f"{self.path} is not a run folder (it has no config.yaml)")
         with open(self.config_path, encoding="utf-8") as f:
-            return validate_config(yaml.safe_load(f), source=self.config_path)
+            raw = yaml.safe_load(f)
+        return validate_config(raw, source=self.config_path) if validate else raw
 
-    def write_manifest(self, config, argv=None):
-        """Write manifest.json for a new run."""
-        argv = sys.argv if argv is None else argv
-        manifest = environment_info(config["device"])
-        manifest.update({
-            "seed": config["train"]["seed"],
-            "command": " ".join(shlex.quote(a) for a in argv),
-            "started": datetime.datetime.now().isoformat(timespec="seconds"),
-            "resumes": [],
-        })
-        _atomic_write(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
-
-    def record_resume(self, from_step, config, argv=None):
-        """Append a resume entry (time, step, command, versions) to manifest.json."""
-        argv = sys.argv if argv is None else argv
+    def read_manifest(self):
         try:
             with open(self.manifest_path, encoding="utf-8") as f:
                 manifest = json.load(f)
         except (OSError, ValueError):
-            manifest = {}
+            return {}
+        return manifest if isinstance(manifest, dict) else {}
+
+    def write_manifest(self, config, argv=None, **extra):
+        """manifest.json of a new run: environment, seed, command line, start time, ``extra``."""
+        call = invocation(argv)
+        manifest = environment_info(config["device"])
+        manifest.update({"seed": config["train"]["seed"], "command": call["command"], "started": call["time"]})
+        manifest.update(extra)
+        manifest["resumes"] = []
+        atomic_write(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
+
+    def record_resume(self, from_step, config, argv=None, **extra):
+        """Append a resume entry (environment, step, command, time, ``extra``) to manifest.json."""
+        manifest = self.read_manifest()
         entry = environment_info(config["device"])
-        entry.update({"from_step": from_step,
-                      "command": " ".join(shlex.quote(a) for a in argv),
-                      "time": datetime.datetime.now().isoformat(timespec="seconds")})
+        entry.update({"from_step": from_step, **invocation(argv), **extra})
         manifest.setdefault("resumes", []).append(entry)
-        _atomic_write(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
+        atomic_write(self.manifest_path, json.dumps(manifest, indent=2) + "\n")
 
     # -- checkpoints --------------------------------------------------------------------------
     def checkpoints(self):
-        """``[(step, path)]`` of the checkpoints present, by step."""
-        if not os.path.isdir(self.checkpoints_dir):
+        """``[(step, path)]`` of the periodic checkpoints present, by step (best.npz excluded)."""
+        try:
+            names = os.listdir(self.checkpoints_dir)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        found = []
-        for name in os.listdir(self.checkpoints_dir):
-            m = _CKPT.match(name)
-            if m:
-                found.append((int(m.group(1)), os.path.join(self.checkpoints_dir, name)))
+        found = [(int(m.group(1)), os.path.join(self.checkpoints_dir, n)) for n in names if (m := _CHECKPOINT.match(n))]
         return sorted(found)
 
     def latest_checkpoint(self):
@@ -211,9 +262,40 @@ class RunFolder:
         found = self.checkpoints()
         return found[-1] if found else None
 
+    def latest_readable_checkpoint(self):
+        """``(step, path, skipped)``: the newest checkpoint whose every entry reads back, and
+        ``[(path, reason)]`` of the newer ones that did not; ``(None, None, skipped)`` when none
+        reads."""
+        skipped = []
+        for step, path in reversed(self.checkpoints()):
+            try:
+                verify(path)
+            except CheckpointError as exc:
+                skipped.append((path, str(exc)))
+                continue
+            return step, path, skipped
+        return None, None, skipped
+
     def prune_checkpoints(self, keep):
-        for _, path in self.checkpoints()[:-keep]:
-            os.remove(path)
+        """Delete all but the ``keep`` newest periodic checkpoints, and the temporary files that
+        an interrupted write left behind; best.npz stays. Returns the deleted paths."""
+        if int(keep) != keep or keep < 0:
+            raise ValueError(f"prune_checkpoints: keep must be a non-negative integer, got {keep!r}")
+        found = self.checkpoints()
+        doomed = [path for _, path in found[:max(len(found) - int(keep), 0)]]
+        try:
+            doomed += [os.path.join(self.checkpoints_dir, n) for n in sorted(os.listdir(self.checkpoints_dir))
+                       if is_temporary(n)]
+        except FileNotFoundError:
+            pass
+        removed = []
+        for path in doomed:
+            try:
+                os.remove(path)
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+        return removed
 
     # -- metrics ------------------------------------------------------------------------------
     def append_metrics(self, record):
@@ -221,43 +303,47 @@ class RunFolder:
             f.write(json.dumps(record) + "\n")
 
     def read_metrics(self):
-        if not os.path.isfile(self.metrics_path):
+        """The records of metrics.jsonl ([] when there is none). A last line cut short by a crash
+        is dropped; any other line that is not a JSON object raises ValueError naming it."""
+        try:
+            with open(self.metrics_path, encoding="utf-8") as f:
+                lines = [line for line in f if line.strip()]
+        except FileNotFoundError:
             return []
         records = []
-        with open(self.metrics_path, encoding="utf-8") as f:
-            lines = [line for line in f if line.strip()]
         for k, line in enumerate(lines):
             try:
-                records.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:
                 if k == len(lines) - 1:  # a line cut short by a crash (SIGKILL while writing)
                     break
                 raise ValueError(f"{self.metrics_path}: line {k + 1} is not JSON: {line[:80]!r}") from None
+            if not isinstance(record, dict):
+                raise ValueError(f"{self.metrics_path}: line {k + 1} is not a JSON object: {line[:80]!r}")
+            records.append(record)
         return records
 
     def truncate_metrics(self, step):
         """Keep only the records up to ``step`` (what the checkpoint at ``step`` had seen)."""
         kept = [r for r in self.read_metrics() if r["step"] <= step]
-        _atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+        atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
     # -- final --------------------------------------------------------------------------------
     def write_final(self, summary):
-        _atomic_write(self.final_path, json.dumps(summary, indent=2) + "\n")
+        atomic_write(self.final_path, json.dumps(summary, indent=2) + "\n")
 
     def read_final(self):
-        if not os.path.isfile(self.final_path):
+        """final.json as a dict, or None when it is missing or not a JSON object."""
+        try:
+            with open(self.final_path, encoding="utf-8") as f:
+                final = json.load(f)
+        except (OSError, ValueError):
             return None
-        with open(self.final_path, encoding="utf-8") as f:
-            return json.load(f)
+        return final if isinstance(final, dict) else None
 
-    def is_finished(self):
-        return os.path.isfile(self.final_path)
-
-
-def _atomic_write(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    def clear_final(self):
+        """Remove final.json (a finished run that is being extended)."""
+        try:
+            os.remove(self.final_path)
+        except FileNotFoundError:
+            pass

@@ -5,6 +5,7 @@ import numpy
 from PIL import Image
 
 from gpgan.backend import to_device
+from gpgan.data.loader import to_uint8
 
 PADDING = 2
 
@@ -38,7 +39,7 @@ def image_grid(images, nrow=8, padding=PADDING, pad_value=0):
         raise ValueError("image_grid: no images given")
     ncol = max(1, min(int(nrow), n))
     rows = -(-n // ncol)
-    pixels = numpy.clip((images.astype(numpy.float64) + 1.0) * 127.5 + 0.5, 0, 255).astype(numpy.uint8)
+    pixels = to_uint8(images)
     # Pad the batch to a full grid, then pad every image on its bottom/right; one reshape tiles them.
     cells = numpy.full((rows * ncol, h + padding, w + padding, 3), pad_value, dtype=numpy.uint8)
     cells[:n, :h, :w] = pixels.transpose(0, 2, 3, 1)

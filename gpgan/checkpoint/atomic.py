@@ -1,0 +1,60 @@
+"""Atomic file writes: write a temporary file beside the target, flush and fsync it, then rename
+it over the target, so a crash leaves the old file or the new one, never a torn one.
+
+The temporary files are named ``.<target name>.<random>.tmp``; :func:`is_temporary` recognizes
+them, so whoever prunes a folder can also remove the ones a killed process left behind.
+"""
+import contextlib
+import os
+import re
+import tempfile
+
+__all__ = ["atomic_write", "is_temporary"]
+
+_TMP_SUFFIX = ".tmp"
+_TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
+
+
+def is_temporary(name):
+    """Whether a file name (no folder) is one of :func:`atomic_write`'s temporary files."""
+    return bool(_TEMPORARY.match(name))
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_folder(folder):
+    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write(path, content):
+    """Write ``path`` atomically. ``content``: bytes, str (UTF-8), or a function that writes
+    into the binary file object it is given. The folder is created if needed."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=_TMP_SUFFIX)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if callable(content):
+                content(f)
+            else:
+                f.write(content.encode("utf-8") if isinstance(content, str) else content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give it a normal file's mode
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(folder)

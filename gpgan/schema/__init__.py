@@ -1,0 +1,10 @@
+"""Typed config schemas: fields with types, defaults and bounds; validation that names every bad
+key (with the closest valid key) and value (with what is accepted); YAML files that extend each
+other with ``base:``; typed ``--set key.sub=value`` overrides; diffs; a Markdown reference.
+
+This package knows nothing of GANs: gpgan's own schema is :data:`gpgan.train.config.SCHEMA`.
+"""
+from gpgan.schema.field import Field
+from gpgan.schema.schema import ConfigError, Schema, closest, did_you_mean, diff_configs, get_key
+
+__all__ = ["Field", "Schema", "ConfigError", "closest", "did_you_mean", "diff_configs", "get_key"]

@@ -1,0 +1,151 @@
+"""``Field``: one typed leaf of a config schema (type, default, bounds, choices, one line of doc)."""
+import copy
+import math
+
+__all__ = ["Field", "KINDS"]
+
+#: the kinds of value a field can hold
+KINDS = ("int", "float", "bool", "str", "floats", "dict")
+
+
+class Field:
+    """One leaf of a schema.
+
+    Args:
+        kind: one of :data:`KINDS`: "int", "float", "bool", "str", "floats" (a list of floats) or
+            "dict" (a free-form mapping passed on as keyword options).
+        default: the value when the key is absent.
+        doc: one line saying what the key does.
+        choices: accepted values (a list, or a callable returning one, evaluated on validation).
+        minimum, maximum: inclusive bounds for numbers; ``exclusive_min``/``exclusive_max`` make
+            them strict.
+        nullable: whether ``null`` is accepted.
+        length: required length of a "floats" list.
+    """
+
+    def __init__(self, kind, default, doc, choices=None, minimum=None, maximum=None,
+                 exclusive_min=False, exclusive_max=False, nullable=False, length=None):
+        if kind not in KINDS:
+            raise ValueError(f"Field: kind {kind!r} is not one of {', '.join(KINDS)}")
+        self.kind = kind
+        self.default = default
+        self.doc = doc
+        self._choices = choices
+        self.minimum = minimum
+        self.maximum = maximum
+        self.exclusive_min = exclusive_min
+        self.exclusive_max = exclusive_max
+        self.nullable = nullable
+        self.length = length
+
+    @property
+    def choices(self):
+        return self._choices() if callable(self._choices) else self._choices
+
+    def accepted(self):
+        """What the field accepts, in words (used in error messages and the reference table)."""
+        if self.kind == "str" and self._choices is not None:
+            text = "one of " + ", ".join(repr(c) for c in self.choices)
+        else:
+            text = {
+                "int": "an integer", "float": "a number", "bool": "true or false",
+                "str": "a string", "dict": "a mapping of keyword options",
+                "floats": f"a list of {self.length} numbers" if self.length else "a list of numbers",
+            }[self.kind]
+            bounds = []
+            if self.minimum is not None:
+                bounds.append(f"{'>' if self.exclusive_min else '>='} {self.minimum:g}")
+            if self.maximum is not None:
+                bounds.append(f"{'<' if self.exclusive_max else '<='} {self.maximum:g}")
+            if bounds:
+                joined = " and ".join(bounds)
+                text += f", each {joined}" if self.kind == "floats" else f" {joined}"
+        if self.nullable:
+            text += ", or null"
+        return text
+
+    def type_name(self):
+        name = "list[float]" if self.kind == "floats" else self.kind
+        return name + (" or null" if self.nullable else "")
+
+    # -- checking -----------------------------------------------------------------------------
+    def _in_range(self, x):
+        if isinstance(x, float) and math.isnan(x):
+            return False
+        if self.minimum is not None and (x < self.minimum or (self.exclusive_min and x == self.minimum)):
+            return False
+        if self.maximum is not None and (x > self.maximum or (self.exclusive_max and x == self.maximum)):
+            return False
+        return True
+
+    def check(self, value):
+        """The value converted to the field's type; raises ValueError (a short reason) if not accepted."""
+        if value is None:
+            if self.nullable:
+                return None
+            raise ValueError("null is not accepted")
+        return getattr(self, "_check_" + self.kind)(value)
+
+    def _check_int(self, value):
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not an integer")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ValueError("not an integer") from None
+        if not isinstance(value, int):
+            raise ValueError(f"{type(value).__name__} is not an integer")
+        if not self._in_range(value):
+            raise ValueError("out of range")
+        return value
+
+    def _check_float(self, value):
+        if isinstance(value, bool):
+            raise ValueError("a boolean is not a number")
+        if isinstance(value, str):
+            # PyYAML reads "1e-4" (no dot) as a string: accept anything float() reads.
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ValueError("not a number") from None
+        if not isinstance(value, (int, float)):
+            raise ValueError(f"{type(value).__name__} is not a number")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError("not a finite number")
+        if not self._in_range(value):
+            raise ValueError("out of range")
+        return value
+
+    def _check_bool(self, value):
+        if not isinstance(value, bool):
+            raise ValueError(f"{type(value).__name__} is not a boolean")
+        return value
+
+    def _check_str(self, value):
+        if not isinstance(value, str):
+            raise ValueError(f"{type(value).__name__} is not a string")
+        choices = self.choices
+        if choices is not None and value not in choices:
+            raise ValueError("not one of the accepted values")
+        return value
+
+    def _check_floats(self, value):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{type(value).__name__} is not a list")
+        if self.length is not None and len(value) != self.length:
+            raise ValueError(f"has {len(value)} entries, not {self.length}")
+        item = Field("float", None, "", minimum=self.minimum, maximum=self.maximum,
+                     exclusive_min=self.exclusive_min, exclusive_max=self.exclusive_max)
+        return [item.check(v) for v in value]
+
+    def _check_dict(self, value):
+        if not isinstance(value, dict):
+            raise ValueError(f"{type(value).__name__} is not a mapping")
+        for k in value:
+            if not isinstance(k, str):
+                raise ValueError(f"key {k!r} is not a string")
+        return copy.deepcopy(value)

@@ -1,0 +1,334 @@
+"""``Schema``: a nested table of :class:`~gpgan.schema.field.Field` leaves, and everything done
+with it: defaults, validation, ``--set`` overrides, YAML files with ``base:`` chains, diffs and a
+Markdown reference.
+
+Validation reports every problem at once:
+
+* an unknown key fails and names the closest valid key (difflib, :func:`closest`);
+* a wrong type or an out-of-range value names the key, the value and what is accepted.
+
+Files are read with ``yaml.safe_load`` only. A config may extend another with ``base: other.yaml``
+(a path relative to the file that names it), recursively; the file's own keys win.
+"""
+import copy
+import difflib
+import os
+
+import yaml
+
+from gpgan.schema.field import Field
+
+__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs"]
+
+#: how alike two keys must be (difflib's ratio) for one to be suggested for the other
+SIMILARITY = 0.5
+_NULLS = ("null", "none", "~", "")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names every offending key."""
+
+
+def closest(word, options, n=1):
+    """Up to ``n`` of ``options`` most like ``word`` (as strings), best first; [] if none is close."""
+    return difflib.get_close_matches(str(word), [str(o) for o in options], n=n, cutoff=SIMILARITY)
+
+
+def did_you_mean(word, options, n=2):
+    """`` (did you mean 'a' or 'b'?)`` for the options closest to ``word``, or ''."""
+    match = closest(word, options, n)
+    return " (did you mean " + " or ".join(repr(m) for m in match) + "?)" if match else ""
+
+
+def get_key(config, dotted):
+    """``config["a"]["b"]`` for ``"a.b"`` (KeyError / TypeError when absent)."""
+    node = config
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def diff_configs(a, b, prefix=""):
+    """Dotted keys whose values differ between two configs (mappings compared key by key)."""
+    keys = []
+    order = list(a) + [k for k in b if k not in a]
+    for key in order:
+        path = prefix + str(key)
+        if key not in a or key not in b:
+            keys.append(path)
+        elif isinstance(a[key], dict) and isinstance(b[key], dict):
+            keys.extend(diff_configs(a[key], b[key], path + "."))
+        elif a[key] != b[key]:
+            keys.append(path)
+    return keys
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _deep_merge(base, over):
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _fmt_default(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_fmt_default(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{}" if not v else yaml.safe_dump(v, default_flow_style=True).strip()
+    return str(v)
+
+
+class Schema:
+    """A nested mapping of section names to sub-mappings and of leaf names to Fields.
+
+    Args:
+        tree: the nested mapping.
+        checks: functions ``config -> [error message]`` run on a config whose fields all passed
+            (cross-field rules the fields cannot express).
+    """
+
+    def __init__(self, tree, checks=()):
+        self.tree = tree
+        self.checks = tuple(checks)
+
+    # -- the tree -----------------------------------------------------------------------------
+    def fields(self):
+        """``(dotted key, Field)`` for every leaf, in schema order."""
+        def walk(node, prefix):
+            for key, child in node.items():
+                if isinstance(child, Field):
+                    yield prefix + key, child
+                else:
+                    yield from walk(child, prefix + key + ".")
+        return list(walk(self.tree, ""))
+
+    def keys(self):
+        """Every dotted key: the leaves, then the sections (so a misspelt section finds its match)."""
+        keys = [path for path, _ in self.fields()]
+
+        def sections(node, prefix):
+            for k, v in node.items():
+                if isinstance(v, dict):
+                    keys.append(prefix + k)
+                    sections(v, prefix + k + ".")
+        sections(self.tree, "")
+        return keys
+
+    def lookup(self, dotted):
+        """The Field or section (dict) at a dotted key, or None."""
+        node = self.tree
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    def hint(self, key, prefix, siblings):
+        """A '; did you mean ...?' for an unknown ``key`` under ``prefix``: the closest sibling,
+        else the closest dotted key anywhere, else the list of valid keys there."""
+        match = closest(key, siblings)
+        if match:
+            return f"; did you mean '{prefix}{match[0]}'?"
+        match = closest(prefix + key, self.keys())
+        if match:
+            return f"; did you mean '{match[0]}'?"
+        return f"; valid keys here: {', '.join(prefix + s for s in siblings)}"
+
+    def default(self):
+        """The config with every key at its default."""
+        def build(node):
+            return {k: (copy.deepcopy(v.default) if isinstance(v, Field) else build(v)) for k, v in node.items()}
+        return build(self.tree)
+
+    # -- validation ---------------------------------------------------------------------------
+    def validate(self, raw, source="config"):
+        """Check ``raw`` against the schema and return the complete config (defaults filled in).
+
+        Raises:
+            ConfigError: listing every unknown key (with the closest valid key), every wrong type
+                and every out-of-range value (key, value, what is accepted).
+        """
+        errors = []
+
+        def visit(node, data, prefix):
+            out = {}
+            if not isinstance(data, dict):
+                errors.append(f"{prefix.rstrip('.') or 'config'}: got {_short(data)}; accepted: a mapping "
+                              f"with keys {', '.join(node)}")
+                data = {}
+            for key in data:
+                if key not in node:
+                    errors.append(f"unknown key '{prefix}{key}'{self.hint(str(key), prefix, node)}")
+            for key, child in node.items():
+                path = prefix + key
+                if isinstance(child, Field):
+                    if key not in data:
+                        out[key] = copy.deepcopy(child.default)
+                        continue
+                    try:
+                        out[key] = child.check(data[key])
+                    except ValueError as exc:
+                        errors.append(f"{path}: got {_short(data[key])} ({exc}); accepted: {child.accepted()}")
+                        out[key] = copy.deepcopy(child.default)
+                else:
+                    sub = data.get(key, {})
+                    out[key] = visit(child, {} if sub is None else sub, path + ".")
+            return out
+
+        resolved = visit(self.tree, raw if raw is not None else {}, "")
+        if not errors:
+            for check in self.checks:
+                errors.extend(check(resolved))
+        if errors:
+            raise ConfigError(f"invalid config ({source}):\n  " + "\n  ".join(errors))
+        return resolved
+
+    # -- overrides ----------------------------------------------------------------------------
+    def parse_override(self, text):
+        """Split ``"key.sub=value"`` into (dotted key, typed value), typed by the schema.
+
+        Numbers, booleans (true/false/yes/no/on/off) and lists (``[0.5, 0.9]`` or ``0.5,0.9``) are
+        converted for their fields; strings stay as typed; ``null`` clears a nullable field. Keys
+        inside a free-form mapping (``model.generator_options.width=8``) are read as YAML scalars.
+        """
+        if "=" not in text:
+            raise ConfigError(f"override {text!r}: expected key.sub=value, e.g. train.steps=200")
+        key, value = text.split("=", 1)
+        key = key.strip()
+        node = self.lookup(key)
+        if node is None:
+            parts = key.split(".")
+            for i in range(len(parts) - 1, 0, -1):  # inside a free-form mapping?
+                parent = self.lookup(".".join(parts[:i]))
+                if isinstance(parent, Field) and parent.kind == "dict":
+                    return key, yaml.safe_load(value) if value.strip() else None
+            parent_path = ".".join(parts[:-1])
+            parent = self.lookup(parent_path) if parent_path else self.tree
+            siblings = parent if isinstance(parent, dict) else {}
+            prefix = parent_path + "." if parent_path else ""
+            raise ConfigError(f"override {text!r}: unknown key '{key}'{self.hint(parts[-1], prefix, siblings)}")
+        if isinstance(node, dict):
+            raise ConfigError(f"override {text!r}: '{key}' is a section; set one of its keys: "
+                              + ", ".join(f"{key}.{k}" for k in node))
+        stripped = value.strip()
+        if node.nullable and stripped.lower() in _NULLS:
+            return key, None
+        if node.kind == "str":
+            return key, value
+        if node.kind == "bool":
+            lowered = stripped.lower()
+            if lowered in ("true", "yes", "on", "1"):
+                return key, True
+            if lowered in ("false", "no", "off", "0"):
+                return key, False
+            raise ConfigError(f"override {text!r}: {key}: got {value!r}; accepted: {node.accepted()}")
+        if node.kind == "floats":
+            if stripped.startswith("["):
+                return key, yaml.safe_load(stripped)
+            return key, [p.strip() for p in stripped.split(",") if p.strip()]
+        if node.kind == "dict":
+            parsed = yaml.safe_load(value)
+            return key, {} if parsed is None else parsed
+        return key, stripped  # int / float: converted (and checked) by Field.check
+
+    def apply_overrides(self, config, overrides):
+        """A copy of ``config`` (a raw or resolved mapping) with ``overrides`` applied.
+
+        ``overrides``: strings ``"key.sub=value"`` or (dotted key, value) pairs.
+        """
+        config = copy.deepcopy(config) if config is not None else {}
+        for item in overrides:
+            key, value = self.parse_override(item) if isinstance(item, str) else item
+            node = config
+            parts = key.split(".")
+            for part in parts[:-1]:
+                if not isinstance(node.get(part), dict):
+                    node[part] = {}
+                node = node[part]
+            node[parts[-1]] = value
+        return config
+
+    # -- files --------------------------------------------------------------------------------
+    def read_file(self, path):
+        """The raw mapping of a YAML config file with its ``base:`` chain resolved (not validated)."""
+        return _read_yaml(path, [])
+
+    def load(self, path, overrides=()):
+        """Read a YAML config (resolving ``base:``), apply overrides, validate, fill defaults.
+
+        Raises:
+            ConfigError: with a message naming the file and every offending key.
+        """
+        raw = self.apply_overrides(self.read_file(path), overrides)
+        return self.validate(raw, source=str(path))
+
+    @staticmethod
+    def dump(config):
+        """The config as YAML text (key order of the schema)."""
+        return yaml.safe_dump(config, sort_keys=False, default_flow_style=None)
+
+    # -- reference table ----------------------------------------------------------------------
+    def reference_markdown(self):
+        """A Markdown table of every key: type, default, what is accepted, meaning."""
+        lines = ["| key | type | default | accepted | meaning |", "|---|---|---|---|---|"]
+        for path, field in self.fields():
+            try:
+                accepted = field.accepted()
+            except ImportError:  # a registry not written yet
+                accepted = "see " + field.doc
+            lines.append(f"| `{path}` | {field.type_name()} | `{_fmt_default(field.default)}` | "
+                         f"{accepted.replace('|', '/')} | {field.doc.replace('|', '/')} |")
+        return "\n".join(lines) + "\n"
+
+
+def _read_yaml(path, chain):
+    """The mapping in the YAML file ``path``, its ``base:`` merged under it. ``chain``: the files
+    that named this one (to name the culprit of a missing base and to catch cycles)."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+    if path in chain:
+        raise ConfigError(f"config files extend each other in a cycle: {' -> '.join(chain + [path])}")
+    where = f"{chain[-1]}: base config {path}" if chain else f"config file {path}"
+    if os.path.isdir(path):
+        raise ConfigError(f"{where} is a folder, not a YAML file")
+    if not os.path.isfile(path):
+        if chain:
+            raise ConfigError(f"{where} does not exist (base paths are relative to the file that names them)")
+        raise ConfigError(f"{where} does not exist")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); a config is a "
+                          "YAML file") from None
+    except OSError as exc:
+        raise ConfigError(f"{where} cannot be read: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if data is None:  # an empty file, or only comments: surely not meant to train on defaults
+        raise ConfigError(f"{where} is empty: it sets no key. A config names at least a base "
+                          "(`base: other.yaml`) or one key (`{}` alone takes every default)")
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"{path}: base: got {_short(base)}; accepted: a path to another YAML config")
+    parent = _read_yaml(os.path.join(os.path.dirname(path), os.path.expanduser(base)), chain + [path])
+    return _deep_merge(parent, data)

@@ -1,0 +1,92 @@
+"""The inputs of each training step, drawn on the CPU in one fixed order and moved to the device.
+
+Per generator step, for each of its ``critic_steps`` critic steps: a real batch from the loader,
+then the latent noise of the fake batch, then (on penalized critic steps) the penalty's random
+numbers; after them the generator step's noise. Noise and penalty numbers come from one NumPy
+generator (saved in checkpoints as ``"trainer"``); the loader has its own state. Drawing a whole
+step up front changes nothing in these streams, and lets the step run on the device without
+coming back to the host.
+
+Every array has the batch as its first axis, so a data-parallel process can take its slice.
+"""
+from dataclasses import dataclass, field
+
+import numpy
+
+from gpgan.backend import to_device
+
+__all__ = ["CriticInputs", "StepInputs", "InputFeed", "is_penalized"]
+
+
+def is_penalized(critic_step, interval):
+    """Whether critic step ``critic_step`` (counted over the run from 0) applies the penalty:
+    lazy regularization penalizes every ``interval``-th one."""
+    return critic_step % interval == 0
+
+
+@dataclass
+class CriticInputs:
+    """One critic step's inputs: ``real`` (B, ...) data, ``noise`` (B, latent) and the penalty's
+    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized)."""
+
+    real: object
+    noise: object
+    draws: dict = None
+
+
+@dataclass
+class StepInputs:
+    """One generator step's inputs: its critic steps' and the generator batch's ``noise``."""
+
+    critic: list = field(default_factory=list)
+    noise: object = None
+
+    def map(self, fn):
+        """A copy with ``fn`` applied to every array (e.g. a move to the device, or a slice)."""
+        return StepInputs(
+            critic=[CriticInputs(fn(c.real), fn(c.noise),
+                                 None if c.draws is None else {k: fn(v) for k, v in c.draws.items()})
+                    for c in self.critic],
+            noise=fn(self.noise))
+
+
+class InputFeed:
+    """Draws :class:`StepInputs` for generator step after generator step.
+
+    Args:
+        loader: yields float32 CPU batches of ``batch_size`` (``next()``).
+        rng: the NumPy generator of noise and penalty numbers.
+        penalty: the gradient penalty (``draw(rng, real)``, ``interval``); None: no draws.
+        latent_dim: the generator's input size.
+        batch_size: critic batch size; generator_batch_size: the generator step's (None: the same).
+        critic_steps: critic steps per generator step.
+    """
+
+    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps):
+        self.loader = loader
+        self.rng = rng
+        self.penalty = penalty
+        self.latent_dim = int(latent_dim)
+        self.batch_size = int(batch_size)
+        self.generator_batch_size = int(generator_batch_size or batch_size)
+        self.critic_steps = int(critic_steps)
+
+    def noise(self, n):
+        return self.rng.standard_normal((n, self.latent_dim)).astype(numpy.float32)
+
+    def draw(self, step):
+        """The CPU inputs of generator step ``step`` (0-based: the number of steps done before)."""
+        inputs = StepInputs()
+        for j in range(self.critic_steps):
+            real = self.loader.next()
+            noise = self.noise(self.batch_size)
+            draws = None
+            if self.penalty is not None and is_penalized(step * self.critic_steps + j, self.penalty.interval):
+                draws = self.penalty.draw(self.rng, real)
+            inputs.critic.append(CriticInputs(real, noise, draws))
+        inputs.noise = self.noise(self.generator_batch_size)
+        return inputs
+
+    def next(self, step, device):
+        """:meth:`draw`, moved to ``device``."""
+        return self.draw(step).map(lambda a: to_device(a, device))

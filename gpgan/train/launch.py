@@ -1,0 +1,165 @@
+"""Starting, resuming and forking runs: each returns a :class:`~gpgan.train.loop.Trainer` bound to
+its run folder, ready to ``fit()``.
+
+Every check that can fail (the config, the run name, the data, the models, the checkpoint) runs
+before anything is written, so a refused start leaves no trace.
+
+Resuming takes the config from the run folder. Only ``train.steps`` (to extend a run; it may
+only grow), ``train.stop_after`` and ``device`` may differ (:data:`~gpgan.train.config.RESUMABLE_CHANGES`);
+any other difference is refused, naming the changed keys. The newest checkpoint that reads back
+whole is used; damaged newer ones are set aside (renamed ``*.damaged``) and named.
+"""
+import os
+import shutil
+from dataclasses import dataclass, field
+
+from gpgan.train.config import (
+    RESUMABLE_CHANGES,
+    VOLATILE_KEYS,
+    ConfigError,
+    apply_overrides,
+    load_config,
+    validate_config,
+)
+from gpgan.train.loop import Trainer
+from gpgan.train.run import RunFolder
+
+__all__ = ["Launch", "start_run", "plan_run", "resume_run", "fork_run", "resume_config", "config_name"]
+
+
+@dataclass
+class Launch:
+    """What a start, resume or fork prepared: the trainer (None when there is nothing to do),
+    its run folder, and lines worth telling the user."""
+
+    trainer: object
+    run: RunFolder
+    notes: list = field(default_factory=list)
+
+
+def config_name(path):
+    """A run's config name: the config file's name without its extension."""
+    return os.path.splitext(os.path.basename(os.fspath(path)))[0]
+
+
+def start_run(config_path, overrides=(), out="experiments", name=None, quiet=False, argv=None):
+    """A new run of the config at ``config_path`` (with ``--set`` ``overrides``) in
+    ``out/<config name>/<name or timestamp>``.
+
+    Raises:
+        ConfigError: a bad config, or a ``name`` that is not a plain name or already holds a run.
+        (FileNotFoundError, ValueError, ...): missing data, unusable models (before writing).
+    """
+    config = load_config(config_path, overrides)
+    run = _new_folder(out, config_name(config_path), name)
+    trainer = Trainer(config, run, quiet=quiet)  # data and models first: fail before writing
+    run.initialize(config, argv)
+    return Launch(trainer, run, [f"run folder {run.path}"])
+
+
+def plan_run(config_path, overrides=(), out="experiments", name=None):
+    """``(config, run folder)`` that :func:`start_run` would use, checked as it would check them
+    (the data included), with nothing written (``--dry-run``)."""
+    config = load_config(config_path, overrides)
+    run = _new_folder(out, config_name(config_path), name)
+    Trainer(config, run, quiet=True)
+    return config, run
+
+
+def _new_folder(out, config_name_, name):
+    try:  # a bad command line (exit 2), found before any work
+        return RunFolder.new(out, config_name_, name)
+    except (ValueError, FileExistsError) as exc:
+        raise ConfigError(f"--name {name}: {exc}") from None
+
+
+def resume_config(run, config_path=None, overrides=()):
+    """The config a resumed (or forked) ``run`` continues with, checked against its own.
+
+    Raises:
+        ConfigError: naming every changed key other than :data:`RESUMABLE_CHANGES`
+            (``train.steps`` may only grow).
+    """
+    saved = run.read_config()
+    if config_path is not None:
+        requested = load_config(config_path, overrides)
+    else:
+        base = apply_overrides(saved, [("train.stop_after", None)])
+        requested = validate_config(apply_overrides(base, overrides), source="the run's config.yaml + --set")
+    changed = [d for d in run.config_differences(requested, ignore=VOLATILE_KEYS) if d[0] != "train.steps"]
+    if changed:
+        details = "; ".join(f"{k}: run has {old!r}, requested {new!r}" for k, old, new in changed)
+        raise ConfigError(f"cannot resume with a changed config ({details}). Only "
+                          f"{', '.join(RESUMABLE_CHANGES)} may change on resume (train.steps only up); "
+                          "start a new run for anything else")
+    if requested["train"]["steps"] < saved["train"]["steps"]:
+        raise ConfigError(f"train.steps may only grow on resume: the run has {saved['train']['steps']}, "
+                          f"requested {requested['train']['steps']}")
+    return requested
+
+
+def _open_run(run_dir):
+    run = RunFolder(run_dir)
+    if not run.exists():
+        what = "does not exist" if not os.path.exists(run.path) else "is not a run folder (it has no config.yaml)"
+        raise ConfigError(f"--resume {run_dir}: {run.path} {what}; give a run folder (or one of its "
+                          "checkpoints/ckpt_N.npz to fork a new run from it)")
+    return run
+
+
+def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None):
+    """The run in ``run_dir`` continued from its newest readable checkpoint (``trainer`` is None
+    when it already finished its steps).
+
+    Raises:
+        ConfigError: ``run_dir`` holds no run, or the config changed (see :func:`resume_config`).
+    """
+    run = _open_run(run_dir)
+    saved = run.read_config()
+    config = resume_config(run, config_path, overrides)
+    if run.is_finished() and config["train"]["steps"] == saved["train"]["steps"]:
+        return Launch(None, run, [f"{run.path} already finished its {saved['train']['steps']} steps; "
+                                  "pass --set train.steps=N (larger) to continue it"])
+    trainer = Trainer(config, run, quiet=quiet)
+    notes = []
+    step, path, skipped = run.latest_readable_checkpoint()
+    for bad, reason in skipped:
+        os.replace(bad, bad + ".damaged")
+        notes.append(f"skipped {bad}, renamed to {os.path.basename(bad)}.damaged: {reason}")
+    if path is None:
+        notes.append(f"{run.path} has no {'readable ' if skipped else ''}checkpoint; starting it over from step 0")
+        step = 0
+    else:
+        step = trainer.load_checkpoint(path)
+    run.truncate_metrics(step)
+    run.clear_final()
+    run.write_config(config)
+    run.record_resume(step, config, argv)
+    notes.append(f"resuming {run.path} from step {step}")
+    return Launch(trainer, run, notes)
+
+
+def fork_run(checkpoint, overrides=(), out=None, name=None, quiet=False, argv=None):
+    """A new run that starts from ``checkpoint`` (a ``ckpt_N.npz`` in a run's checkpoints/) with
+    the run's config (``overrides`` as on resume), in ``out/<config name>/<name or timestamp>``
+    (default: beside the original run). The original run is left untouched; the new run's
+    metrics.jsonl starts with the original's records up to the checkpoint's step.
+
+    Raises:
+        ConfigError: the checkpoint is not in a run folder, or the config changed.
+    """
+    from gpgan.checkpoint import verify
+
+    checkpoint = os.path.abspath(os.fspath(checkpoint))
+    source = _open_run(os.path.dirname(os.path.dirname(checkpoint)))
+    verify(checkpoint)  # a damaged file fails here, with a one-line message
+    config = resume_config(source, None, overrides)
+    group = os.path.dirname(source.path)  # <out>/<config name> of the original run
+    run = _new_folder(os.path.dirname(group) if out is None else out, os.path.basename(group), name)
+    trainer = Trainer(config, run, quiet=quiet)
+    step = trainer.load_checkpoint(checkpoint)
+    run.initialize(config, argv, forked_from={"run": source.path, "checkpoint": checkpoint, "step": step})
+    if os.path.isfile(source.metrics_path):
+        shutil.copyfile(source.metrics_path, run.metrics_path)
+        run.truncate_metrics(step)
+    return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])

@@ -1,0 +1,249 @@
+"""The training loop: step after step until ``train.steps``, with logging, samples, evaluations,
+checkpoints and a clean stop on Ctrl-C, SIGTERM, ``train.stop_after`` or a non-finite value.
+
+The pieces live beside it: :mod:`~gpgan.train.build` makes the components from the config,
+:mod:`~gpgan.train.feed` draws each step's inputs, :mod:`~gpgan.train.step` does the step's
+maths on the device, :mod:`~gpgan.train.monitor` logs, samples and evaluates, and
+:class:`~gpgan.train.run.RunFolder` owns the files.
+
+Randomness, all seeded from ``train.seed`` and all restored on resume: the initial weights (gpgan's
+global generator, reseeded with the seed and checkpointed for layers such as dropout); latent
+noise and the penalty's random numbers (the feed's generator, "trainer" in checkpoints); data
+order and flips, or toy samples (the loader); the fixed noise of samples and evaluations (the
+monitor's own). The same config, seed and device give the same run, bit for bit on the CPU, and a
+resumed run continues exactly as the uninterrupted one.
+"""
+import os
+import signal
+import time
+
+import numpy
+
+import gpgan
+from gpgan.backend import random as global_random
+from gpgan.checkpoint import load_checkpoint, save_checkpoint
+from gpgan.metrics import is_better
+from gpgan.train.build import build_components
+from gpgan.train.feed import InputFeed
+from gpgan.train.monitor import Monitor
+from gpgan.train.step import TrainingStep
+
+__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "PARENT_ENV"]
+
+# When set to a process id, training stops as on SIGTERM (checkpoint, exit 130) once that process
+# is no longer this one's parent. gpgan-ablate sets it: its trainers run in sessions of their own,
+# so nothing else would stop them if gpgan-ablate were killed outright.
+PARENT_ENV = "GPGAN_STOP_WITH_PARENT"
+
+
+class TrainingInterrupted(Exception):
+    """Raised after a checkpoint was saved because of Ctrl-C, SIGTERM or ``train.stop_after``."""
+
+    def __init__(self, step, checkpoint, reason):
+        self.step, self.checkpoint, self.reason = step, checkpoint, reason
+        super().__init__(f"{reason} at step {step}; checkpoint saved to {checkpoint}")
+
+
+class NonFiniteLossError(RuntimeError):
+    """A loss, penalty or gradient became NaN or infinite; no checkpoint was written for it."""
+
+
+class Trainer:
+    """Trains the run a config describes into its run folder.
+
+    Args:
+        config: a resolved config (:func:`gpgan.train.config.load_config`).
+        run: the :class:`gpgan.train.run.RunFolder` it trains into (nothing is written to it
+            before :meth:`fit`).
+        quiet: no progress bar.
+    """
+
+    def __init__(self, config, run, quiet=False):
+        self.config, self.run, self.quiet = config, run, quiet
+        self.tc = tc = config["train"]
+        self.parts = build_components(config, progress=not quiet)
+        self.step_fn = TrainingStep(self.parts, tc["critic_steps"])
+        penalty = self.parts.penalty if config["penalty"]["type"] != "none" else None
+        self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
+                              self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
+                              tc["critic_steps"])
+        self.monitor = Monitor(self.parts, run)
+        self.best_metric = tc["best_metric"] or "eval/reverse_kl"
+        self.best_value = None  # the best evaluation of best_metric so far (checkpoints/best.npz)
+        self.wall_time = 0.0
+        self.last = {}          # the latest value of each step output (device scalars or floats)
+        self._last_batch = None
+        self._interrupt = None
+
+    @property
+    def step(self):
+        """Generator steps done."""
+        return self.step_fn.step
+
+    # -- one step -----------------------------------------------------------------------------
+    def train_step(self):
+        """Draw the next step's inputs, train one generator step on them; advances :attr:`step`."""
+        result = self.step_fn(self.feed.next(self.step, self.parts.device))
+        self.last.update(result.values)
+        self._last_batch = (result.real, result.fake)
+
+    # -- state --------------------------------------------------------------------------------
+    def _state(self):
+        modules, optimizers, emas = self.parts.state_objects()
+        return modules, optimizers, emas, {"trainer": self.feed.rng, "global": global_random}
+
+    def save_checkpoint(self, path=None):
+        """Write the whole training state to ``path`` (default: the run's checkpoint of this
+        step, keeping the last ``train.keep_checkpoints``); refused when a weight is not finite."""
+        self._raise_on_fault()
+        bad = _first_non_finite(self.parts)
+        if bad is not None:
+            raise NonFiniteLossError(f"weight {bad} is not finite at step {self.step}; no checkpoint written")
+        periodic = path is None
+        path = self.run.checkpoint_path(self.step) if periodic else path
+        meta = {"step": self.step, "data": self.parts.loader.state_dict(), "wall_time_s": self.wall_time,
+                "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__,
+                "best": {"metric": self.best_metric, "value": self.best_value}}
+        modules, optimizers, emas, rngs = self._state()
+        save_checkpoint(path, modules, optimizers, emas=emas, rngs=rngs, meta=meta)
+        if periodic:
+            self.run.prune_checkpoints(self.tc["keep_checkpoints"])
+        return path
+
+    def load_checkpoint(self, path):
+        """Restore every state from ``path``; returns its step."""
+        modules, optimizers, emas, rngs = self._state()
+        meta = load_checkpoint(path, modules, optimizers, emas=emas, rngs=rngs)
+        self.parts.loader.load_state_dict(meta["data"])
+        self.step_fn.step = int(meta["step"])
+        self.wall_time = float(meta.get("wall_time_s", 0.0))
+        self.last = dict(meta.get("last", {}))
+        best = meta.get("best") or {}
+        self.best_value = best.get("value") if best.get("metric") == self.best_metric else None
+        return self.step
+
+    def _keep_best(self, evaluation):
+        """Save checkpoints/best.npz when ``evaluation`` beats the best value of the best metric."""
+        value = evaluation.get(self.best_metric)
+        if value is not None and is_better(self.best_metric, value, self.best_value):
+            self.best_value = value
+            self.save_checkpoint(self.run.best_checkpoint_path)
+
+    # -- stops --------------------------------------------------------------------------------
+    def _raise_on_fault(self):
+        """Stop the run if a step met a non-finite value (reads the device)."""
+        fault = self.step_fn.read_fault()
+        if fault is None:
+            return
+        last = self.run.latest_checkpoint()
+        keep = f"the last good checkpoint is {last[1]} (step {last[0]})" if last else "no checkpoint was written yet"
+        raise NonFiniteLossError(f"non-finite {fault.describe(self.tc['critic_steps'])}; training stopped before "
+                                 f"applying it, {keep}. Lower the learning rates or raise the penalty weight.")
+
+    def _on_signal(self, signum, frame):
+        if self._interrupt is not None:  # second Ctrl-C: stop now, without a checkpoint
+            raise KeyboardInterrupt
+        self._interrupt = "interrupted (Ctrl-C)" if signum == signal.SIGINT else "terminated (SIGTERM)"
+
+    def _stop_reason(self, step, last):
+        if self._parent_pid is not None and os.getppid() != self._parent_pid:
+            self._interrupt = self._interrupt or f"the launching process {self._parent_pid} exited"
+        if self._interrupt:
+            return self._interrupt
+        if self.tc["stop_after"] and step == self.tc["stop_after"] and not last:
+            return "stopped by train.stop_after"
+        return None
+
+    # -- the loop -----------------------------------------------------------------------------
+    def fit(self):
+        """Train from :attr:`step` to ``train.steps``, writing into the run folder.
+
+        Returns:
+            the final.json summary.
+
+        Raises:
+            TrainingInterrupted: after Ctrl-C / SIGTERM / ``train.stop_after`` (checkpoint saved).
+            NonFiniteLossError: when a loss, penalty or gradient becomes NaN/inf (no checkpoint of
+                it is saved).
+        """
+        from tqdm import tqdm
+
+        tc, total = self.tc, self.tc["steps"]
+        every = lambda n, step: n and step % n == 0  # noqa: E731
+        self.monitor.open(self.step)
+        handlers = _install_signal_handlers(self._on_signal)
+        parent = os.environ.get(PARENT_ENV, "")
+        self._parent_pid = int(parent) if parent.isdigit() else None
+        bar = tqdm(total=total, initial=self.step, disable=True if self.quiet else None, unit="step",
+                   dynamic_ncols=True, desc=os.path.basename(self.run.path))
+        started = last_time = time.perf_counter()
+        last_step = self.step
+        try:
+            while self.step < total:
+                self.train_step()
+                bar.update(1)
+                step, last = self.step, self.step == total
+                evaluate = self.parts.is_toy and (last or every(tc["eval_interval"], step))
+                log = last or evaluate or every(tc["log_interval"], step)
+                sample = every(tc["sample_interval"], step)
+                stop = self._stop_reason(step, last)
+                checkpoint = last or stop or every(tc["checkpoint_interval"], step)
+                if log or sample or checkpoint:
+                    self._raise_on_fault()  # before anything reads the weights or losses
+                evaluation = self.monitor.evaluate(step) if evaluate else {}
+                self._keep_best(evaluation)
+                if log:
+                    now = time.perf_counter()
+                    record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
+                                                 (now - last_time) / max(1, step - last_step))
+                    last_time, last_step = now, step
+                    bar.set_postfix(_progress(record, self.monitor.latest_eval), refresh=False)
+                if sample:
+                    self.monitor.write_samples(step)
+                if checkpoint:
+                    self.wall_time += time.perf_counter() - started
+                    started = time.perf_counter()
+                    path = self.save_checkpoint()
+                    if stop:
+                        raise TrainingInterrupted(step, path, stop)
+            self.monitor.write_samples(self.step, final=True)
+            self.wall_time += time.perf_counter() - started
+            summary = Monitor.summary(self.run.read_metrics(), self.step, self.wall_time)
+            self.run.write_final(summary)
+            return summary
+        finally:
+            bar.close()
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            self.monitor.close()
+
+
+def _progress(record, evaluation):
+    """The progress bar's postfix: critic and generator losses, the penalty, the last evaluation."""
+    shown = {"D": f"{record['loss/critic']:.3f}", "G": f"{record['loss/generator']:.3f}"}
+    if record["penalty"]:
+        shown["pen"] = f"{record['penalty']:.3g}"
+    for key, value in evaluation.items():
+        shown[key.split("/", 1)[-1]] = f"{value:.3g}" if isinstance(value, float) else str(value)
+    return shown
+
+
+def _install_signal_handlers(handler):
+    """Route SIGINT and SIGTERM to ``handler``; returns the previous handlers (none off the main thread)."""
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            pass
+    return previous
+
+
+def _first_non_finite(parts):
+    """The name of the first generator or critic parameter holding a non-finite value, or None."""
+    for prefix, module in (("generator.", parts.generator), ("critic.", parts.critic)):
+        for name, p in module.named_parameters():
+            xp = gpgan.backend.get_array_module(p.data)
+            if not bool(xp.isfinite(p.data).all()):
+                return prefix + name
+    return None

@@ -1,0 +1,158 @@
+"""What a run shows of itself while it trains: metrics records (metrics.jsonl and TensorBoard),
+sample grids or scatter plots from fixed noise, and evaluations of the generator.
+
+Everything here reads the device; the loop calls it between steps. Sampling and evaluating use
+generators of their own, seeded from ``train.seed``, so they never shift the training streams.
+
+metrics.jsonl holds one record per logged step::
+
+    step, loss/critic, loss/generator, penalty, penalty/term, grad_norm/real, grad_norm/fake,
+    lr/generator, lr/critic [, eval/...], time_per_step
+
+``time_per_step`` (seconds per generator step since the previous record) is the only key that
+depends on the machine's speed (:data:`TIMING_KEYS`).
+"""
+import math
+
+import numpy
+
+from gpgan.losses import gradient_norm
+from gpgan.metrics import is_better, mode_metrics
+from gpgan.train.sampling import generate
+
+__all__ = ["Monitor", "TIMING_KEYS"]
+
+#: keys of metrics.jsonl whose values depend on timing (excluded when comparing runs)
+TIMING_KEYS = ("time_per_step",)
+
+
+def _make_writer(logdir, purge_step=None):
+    """A tensorboardX SummaryWriter (None if tensorboardX cannot be imported)."""
+    try:
+        from tensorboardX import SummaryWriter
+    except Exception:  # an optional nicety: metrics.jsonl holds the same numbers
+        return None
+    return SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
+
+
+class Monitor:
+    """Logs, samples and evaluates one run.
+
+    Args:
+        parts: the run's :class:`gpgan.train.build.Components`.
+        run: its :class:`gpgan.train.run.RunFolder`.
+    """
+
+    def __init__(self, parts, run):
+        self.parts, self.run = parts, run
+        tc = parts.config["train"]
+        seed = tc["seed"]
+        n_fixed = tc["eval_samples"] if parts.is_toy else tc["n_samples"]
+        self.fixed_noise = numpy.random.default_rng([seed, 3]).standard_normal(
+            (n_fixed, parts.latent_dim)).astype(numpy.float32)
+        self.fixed_real = parts.sampler.sample(n_fixed, numpy.random.default_rng([seed, 4])) if parts.is_toy else None
+        self.writer = None
+        self.latest_eval, self.latest_eval_step = {}, None
+
+    # -- TensorBoard ----------------------------------------------------------------------------
+    def open(self, step):
+        """Start writing TensorBoard events; events logged after ``step`` by an earlier attempt
+        of the run are dropped (a resumed run rewrites them), the step's own are kept."""
+        self.writer = _make_writer(self.run.path, purge_step=step + 1 if step else None)
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    # -- the generator's output ------------------------------------------------------------------
+    def generate(self, noise):
+        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when kept."""
+        generator, ema = self.parts.generator, self.parts.ema
+
+        def run():
+            was_training = generator.training
+            generator.eval()
+            try:
+                return generate(generator, noise, self.parts.device)
+            finally:
+                generator.train(was_training)
+        if ema is not None:
+            with ema.swapped_into(generator):
+                return run()
+        return run()
+
+    def evaluate(self, step):
+        """Toy data with modes: the mode metrics of the generated fixed-noise points ({} otherwise)."""
+        sampler = self.parts.sampler
+        if not self.parts.is_toy or sampler.means is None:
+            return {}
+        metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
+        self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
+        self.latest_eval_step = step
+        return dict(self.latest_eval)
+
+    def write_samples(self, step, final=False):
+        """samples/step_N.png (or final.png): a grid of images, or generated over real points
+        titled with the step's evaluation (when the step was evaluated)."""
+        from gpgan.viz import save_image_grid, scatter_samples
+
+        path = self.run.sample_path(None if final else step)
+        out = self.generate(self.fixed_noise)
+        if self.parts.is_toy:
+            scatter_samples(path, self.fixed_real, out, title=self._sample_title(step))
+        else:
+            save_image_grid(path, out, nrow=max(1, int(math.ceil(math.sqrt(len(out))))))
+        if self.writer is not None:
+            from PIL import Image
+
+            with Image.open(path) as img:
+                self.writer.add_image("samples", numpy.asarray(img.convert("RGB")), step, dataformats="HWC")
+        return path
+
+    def _sample_title(self, step):
+        """``"step 500: 25/25 modes, 83% high quality, reverse KL 0.010"`` (the metrics only when
+        this step was evaluated)."""
+        title = f"step {step}"
+        ev = self.latest_eval if self.latest_eval_step == step else {}
+        if "eval/modes" in ev:
+            title += (f": {ev['eval/modes']}/{len(self.parts.sampler.means)} modes, "
+                      f"{100 * ev['eval/high_quality']:.0f}% high quality, reverse KL {ev['eval/reverse_kl']:.3f}")
+        return title
+
+    # -- metrics records -------------------------------------------------------------------------
+    def record(self, step, last, real, fake, evaluation, time_per_step):
+        """Build, append and return the metrics record of ``step``.
+
+        ``last``: the latest value of each step output (device scalars or floats); ``real`` and
+        ``fake``: the last critic batch, whose input-gradient norms are logged.
+        """
+        record = {"step": step}
+        record["loss/critic"] = float(last["loss/critic"])
+        record["loss/generator"] = float(last["loss/generator"])
+        record["penalty"] = float(last.get("penalty", 0.0))
+        record["penalty/term"] = float(last.get("penalty/term", 0.0))
+        record["grad_norm/real"] = gradient_norm(self.parts.critic, real)
+        record["grad_norm/fake"] = gradient_norm(self.parts.critic, fake)
+        record["lr/generator"] = float(self.parts.g_opt.lr)
+        record["lr/critic"] = float(self.parts.d_opt.lr)
+        record.update(evaluation)
+        record["time_per_step"] = time_per_step
+        self.run.append_metrics(record)
+        if self.writer is not None:
+            for key, value in record.items():
+                if key != "step" and math.isfinite(value):
+                    self.writer.add_scalar(key, value, step)
+        return record
+
+    @staticmethod
+    def summary(records, steps, wall_time):
+        """final.json's content: status, steps, wall time, the last record's values and the best
+        value of every evaluation metric (by its direction)."""
+        final = {k: v for k, v in records[-1].items() if k not in TIMING_KEYS + ("step",)} if records else {}
+        best = {}
+        for record in records:
+            for key, value in record.items():
+                if key.startswith("eval/") and is_better(key, value, best.get(key)):
+                    best[key] = value
+        return {"status": "finished", "steps": steps, "wall_time_s": wall_time, "final": final, "best": best}

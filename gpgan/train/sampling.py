@@ -1,0 +1,78 @@
+"""Trained generators out of run folders: load one from a checkpoint (its EMA weights or the raw
+ones) and draw from it in batches of bounded memory."""
+import os
+
+import numpy
+
+from gpgan.autograd import Variable, no_grad
+from gpgan.backend import to_device
+from gpgan.checkpoint import load_checkpoint
+from gpgan.models import make_model
+from gpgan.optim import EMA
+from gpgan.train.run import RunFolder
+
+__all__ = ["resolve_source", "load_generator", "batches", "generate", "DEFAULT_BATCH"]
+
+#: generator outputs computed at once when drawing many samples
+DEFAULT_BATCH = 500
+
+
+def resolve_source(source):
+    """``(run folder, checkpoint path)`` for a run folder (its newest readable checkpoint) or a
+    checkpoint file inside a run's checkpoints/.
+
+    Raises:
+        FileNotFoundError: naming ``source`` when it is neither, or when the run has no readable
+            checkpoint.
+    """
+    if os.path.isdir(source):
+        run = RunFolder(source)
+        if not run.exists():
+            raise FileNotFoundError(f"{source} is not a run folder (it has no config.yaml)")
+        step, path, skipped = run.latest_readable_checkpoint()
+        if path is None:
+            why = f" ({len(skipped)} damaged: {skipped[0][1]})" if skipped else ""
+            raise FileNotFoundError(f"{run.checkpoints_dir} holds no readable checkpoint (ckpt_N.npz){why}")
+        return run, path
+    if not os.path.isfile(source):
+        raise FileNotFoundError(f"{source} is neither a run folder nor a checkpoint file")
+    run = RunFolder(os.path.dirname(os.path.dirname(os.path.abspath(source))))
+    if not run.exists():
+        raise FileNotFoundError(f"{source} is not a checkpoint inside a run folder (RUN/checkpoints/ckpt_N.npz)")
+    return run, source
+
+
+def load_generator(run, checkpoint, use_ema=None, device="cpu"):
+    """``(generator in eval mode, config, whether the EMA weights are in it)``.
+
+    ``use_ema``: None takes the EMA when the run kept one.
+    """
+    config = run.read_config()
+    mc = config["model"]
+    generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
+    has_ema = config["train"]["ema"]["enabled"]
+    if use_ema is None:
+        use_ema = has_ema
+    if use_ema and not has_ema:
+        raise ValueError(f"the run {run.path} kept no EMA of the generator (train.ema.enabled is false); "
+                         "use --no-ema")
+    emas = {"generator": EMA(generator)} if use_ema else {}
+    load_checkpoint(checkpoint, {"generator": generator}, {}, emas=emas)
+    if use_ema:
+        emas["generator"].copy_to(generator)
+    generator.eval()
+    return generator, config, use_ema
+
+
+def batches(generator, noise, device="cpu", batch_size=DEFAULT_BATCH):
+    """Yield the generator's output (NumPy, float32) for ``noise`` (N, latent), ``batch_size``
+    rows at a time, without recording a graph: memory stays bounded by one batch."""
+    noise = numpy.asarray(noise, dtype=numpy.float32)
+    with no_grad():
+        for start in range(0, len(noise), batch_size):
+            yield generator(Variable(to_device(noise[start:start + batch_size], device))).numpy()
+
+
+def generate(generator, noise, device="cpu", batch_size=DEFAULT_BATCH):
+    """All of :func:`batches`' output, concatenated: (N, ...) float32."""
+    return numpy.concatenate(list(batches(generator, noise, device, batch_size)))

@@ -1,0 +1,191 @@
+"""The training step: critic updates with the gradient penalty, the generator update, the EMA and
+the learning-rate schedules, as one function of (state, inputs) on the device.
+
+:class:`TrainingStep` never reads the device (no ``float()``, ``bool()`` or host copy of an array),
+so it can be replayed as a whole (a CUDA graph) or wrapped by a communicator that sums gradients
+over processes (:meth:`TrainingStep.reduce_gradients`). Its results are device scalars that the
+loop reads when it logs.
+
+Non-finite values: each update checks, on the device, that its loss (and penalty) are finite and
+that every parameter's squared gradient norm is finite (a finite loss can still send gradients
+whose squares overflow, which would turn Adam's second moment infinite for good). The first
+failure is recorded in :attr:`TrainingStep.fault` and closes a gate that every later update is
+applied through, so no non-finite update ever reaches the weights; the loop reads the record at
+its next read of the device (before logging, sampling, evaluating or saving) and stops the run,
+naming the step.
+"""
+from dataclasses import dataclass
+
+import numpy
+
+import gpgan
+from gpgan.autograd import Variable, no_grad
+from gpgan.backend import get_array_module
+
+__all__ = ["TrainingStep", "StepResult", "Fault", "FAULTS"]
+
+#: what a fault code in :attr:`TrainingStep.fault` names, and whose parameters the count is of
+FAULTS = {1: ("loss/critic", "critic"), 2: ("penalty", "critic"), 3: ("gradient", "critic"),
+          4: ("loss/generator", "generator"), 5: ("gradient", "generator")}
+# The fault record: (generator step, critic step or -1, code, value, bad parameters, parameters).
+_RECORD = 6
+
+
+@dataclass
+class StepResult:
+    """What one generator step leaves for the loop, all on the device.
+
+    ``values``: name -> 0-d array for "loss/critic", "loss/generator" and, when the step
+    penalized its last penalized critic step, "penalty" and "penalty/term". ``real`` and ``fake``:
+    the last critic step's batches (for logging the critic's input-gradient norms).
+    """
+
+    values: dict
+    real: object
+    fake: object
+
+
+@dataclass
+class Fault:
+    """The first non-finite value of a run, read back from the device."""
+
+    step: int           # 1-based generator step
+    critic_step: int    # 0-based critic step within it, or -1 for the generator's update
+    what: str           # "loss/critic", "penalty", "gradient" or "loss/generator"
+    owner: str          # "critic" or "generator"
+    value: float        # the loss or penalty value (nan / inf)
+    bad: int            # parameters with a non-finite squared gradient norm
+    parameters: int     # parameters with a gradient
+
+    def describe(self, critic_steps):
+        """``"<what> at step N (critic step j of J)"``."""
+        if self.what == "gradient":
+            what = (f"gradient of the {self.owner} ({self.bad} of {self.parameters} parameters have an "
+                    "infinite or NaN squared norm)")
+        else:
+            what = f"{self.what} ({self.value})"
+        where = f"step {self.step}"
+        if self.critic_step >= 0:
+            where += f" (critic step {self.critic_step + 1} of {critic_steps})"
+        return f"{what} at {where}"
+
+
+class TrainingStep:
+    """One generator step with its critic steps (see the module docstring).
+
+    Args:
+        parts: the :class:`gpgan.train.build.Components` (models, optimizers, schedules, EMA,
+            loss, penalty); their state is what the step changes.
+        critic_steps: critic updates per generator update.
+        step: generator steps already done (a resumed run starts there).
+
+    Attributes:
+        step: generator steps done.
+        fault: None, or a device array holding the first fault's record (read it with
+            :meth:`read_fault`).
+    """
+
+    def __init__(self, parts, critic_steps, step=0):
+        self.parts = parts
+        self.critic_steps = int(critic_steps)
+        self.step = int(step)
+        self.generator, self.critic = parts.generator, parts.critic
+        self.g_params = list(self.generator.parameters())
+        self.d_params = list(self.critic.parameters())
+        self.loss, self.penalty = parts.loss, parts.penalty
+        self.fault = None
+        self._ok = None  # 0-d bool on the device: no fault so far
+
+    # -- hooks --------------------------------------------------------------------------------
+    def reduce_gradients(self, grads, who):
+        """Gradients as the update should see them. Identity here; a data-parallel step averages
+        them over processes (``who``: "critic" or "generator")."""
+        return grads
+
+    # -- the step -----------------------------------------------------------------------------
+    def __call__(self, inputs):
+        """Train one generator step on ``inputs`` (:class:`gpgan.train.feed.StepInputs` on the
+        device); returns a :class:`StepResult`."""
+        values = {}
+        real = fake = None
+        for j, critic_inputs in enumerate(inputs.critic):
+            real, fake = self._critic_update(j, critic_inputs, values)
+        self._generator_update(inputs.noise, values)
+        self.step += 1
+        if self.parts.ema is not None:
+            self.parts.ema.update(self.step)
+        self.parts.g_sched.step()
+        self.parts.d_sched.step()
+        return StepResult(values, real, fake)
+
+    def _critic_update(self, j, inputs, values):
+        real = Variable(inputs.real)
+        with no_grad():
+            fake = self.generator(Variable(inputs.noise))
+        loss = self.loss.critic_loss(self.critic(real), self.critic(fake))
+        total, checks = loss, [(1, loss.data)]
+        if inputs.draws is not None:
+            pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws)
+            total = loss + pen
+            values["penalty"], values["penalty/term"] = pen.data, term.data
+            checks.append((2, pen.data))
+        values["loss/critic"] = loss.data
+        self._apply(total, self.d_params, self.parts.d_opt, "critic", j, checks)
+        return real.data, fake.data
+
+    def _generator_update(self, noise, values):
+        loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))))
+        values["loss/generator"] = loss.data
+        self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1, [(4, loss.data)])
+
+    def _apply(self, loss, params, optimizer, who, critic_step, checks):
+        """Differentiate ``loss``, check it, and update ``params`` through the run's gate."""
+        grads = gpgan.grad(loss, params, allow_unused=True)
+        arrays = self.reduce_gradients([None if g is None else g.data for g in grads], who)
+        gradients = [a for a in arrays if a is not None]
+        xp = get_array_module(loss.data)
+        if gradients:
+            # One dot product per parameter: an infinite or NaN squared norm flags the gradient.
+            squared = xp.stack([xp.vdot(a.ravel(), a.ravel()) for a in gradients])
+            bad = (~xp.isfinite(squared)).sum()
+            checks = checks + [(3 if who == "critic" else 5, bad)]
+        else:
+            bad = xp.zeros((), dtype=numpy.int64)
+        gate = self._check(xp, critic_step, checks, bad, len(gradients))
+        for p, a in zip(params, arrays):
+            p.grad = a
+        optimizer.step(gate=gate)
+        for p in params:
+            p.grad = None
+
+    def _check(self, xp, critic_step, checks, bad, n_params):
+        """Record the first failing check (code, value) and return the updated gate."""
+        code = xp.zeros((), dtype=numpy.int64)
+        value = xp.zeros((), dtype=numpy.float64)
+        for check_code, x in reversed(checks):  # the first failing check in list order wins
+            failed = (x > 0) if check_code in (3, 5) else ~xp.isfinite(x)
+            code = xp.where(failed, check_code, code)
+            if check_code not in (3, 5):
+                value = xp.where(failed, x.astype(numpy.float64), value)
+        record = xp.stack([xp.asarray(self.step + 1, dtype=numpy.float64),
+                           xp.asarray(critic_step, dtype=numpy.float64), code.astype(numpy.float64),
+                           value, bad.astype(numpy.float64), xp.asarray(n_params, dtype=numpy.float64)])
+        failed = code > 0
+        if self._ok is None:
+            self.fault = xp.zeros(_RECORD, dtype=numpy.float64)
+            self._ok = xp.ones((), dtype=bool)
+        self.fault = xp.where(self._ok & failed, record, self.fault)
+        self._ok = self._ok & ~failed
+        return self._ok
+
+    # -- reading back (the loop's business) ------------------------------------------------------
+    def read_fault(self):
+        """The run's first :class:`Fault`, or None. Reads the device."""
+        if self.fault is None:
+            return None
+        record = [float(v) for v in numpy.asarray(gpgan.backend.to_device(self.fault, "cpu"))]
+        if record[2] == 0:
+            return None
+        what, owner = FAULTS[int(record[2])]
+        return Fault(step=int(record[0]), critic_step=int(record[1]), what=what, owner=owner, value=record[3],
+                     bad=int(record[4]), parameters=int(record[5]))

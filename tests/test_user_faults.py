@@ -1,0 +1,267 @@
+"""What a new user hit, through the command lines (exit status, message, files before and after):
+report-only on a fresh clone, big sample requests, damaged checkpoints, TensorBoard across a
+resume, run names that are paths, bad arguments, empty configs; and what they expected: sample
+files for other tools, forks from a checkpoint, a best checkpoint, dry runs."""
+import filecmp
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from PIL import Image
+from test_cli_train import QUICKSTART, ROOT, TINY, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
+
+from gpgan.cli import ablate as ablate_cli
+from gpgan.cli import sample as sample_cli
+
+SMALL = TINY + ["train.steps=8", "train.checkpoint_interval=2", "train.log_interval=1",
+                "train.eval_interval=2", "train.sample_interval=2"]
+
+
+@pytest.fixture(scope="module")
+def toy_runs(tmp_path_factory):
+    """An uninterrupted 8-step run, and one stopped at step 6 (checkpoints at 2, 4, 6 kept)."""
+    out = tmp_path_factory.mktemp("faults")
+    gpgan_train(QUICKSTART, *sets(SMALL), "--out", str(out), "--name", "straight", "--quiet", check=0)
+    gpgan_train(QUICKSTART, *sets(SMALL + ["train.stop_after=6"]), "--out", str(out), "--name", "stopped",
+                "--quiet", check=130)
+    return out / "quickstart" / "straight", out / "quickstart" / "stopped", out
+
+
+@pytest.fixture(scope="module")
+def image_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("img")
+    write_cifar_fixture(tmp / "cifar")
+    gpgan_train(os.path.join(ROOT, "configs", "r1_cifar.yaml"), *sets([
+        f"data.root={tmp / 'cifar'}", "train.steps=2", "train.batch_size=4", "model.generator_options.width=2",
+        "model.generator_options.latent_dim=8", "model.critic_options.width=2", "train.n_samples=4"]),
+        "--out", str(tmp), "--name", "img", "--quiet", check=0)
+    return tmp / "r1_cifar" / "img"
+
+
+def snapshot(folder):
+    return {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
+            for d, _, files in os.walk(folder) for f in files}
+
+
+# -- 1. --report-only without runs ------------------------------------------------------------------
+def test_report_only_without_runs_leaves_the_committed_report(tmp_path, capsys):
+    committed = os.path.join(ROOT, "experiments", "reports", "penalties_toy")
+    report = tmp_path / "report"
+    shutil.copytree(committed, report)
+    before = snapshot(report)
+    sweep = os.path.join(ROOT, "configs", "ablations", "penalties_toy.yaml")
+    status = ablate_cli.main([sweep, "--report-only", "--report-dir", str(report), "--out", str(tmp_path / "none")])
+    assert status == 1
+    assert "no run of this sweep" in capsys.readouterr().err
+    assert snapshot(report) == before and not (tmp_path / "none").exists()
+
+
+# -- 2. sampling in batches, sample files ----------------------------------------------------------------
+def test_many_samples_go_to_npz_in_bounded_batches(image_run, tmp_path, monkeypatch):
+    import gpgan.train.sampling as sampling
+
+    sizes = []
+    real_to_device = sampling.to_device
+    monkeypatch.setattr(sampling, "to_device", lambda a, d: sizes.append(len(a)) or real_to_device(a, d))
+    out = tmp_path / "s.npz"
+    assert sample_cli.main([str(image_run), "--n", "1030", "--batch-size", "100", "--quiet", "--out", str(out)]) == 0
+    assert max(sizes) == 100 and sum(sizes) == 1030
+    with np.load(out, allow_pickle=False) as f:
+        images = f["images"]
+    assert images.shape == (1030, 32, 32, 3) and images.dtype == np.uint8
+    # The first images are those of a grid with the same seed (quantized the same way).
+    grid = tmp_path / "g.png"
+    assert sample_cli.main([str(image_run), "--grid", "1x2", "--out", str(grid)]) == 0
+    with Image.open(grid) as img:
+        pixels = np.asarray(img.convert("RGB"))
+    np.testing.assert_array_equal(pixels[2:34, 2:34], images[0])
+    np.testing.assert_array_equal(pixels[2:34, 36:68], images[1])
+
+
+def test_out_dir_writes_one_png_per_image(image_run, tmp_path):
+    folder = tmp_path / "pngs"
+    assert sample_cli.main([str(image_run), "--n", "5", "--batch-size", "2", "--out-dir", str(folder)]) == 0
+    assert sorted(os.listdir(folder)) == [f"{k:06d}.png" for k in range(5)]
+    with Image.open(folder / "000004.png") as img:
+        assert img.size == (32, 32) and img.mode == "RGB"
+
+
+def test_a_grid_too_big_for_one_picture_is_refused(image_run, tmp_path, capsys):
+    out = tmp_path / "big.png"
+    assert sample_cli.main([str(image_run), "--n", "100000", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "too many images for one picture" in err and "--out FILE.npz" in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_toy_points_to_npz(toy_runs, tmp_path):
+    straight, _, _ = toy_runs
+    out = tmp_path / "p.npz"
+    assert sample_cli.main([str(straight), "--n", "700", "--batch-size", "64", "--out", str(out)]) == 0
+    with np.load(out, allow_pickle=False) as f:
+        assert f["points"].shape == (700, 2) and f["points"].dtype == np.float32
+
+
+# -- 3. damaged checkpoints ----------------------------------------------------------------------
+def flip_bytes(path, where=0.6):
+    data = bytearray(path.read_bytes())
+    k = int(len(data) * where)
+    data[k:k + 8] = bytes(b ^ 0xFF for b in data[k:k + 8])
+    path.write_bytes(bytes(data))
+
+
+def test_resume_skips_a_damaged_checkpoint_and_still_matches(toy_runs, tmp_path):
+    straight, stopped, _ = toy_runs
+    run = tmp_path / "stopped"
+    shutil.copytree(stopped, run)
+    flip_bytes(run / "checkpoints" / "ckpt_000006.npz")
+    proc = gpgan_train("--resume", str(run), "--quiet", check=0)
+    assert "skipped" in proc.stderr and "ckpt_000006.npz" in proc.stderr and "damaged" in proc.stderr
+    assert "from step 4" in proc.stderr and "Traceback" not in proc.stderr
+    assert (run / "checkpoints" / "ckpt_000006.npz.damaged").exists()
+    assert metrics(run) == metrics(straight)
+    assert_same_weights(run, straight)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
+def test_unreadable_checkpoints_are_one_line(toy_runs, tmp_path, damage, capsys):
+    _, stopped, _ = toy_runs
+    run = tmp_path / "run"
+    shutil.copytree(stopped, run)
+    ckpt = run / "checkpoints" / "ckpt_000006.npz"
+    if damage == "flip":
+        flip_bytes(ckpt)
+    elif damage == "truncate":
+        ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    else:
+        ckpt.write_bytes(b"\x93NUMPY garbage that is no archive" * 10)
+    status = sample_cli.main([str(ckpt), "--out", str(tmp_path / "x.png")])
+    err = capsys.readouterr().err
+    assert status == 1 and str(ckpt) in err and "Traceback" not in err and "allow_pickle" not in err
+    assert len(err.strip().splitlines()) == 1 and ("delete it" in err or "another checkpoint" in err)
+    # A run folder falls back to its newest readable checkpoint.
+    assert sample_cli.main([str(run), "--out", str(tmp_path / "y.png")]) == 0
+    assert "ckpt_000004.npz" in capsys.readouterr().err
+
+
+# -- 4. TensorBoard keeps every logged step across a resume ----------------------------------------------
+def read_events(folder):
+    """(tag, step) of every scalar and image TensorBoard would show, honouring purges."""
+    from tensorboardX.proto import event_pb2
+
+    shown = {}
+    for name in sorted(n for n in os.listdir(folder) if n.startswith("events.out.tfevents")):
+        data = (folder / name).read_bytes()
+        pos = 0
+        while pos < len(data):
+            (length,) = struct.unpack("<Q", data[pos:pos + 8])
+            event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+            pos += 12 + length + 4
+            if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
+                shown = {key: v for key, v in shown.items() if key[1] < event.step}
+            for value in event.summary.value:
+                shown[(value.tag, event.step)] = True
+    return set(shown)
+
+
+def test_tensorboard_keeps_the_resume_step(toy_runs, tmp_path):
+    _, stopped, _ = toy_runs
+    run = tmp_path / "resumed"
+    shutil.copytree(stopped, run)
+    gpgan_train("--resume", str(run), "--quiet", check=0)
+    events = read_events(run)
+    for record in metrics(run):
+        for key in ("loss/critic", "grad_norm/real", "eval/modes"):
+            if key in record:
+                assert (key, record["step"]) in events, (key, record["step"])
+    assert ("eval/modes", 6) in events  # the resume step's own evaluation
+    assert {("samples", s) for s in (2, 4, 6, 8)} <= events
+
+
+# -- 5-7. names, arguments, configs ------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "."])
+def test_a_run_name_is_a_plain_name(tmp_path, name):
+    proc = gpgan_train(QUICKSTART, "--out", str(tmp_path / "out"), "--name", name, check=2)
+    assert "not a plain folder name" in proc.stderr and "Traceback" not in proc.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_bad_arguments_exit_2_and_name_the_argument(tmp_path, toy_runs):
+    straight, _, _ = toy_runs
+    proc = gpgan_train("--resume", str(tmp_path), check=2)
+    assert "is not a run folder" in proc.stderr and str(tmp_path) in proc.stderr
+    binary = tmp_path / "c.yaml"
+    binary.write_bytes(b"train:\n  steps: \xff\xfe\n")
+    proc = gpgan_train(str(binary), "--out", str(tmp_path / "o"), check=2)
+    assert "not UTF-8 text" in proc.stderr and str(binary) in proc.stderr and "Traceback" not in proc.stderr
+    proc = gpgan_train(str(tmp_path), "--out", str(tmp_path / "o"), check=2)
+    assert "is a folder, not a YAML file" in proc.stderr
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("# nothing yet\n")
+    proc = gpgan_train(str(empty), "--out", str(tmp_path / "o"), check=2)
+    assert "is empty" in proc.stderr
+    assert not (tmp_path / "o").exists()
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    readme = os.path.join(ROOT, "README.md")
+    proc = subprocess.run([sys.executable, "-m", "gpgan.cli.sample", readme, "--out", str(tmp_path / "s.png")],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 1 and "README.md is not a checkpoint inside a run folder" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "gpgan.cli.sample", str(straight), "--out", str(tmp_path / "s")],
+                          capture_output=True, text=True, env=env)
+    assert proc.returncode == 2 and ".png" in proc.stderr and ".npz" in proc.stderr
+    assert not (tmp_path / "s").exists()
+
+
+# -- features: fork, best checkpoint, dry run, progress ------------------------------------------------------
+def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path):
+    straight, stopped, out = toy_runs
+    source = tmp_path / "src" / "quickstart" / "stopped"
+    shutil.copytree(stopped, source)
+    before = snapshot(source)
+    proc = gpgan_train("--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork", "--quiet",
+                       check=0)
+    fork = source.parent / "fork"
+    assert "forked from" in proc.stderr
+    assert snapshot(source) == before
+    manifest = json.loads((fork / "manifest.json").read_text())
+    assert manifest["forked_from"]["step"] == 4 and manifest["forked_from"]["run"] == str(source)
+    assert metrics(fork) == metrics(straight)  # the original's first 4 steps, then the same training
+    assert_same_weights(fork, straight)
+    gpgan_train("--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork", check=2)
+
+
+def test_best_checkpoint_holds_the_best_evaluation(toy_runs):
+    straight, _, _ = toy_runs
+    from gpgan.checkpoint import read_meta
+
+    evals = [r for r in metrics(straight) if "eval/reverse_kl" in r]
+    best = min(evals, key=lambda r: (r["eval/reverse_kl"], r["step"]))
+    meta = read_meta(straight / "checkpoints" / "best.npz")
+    assert meta["step"] == best["step"] and meta["best"]["value"] == best["eval/reverse_kl"]
+    assert "best.npz" in os.listdir(straight / "checkpoints")  # never pruned (keep 3 of 4 periodic)
+
+
+def test_dry_run_prints_the_config_and_writes_nothing(tmp_path):
+    proc = gpgan_train(QUICKSTART, "--dry-run", "--set", "train.steps=7", "--out", str(tmp_path / "o"),
+                       "--name", "x", check=0)
+    assert yaml.safe_load(proc.stdout)["train"]["steps"] == 7
+    assert str(tmp_path / "o" / "quickstart" / "x") in proc.stderr
+    assert not (tmp_path / "o").exists()
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    proc = gpgan_train(config, "--dry-run", "--set", f"data.root={tmp_path / 'no'}", "--set", "data.download=false",
+                       "--out", str(tmp_path / "o"), check=1)
+    assert "data_batch_1" in proc.stderr and not (tmp_path / "o").exists()
+
+
+def test_progress_bar_shows_penalty_and_latest_evaluation():
+    from gpgan.train.loop import _progress
+
+    shown = _progress({"loss/critic": 0.5, "loss/generator": 1.25, "penalty": 0.03},
+                      {"eval/modes": 25, "eval/reverse_kl": 0.0123})
+    assert shown == {"D": "0.500", "G": "1.250", "pen": "0.03", "modes": "25", "reverse_kl": "0.0123"}
