@@ -1,44 +1,29 @@
-"""Reference statistics (files, cache names, data sets) and the quantization of generated images."""
+"""Reference statistics (files, cache names, data sets), and generated images quantized as real ones."""
 import os
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from gpgan.data import load_image_folder, to_unit_range
+from gpgan.data import load_image_folder, to_uint8, to_unit_range
 from gpgan.metrics import reference
-from gpgan.metrics.reference import (
-    dataset_statistics,
-    load_statistics,
-    quantize_images,
-    save_statistics,
-    statistics_path,
-)
+from gpgan.metrics.reference import dataset_statistics, load_statistics, save_statistics, statistics_path
 from gpgan.metrics.scores import feature_statistics
-from gpgan.viz import image_grid
 
 
-# -- quantize_images ----------------------------------------------------------------------------------
-def test_quantize_inverts_the_loaders_unit_range():
+# -- generated images reach the network through the loader's 256 levels -----------------------
+def test_to_uint8_inverts_the_loaders_unit_range():
     levels = np.arange(256, dtype=np.uint8).reshape(1, 1, 16, 16).repeat(3, axis=1)
-    np.testing.assert_array_equal(quantize_images(to_unit_range(levels)), levels)
-    np.testing.assert_array_equal(quantize_images(to_unit_range(levels).astype(np.float64)), levels)
+    np.testing.assert_array_equal(to_uint8(to_unit_range(levels)), levels)
+    np.testing.assert_array_equal(to_uint8(to_unit_range(levels).astype(np.float64)), levels)
 
 
-def test_quantize_rounds_and_clips_like_the_image_grid(rng):
+def test_to_uint8_rounds_to_the_nearest_level_and_clips(rng):
     images = rng.uniform(-1.2, 1.2, (2, 3, 5, 4)).astype(np.float32)
-    got = quantize_images(images)
+    got = to_uint8(images)
     assert got.dtype == np.uint8 and got.shape == images.shape
-    want = np.clip(np.floor((images.astype(np.float64) + 1) * 127.5 + 0.5), 0, 255)
-    np.testing.assert_array_equal(got, want)
-    assert got.min() == 0 and got.max() == 255  # clipped
-    grid = image_grid(images, nrow=2, padding=0)
-    np.testing.assert_array_equal(grid[:, :4], got[0].transpose(1, 2, 0))  # one rule in both places
-
-
-def test_quantize_refuses_integer_images():
-    with pytest.raises(TypeError, match="images must be floating point in \\[-1, 1\\], got uint8"):
-        quantize_images(np.zeros((1, 3, 2, 2), np.uint8))
+    np.testing.assert_array_equal(got, np.clip(np.floor((images.astype(np.float64) + 1) * 127.5 + 0.5), 0, 255))
+    assert got.min() == 0 and got.max() == 255
 
 
 # -- statistics files -------------------------------------------------------------------------------

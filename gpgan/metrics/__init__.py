@@ -5,7 +5,7 @@ Image metrics take features from pytorch-fid's FID Inception-v3 (:class:`Incepti
 gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scores`)::
 
     net = InceptionV3.load()                                 # downloads the weights once
-    fake = net.features(quantize_images(generated))          # {"pool3", "logits"}
+    fake = net.features(gpgan.data.to_uint8(generated))      # {"pool3", "logits"}
     mu, sigma = dataset_statistics(net, "cifar10", root="~/data/cifar-10-batches-py")
     score = frechet_distance(*feature_statistics(fake["pool3"]), mu, sigma)
 """
@@ -14,7 +14,6 @@ from gpgan.metrics.inception import InceptionV3, InceptionWeightsError
 from gpgan.metrics.reference import (
     dataset_statistics,
     load_statistics,
-    quantize_images,
     save_statistics,
     statistics_path,
 )
@@ -25,5 +24,5 @@ __all__ = [
     "DEFAULT_NUM_SAMPLES", "mode_metrics", "nearest_modes", "direction", "is_better",
     "InceptionV3", "InceptionWeightsError",
     "feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
-    "quantize_images", "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
+    "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
 ]

@@ -415,7 +415,7 @@ class InceptionV3:
 
         Args:
             images: uint8 (N, 3, H, W), NumPy or CuPy (generated images: see
-                :func:`gpgan.metrics.quantize_images`).
+                :func:`gpgan.data.to_uint8`).
             batch_size: images per forward pass; memory grows with it (about 25 MiB per image in
                 float32 at the largest convolution's column matrix).
             progress: a tqdm bar on stderr (only when it is a terminal).
@@ -452,4 +452,4 @@ def _check_images(images):
     dtype = getattr(images, "dtype", None)
     if len(shape) != 4 or shape[1] != 3 or dtype != numpy.uint8:
         raise ValueError(f"features: images must be uint8 of shape (N, 3, H, W), got {dtype} {shape}; "
-                         "quantize generated images in [-1, 1] with gpgan.metrics.quantize_images first")
+                         "quantize generated images in [-1, 1] with gpgan.data.to_uint8 first")

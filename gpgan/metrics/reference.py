@@ -1,4 +1,4 @@
-"""Reference statistics of data sets, generated images as uint8, and statistics files.
+"""Reference statistics of data sets, and statistics files.
 
 FID compares the Gaussian of generated features with the data set's, which is computed once and
 kept: :func:`dataset_statistics` reads a data set through :mod:`gpgan.data` (CIFAR-10, an image
@@ -7,8 +7,8 @@ folder), takes its pool3 features and saves ``(mu, sigma)`` in
 selects its images, and the Inception weights). Files use pytorch-fid's ``.npz`` layout (arrays
 ``mu`` and ``sigma``), so published statistics files load with :func:`load_statistics` too.
 
-Generated images are quantized to uint8 exactly as real ones round-trip through gpgan
-(:func:`quantize_images`), so both sides reach the network through the same 256 levels.
+Generated images reach the network as real ones do, through the same 256 levels: quantize them
+with :func:`gpgan.data.to_uint8` (the inverse of the loader's unit range) first.
 """
 import hashlib
 import os
@@ -16,36 +16,12 @@ import zipfile
 
 import numpy
 
-from gpgan.backend import get_array_module
 from gpgan.metrics.files import cache_dir, save_npz_atomic
 from gpgan.metrics.scores import feature_statistics
 
-__all__ = ["quantize_images", "statistics_path", "save_statistics", "load_statistics", "dataset_statistics",
-           "DATASETS"]
+__all__ = ["statistics_path", "save_statistics", "load_statistics", "dataset_statistics", "DATASETS"]
 
 DATASETS = ("cifar10", "image_folder")
-
-
-def quantize_images(images):
-    """Images in [-1, 1] -> uint8 levels, the inverse of :func:`gpgan.data.to_unit_range`.
-
-    ``round((x + 1) * 127.5)`` computed in float64 and clipped to [0, 255] (the rule of
-    :func:`gpgan.viz.image_grid`), so a real image that went to [-1, 1] comes back to its exact
-    levels.
-
-    Args:
-        images: floats (any shape, typically (N, 3, H, W)), NumPy or CuPy, or a Variable.
-
-    Returns:
-        uint8 array of the same shape, on the same device.
-    """
-    data = getattr(images, "data", images)
-    xp = get_array_module(data)
-    data = xp.asarray(data)
-    if data.dtype.kind != "f":
-        raise TypeError(f"quantize_images: images must be floating point in [-1, 1], got {data.dtype}")
-    levels = (data.astype(xp.float64) + 1.0) * 127.5 + 0.5
-    return xp.clip(levels, 0, 255).astype(xp.uint8)
 
 
 # -- statistics files ------------------------------------------------------------------------------
