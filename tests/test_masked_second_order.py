@@ -97,3 +97,32 @@ def test_third_order_through_a_mask_stays_connected():
     on = x.data > 0
     np.testing.assert_allclose(gg.data, np.where(on, -np.sin(x.data), 0.0), rtol=1e-14)
     np.testing.assert_allclose(ggg.data, np.where(on, -np.cos(x.data), 0.0), rtol=1e-14)
+
+
+def test_the_structural_link_changes_no_value_bit_for_bit(monkeypatch):
+    """The link from a mask node to its masked value (for the zero gradient) must not change the
+    order in which real gradients are summed: a WGAN-GP critic step's weight gradients of an MLP
+    critic are bitwise those of the same graph built without the link (runs made before the link
+    existed resume to the same weights)."""
+    import gpgan.functions.activation as factivation
+    import gpgan.functions.math as fmath
+    from gpgan.losses import make_loss, make_penalty
+    from gpgan.models import make_model
+
+    def critic_weight_grads():
+        gpgan.manual_seed(3)
+        critic = make_model("mlp_critic", width=16, depth=3)
+        rng = np.random.default_rng(0)
+        real, fake = (rng.standard_normal((32, 2)).astype(np.float32) for _ in range(2))
+        penalty, _ = make_penalty("wgan_gp", weight=10)(critic, real, fake, rng=np.random.default_rng(1))
+        loss = make_loss("wgan").critic_loss(critic(gpgan.Variable(real)), critic(gpgan.Variable(fake))) + penalty
+        return [w.data for w in gpgan.grad(loss, list(critic.parameters()))]
+
+    linked = critic_weight_grads()
+    unlinked_scale = fmath.mask_scale
+    for module in (fmath, factivation):
+        monkeypatch.setattr(module, "mask_scale", lambda gy, mask, ref=None: unlinked_scale(gy, mask))
+    unlinked = critic_weight_grads()
+    assert len(linked) == len(unlinked) == 8
+    for a, b in zip(linked, unlinked):
+        np.testing.assert_array_equal(a, b)

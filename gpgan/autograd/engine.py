@@ -23,6 +23,13 @@ marker, not an array. The traversal treats the marker as follows:
   backward through it still works;
 * at the end, a requested input (``grad``) or a leaf (``backward``) whose only gradient is the
   marker gets real zeros of its shape, dtype and device.
+
+A mask node's generation does not count its masked-value input
+(:attr:`~gpgan.autograd.function.FunctionNode.structural_inputs`), so the traversal visits
+functions, and sums real gradients, in the same order as if the link were absent: results are
+bit for bit those of a graph without it. A marker may then reach a function already passed
+without any gradient; that function is visited again (a marker carries no value, so nothing is
+summed twice).
 """
 import heapq
 
@@ -99,22 +106,24 @@ def _initial_gradients(outputs, grad_outputs, create_graph):
 
 
 def _needed_functions(output_nodes, target_nodes):
-    """Functions that lie on a path from an output node to a target node."""
-    reachable = []
-    seen = set()
-    stack = [n.creator for n in output_nodes if n.creator is not None]
-    while stack:
-        f = stack.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        reachable.append(f)
-        for n in f.inputs:
-            if n is not None and n.requires_grad and n.creator is not None:
-                stack.append(n.creator)
-    reachable.sort(key=lambda f: f.generation)  # inputs' creators come first
+    """Functions that lie on a path from an output node to a target node.
+
+    Computed by a depth-first walk from the outputs (post-order: a function after the creators
+    of its inputs), not by generation, which does not count structural inputs."""
     needed = set()
-    for f in reachable:
+    done = set()
+    stack = [(n.creator, False) for n in output_nodes if n.creator is not None]
+    while stack:
+        f, expanded = stack.pop()
+        if id(f) in done:
+            continue
+        if not expanded:
+            stack.append((f, True))
+            for n in f.inputs:
+                if n is not None and n.requires_grad and n.creator is not None and id(n.creator) not in done:
+                    stack.append((n.creator, False))
+            continue
+        done.add(id(f))
         for n in f.inputs:
             if n is not None and (id(n) in target_nodes or (n.creator is not None and id(n.creator) in needed)):
                 needed.add(id(f))
@@ -135,11 +144,17 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
 
     heap = []
     pushed = set()
+    passed = set()  # functions popped before any gradient reached them
+    counter = [0]
 
     def schedule(f):
+        if f is not None and id(f) in passed:  # a late structural zero (see structural_inputs)
+            passed.discard(id(f))
+            pushed.discard(id(f))
         if f is not None and id(f) not in pushed and (needed is None or id(f) in needed):
             pushed.add(id(f))
-            heapq.heappush(heap, (-f.generation, len(pushed), f))  # len(pushed): a unique tie-break
+            counter[0] += 1
+            heapq.heappush(heap, (-f.generation, counter[0], f))  # counter: a unique tie-break
 
     for n in output_nodes:
         schedule(n.creator)
@@ -163,6 +178,7 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
                     live = True
                 gys.append(g)
             if not (live or zero):
+                passed.add(id(f))
                 continue
             indexes = []
             for i, n in enumerate(f.inputs):

@@ -62,6 +62,11 @@ class FunctionNode:
     _retain_out = None
     _retained_inputs = None
     _retained_outputs = None
+    #: None, or k: inputs from index k on receive only STRUCTURAL_ZERO from this function's
+    #: backward. They do not count towards its generation, so the traversal visits (and sums
+    #: real gradients) in the order it would without those links; the engine revisits a
+    #: function whose only gradient, a structural zero, arrives after it was passed.
+    structural_inputs = None
 
     @property
     def label(self):
@@ -156,7 +161,7 @@ class FunctionNode:
         in_nodes = tuple([v._node for v in inputs])
         self.inputs = in_nodes
         gen = 0
-        for n in in_nodes:
+        for n in in_nodes if self.structural_inputs is None else in_nodes[:self.structural_inputs]:
             if n is not None and n.generation > gen:
                 gen = n.generation
         self.generation = gen = gen + 1

@@ -50,6 +50,8 @@ class MaskScale(_MaskNode):
     derivative is zero almost everywhere, and the backward returns STRUCTURAL_ZERO for it.
     """
 
+    structural_inputs = 1  # ref only ever gets STRUCTURAL_ZERO
+
     def __init__(self, mask):
         self.mask = mask
 
