@@ -34,9 +34,13 @@ def sha256sum(path, chunk=1 << 20):
 
 
 def _temporary_beside(path, suffix):
+    """An open temporary file in ``path``'s folder (created), with a normal file's mode."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=os.path.basename(path) + ".", suffix=suffix)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o666 & ~mask)  # mkstemp makes it owner-only
     return os.fdopen(fd, "wb"), tmp
 
 
