@@ -23,6 +23,12 @@ def away_from(rng, shape, points, gap=0.1):
     return x
 
 
+def distinct(rng, shape, gap=0.1):
+    """Values at least ``gap`` apart (a max-pooling window holds no tie), in random positions."""
+    n = int(np.prod(shape))
+    return (rng.permutation(n).reshape(shape) - n / 2) * gap
+
+
 def separated_pair(rng, shape, gap=0.1):
     """Two arrays whose entries differ by at least ``gap`` (maximum and minimum have no tie)."""
     a = rng.standard_normal(shape)
@@ -32,7 +38,6 @@ def separated_pair(rng, shape, gap=0.1):
 
 # name -> (function of its inputs, inputs away from the kinks). Every input is differentiable,
 # and the function reaches each of them only through its mask in the first derivative.
-# Max pooling joins this table when gpgan.functions has it (max_pool2d, same contract).
 MASKED = {
     "relu": (F.relu, lambda rng: [away_from(rng, (3, 4), [0.0])]),
     "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), lambda rng: [away_from(rng, (3, 4), [0.0])]),
@@ -42,6 +47,8 @@ MASKED = {
     "clip_max_only": (lambda x: F.clip(x, max=0.2), lambda rng: [away_from(rng, (3, 4), [0.2])]),
     "maximum": (F.maximum, lambda rng: list(separated_pair(rng, (3, 4)))),
     "minimum": (F.minimum, lambda rng: list(separated_pair(rng, (3, 4)))),
+    # overlapping, padded windows: an input can win several windows or none
+    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda rng: [distinct(rng, (2, 2, 5, 6))]),
 }
 
 

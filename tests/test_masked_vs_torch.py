@@ -22,6 +22,7 @@ TORCH = {
     "clip_max_only": lambda x: torch.clamp(x, max=0.2),
     "maximum": torch.maximum,
     "minimum": torch.minimum,
+    "max_pool2d": lambda x: torch.nn.functional.max_pool2d(x, 3, 2, 1),
 }
 
 
@@ -52,8 +53,9 @@ def test_masked_function_matches_torch_to_second_order(name):
     fn, make = MASKED[name]
     rng = np.random.default_rng(2)
     inputs = make(rng)
-    shape = np.broadcast_shapes(*(a.shape for a in inputs))
-    u, v = rng.standard_normal(shape), rng.standard_normal(shape)
+    out_shape = fn(*(gpgan.Variable(a) for a in inputs)).shape  # u weighs y: pooling shrinks it
+    u = rng.standard_normal(out_shape)
+    v = rng.standard_normal(np.broadcast_shapes(*(a.shape for a in inputs)))  # v weighs the gradients
 
     xs = [gpgan.Variable(a, requires_grad=True) for a in inputs]
     ours = _derivatives(fn, lambda out, wrt, **kw: gpgan.grad(out, wrt, **kw), F.sin, xs,
@@ -72,7 +74,7 @@ def test_masked_function_matches_torch_to_second_order(name):
         np.testing.assert_allclose(a.data, _numpy(b), rtol=1e-12, atol=1e-12, err_msg=f"result {k}")
 
 
-@pytest.mark.parametrize("name", ["relu", "leaky_relu", "abs"])
+@pytest.mark.parametrize("name", ["relu", "leaky_relu", "abs", "max_pool2d"])
 def test_mask_only_dependence_gives_zeros_like_torch(name):
     # PyTorch keeps these masks' inputs in the graph: its second derivative is a zero tensor.
     fn, make = MASKED[name]

@@ -8,13 +8,14 @@ upsampling again. Loops run over kernel offsets only.
 
 Max pooling is piecewise linear: its gradient routes each output gradient to the input that won
 its window (``MaxPool2dScatter``), and the gradient of that routing with respect to the output
-gradient is the matching gather (``MaxPool2dGather``), and vice versa. Both take the pooled input
-as an operand and give it a zero gradient, as PyTorch does: differentiating a max-pool gradient
-with respect to the pooled input gives zeros, not an "unused input" error.
+gradient is the matching gather (``MaxPool2dGather``), and vice versa. Both keep the pooled input
+as a structural operand whose gradient is ``STRUCTURAL_ZERO`` (the winners are locally constant
+in it), as ReLU's mask does: differentiating a max-pool gradient with respect to the pooled input
+gives zeros, as in PyTorch, not an "unused input" error.
 """
 import numpy
 
-from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
+from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
 from gpgan.functions._args import check_4d, constant, pair
 
@@ -258,7 +259,7 @@ class MaxPool2d(FunctionNode):
                                "when the forward ran) or were freed by an earlier backward")
         x, = self.get_retained_inputs()
         scatter = MaxPool2dScatter(self.k, self.s, self.p, self.argmax)
-        return (scatter.apply((x, grad_outputs[0]))[0],)
+        return (scatter.apply((grad_outputs[0], x))[0],)
 
     def release(self):
         super().release()
@@ -266,34 +267,30 @@ class MaxPool2d(FunctionNode):
 
 
 class _MaxPoolRouting(FunctionNode):
-    """Base of the two linear maps fixed by max pooling's winners, ``(x, g) -> routed g``.
+    """Base of the two linear maps fixed by max pooling's winners, ``(g, x) -> routed g``.
 
-    The pooled input ``x`` is an operand only so that the graph records the dependence: the
-    routing is piecewise constant in ``x``, so its gradient there is zero (PyTorch's answer too),
-    and differentiating a max-pool gradient with respect to ``x`` gives zeros instead of an
-    "unused input" error. The gradient with respect to ``g`` is the other map.
+    The pooled input ``x`` is a structural operand: the winners are locally constant in it, so
+    its gradient is STRUCTURAL_ZERO (connected, zero, never materialized). The gradient with
+    respect to ``g`` is the other map.
     """
+
+    structural_inputs = 1  # x only ever gets STRUCTURAL_ZERO
 
     def __init__(self, k, s, p, argmax):
         self.k, self.s, self.p, self.argmax = k, s, p, argmax
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()
-        out = []
-        for i in indexes:
-            if i == 0:
-                out.append(constant(get_array_module(x.data).zeros_like(x.data)))
-            else:
-                out.append(self._adjoint().apply((x, grad_outputs[0]))[0])
-        return tuple(out)
+        return tuple(self._adjoint().apply((grad_outputs[0], x))[0] if i == 0 else STRUCTURAL_ZERO
+                     for i in indexes)
 
 
 class MaxPool2dScatter(_MaxPoolRouting):
-    """``(x, gy) -> gx``: each window's gradient added at the position of its maximum."""
+    """``(gy, x) -> gx``: each window's gradient added at the position of its maximum."""
 
     def forward(self, inputs):
-        x, gy = inputs
-        self.retain_inputs((0,))
+        gy, x = inputs
+        self.retain_inputs((1,))
         xp = get_array_module(gy)
         N, C, H, W = x.shape
         pH, pW = self.p
@@ -310,11 +307,11 @@ class MaxPool2dScatter(_MaxPoolRouting):
 
 
 class MaxPool2dGather(_MaxPoolRouting):
-    """``(x, g) -> (N, C, Ho, Wo)``: ``g`` read at each window's maximum (the adjoint of the scatter)."""
+    """``(g, x) -> (N, C, Ho, Wo)``: ``g`` read at each window's maximum (the adjoint of the scatter)."""
 
     def forward(self, inputs):
-        _, g = inputs
-        self.retain_inputs((0,))
+        g, _ = inputs
+        self.retain_inputs((1,))
         xp = get_array_module(g)
         out = xp.zeros(self.argmax.shape, dtype=g.dtype)
         for t, view in _windows(_padded(xp, g, self.p, 0), self.k, self.s, out.shape[2:]):
