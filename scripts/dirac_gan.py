@@ -31,7 +31,6 @@ Run ``python scripts/dirac_gan.py --out experiments/dirac_gan`` for the trajecto
 """
 import argparse
 import csv
-import math
 import os
 import sys
 from collections import namedtuple

@@ -1,6 +1,7 @@
 """The FID Inception-v3: forward against a plain re-statement of pytorch-fid's network (batch norm
 not folded, no fused convolutions), preprocessing, batching, weight files (download, cache,
 validation), and (optional) pytorch-fid itself and the real weights."""
+import hashlib
 import importlib.util
 import os
 
@@ -9,7 +10,8 @@ import pytest
 
 import gpgan
 import gpgan.functions as F
-from gpgan.metrics import files, inception
+from gpgan import files
+from gpgan.metrics import inception
 from gpgan.metrics.inception import InceptionV3, InceptionWeightsError, random_state_dict, state_dict_shapes
 from torch_stream import write_legacy_torch_file
 
@@ -248,7 +250,7 @@ def test_download_verifies_size_and_hash_and_leaves_no_partial_file(tmp_path):
     payload = os.urandom(3 * (1 << 20) + 5)  # several read blocks
     source.write_bytes(payload)
     url = source.as_uri()
-    digest = files.hashlib.sha256(payload).hexdigest()
+    digest = hashlib.sha256(payload).hexdigest()
     out = tmp_path / "cache" / "weights.pth"
     files.download(url, out, digest, len(payload), progress=False)
     assert out.read_bytes() == payload

@@ -2,7 +2,6 @@
 report-only on a fresh clone, big sample requests, damaged checkpoints, TensorBoard across a
 resume, run names that are paths, bad arguments, empty configs; and what they expected: sample
 files for other tools, forks from a checkpoint, a best checkpoint, dry runs."""
-import filecmp
 import json
 import os
 import shutil

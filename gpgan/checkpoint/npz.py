@@ -24,7 +24,7 @@ import numpy
 
 from gpgan.autograd import Variable
 from gpgan.backend import device_of, get_array_module, to_device
-from gpgan.checkpoint.atomic import atomic_write
+from gpgan.files import atomic_write
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_meta", "verify", "CheckpointError", "FORMAT", "VERSION"]
 

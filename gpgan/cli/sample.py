@@ -176,7 +176,7 @@ def _toy(args, generator, config, rng, latent, many):
     points = _generate(generator, rng.standard_normal((n, latent)), args.device, args.batch_size)
     _make_parent(args.out)
     if many:
-        from gpgan.checkpoint import atomic_write
+        from gpgan.files import atomic_write
 
         atomic_write(args.out, lambda f: numpy.savez(f, points=points.astype(numpy.float32)))
         return f"{args.out} ({n} points)"
@@ -214,7 +214,7 @@ def _many_images(args, generator, rng, latent):
     """--out FILE.npz or --out-dir DIR: every image, as uint8, generated batch by batch."""
     from PIL import Image
 
-    from gpgan.checkpoint import atomic_write
+    from gpgan.files import atomic_write
     from gpgan.data import to_uint8
     from gpgan.train.sampling import batches
 

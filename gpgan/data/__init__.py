@@ -6,7 +6,7 @@ iterator with a resumable ``state_dict()``; see :mod:`gpgan.data.loader`.
 from gpgan.data.cifar import (  # noqa: F401
     CIFAR10_MD5,
     CIFAR10_URL,
-    RestrictedUnpickler,
+    CifarUnpickler,
     download_cifar10,
     load_cifar10,
     restricted_load,
@@ -18,7 +18,7 @@ from gpgan.data.loader import ImageLoader, ToyLoader, to_uint8, to_unit_range  #
 IMAGE_DATASETS = ("cifar10", "image_folder")
 
 __all__ = [
-    "IMAGE_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "RestrictedUnpickler", "restricted_load",
+    "IMAGE_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "CifarUnpickler", "restricted_load",
     "load_cifar10", "download_cifar10", "safe_extract", "load_image_folder", "ImageLoader",
     "ToyLoader", "to_unit_range", "to_uint8", "is_toy", "make_loader",
 ]

@@ -4,27 +4,26 @@ The folder (``cifar-10-batches-py``) holds ``data_batch_1`` ... ``data_batch_5``
 ``test_batch``: pickles written by Python 2's cPickle, each a dict with byte-string keys
 ``b'data'`` (uint8, (10000, 3072), channel-major R, G, B planes of 32x32) and ``b'labels'``.
 
-Pickle can run arbitrary code, so batches are read with :class:`RestrictedUnpickler`, which
+Pickle can run arbitrary code, so batches are read with :class:`CifarUnpickler`, which
 admits only the globals a NumPy array needs; anything else raises ``pickle.UnpicklingError``
 naming the refused global. When the folder is missing and downloading is allowed, the official
 archive is fetched (tqdm progress), its md5 checked, and it is extracted without letting any
 member escape the target folder.
 """
-import hashlib
 import io
 import os
 import pickle
 import shutil
 import tarfile
 import tempfile
-import urllib.error
-import urllib.request
 
 import numpy
 
+from gpgan.files import DownloadError, RefusedPickle, RestrictedUnpickler, digest, download
+
 __all__ = [
-    "CIFAR10_URL", "CIFAR10_MD5", "TRAIN_FILES", "TEST_FILES", "RestrictedUnpickler", "RefusedPickle",
-    "restricted_load", "load_cifar10", "download_cifar10", "safe_extract", "md5sum",
+    "CIFAR10_URL", "CIFAR10_MD5", "TRAIN_FILES", "TEST_FILES", "CifarUnpickler", "RefusedPickle",
+    "restricted_load", "load_cifar10", "download_cifar10", "safe_extract",
 ]
 
 CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -42,10 +41,6 @@ def _numpy_reconstruct():
     return _reconstruct
 
 
-class RefusedPickle(pickle.UnpicklingError):
-    """A pickle asked for something :class:`RestrictedUnpickler` does not admit."""
-
-
 def _codecs_encode(text, encoding="latin1"):
     # Python 3 writes bytes in protocol-2 pickles as _codecs.encode(str, 'latin1'); only that
     # harmless string -> bytes conversion is admitted.
@@ -54,16 +49,16 @@ def _codecs_encode(text, encoding="latin1"):
     return text.encode("latin1")
 
 
-class RestrictedUnpickler(pickle.Unpickler):
-    """An unpickler whose ``find_class`` admits only what NumPy arrays and plain containers need.
-
-    Admitted globals: ``numpy.core.multiarray._reconstruct`` (and its NumPy 2 spelling
-    ``numpy._core.multiarray._reconstruct``), ``numpy.ndarray``, ``numpy.dtype`` and
-    ``_codecs.encode`` (latin1 only: how Python 3 spells bytes in protocol-2 pickles). Dicts,
-    lists, tuples, strings, bytes and numbers need no global. Everything else raises
-    :class:`RefusedPickle` (a ``pickle.UnpicklingError``) naming the refused ``module.name``.
+class CifarUnpickler(RestrictedUnpickler):
+    """Admits only what NumPy arrays and plain containers need: ``_reconstruct`` of
+    ``numpy.core.multiarray`` (and its NumPy 2 spelling ``numpy._core.multiarray``),
+    ``numpy.ndarray``, ``numpy.dtype`` and ``_codecs.encode`` (latin1 only: how Python 3 spells
+    bytes in protocol-2 pickles). Everything else raises :class:`RefusedPickle` naming the
+    refused ``module.name``.
     """
 
+    what = ("a CIFAR-10 batch may only contain NumPy arrays and plain containers (the file is corrupt or was "
+            "not written as a CIFAR batch)")
     _ALLOWED = {
         ("numpy.core.multiarray", "_reconstruct"): _numpy_reconstruct,
         ("numpy._core.multiarray", "_reconstruct"): _numpy_reconstruct,
@@ -72,20 +67,15 @@ class RestrictedUnpickler(pickle.Unpickler):
         ("_codecs", "encode"): lambda: _codecs_encode,
     }
 
-    def find_class(self, module, name):
+    def allowed(self, module, name):
         getter = self._ALLOWED.get((module, name))
-        if getter is None:
-            raise RefusedPickle(
-                f"refused global '{module}.{name}': a CIFAR-10 batch may only contain NumPy arrays "
-                "and plain containers (the file is corrupt or was not written as a CIFAR batch)"
-            )
-        return getter()
+        return None if getter is None else getter()
 
 
 def restricted_load(path):
-    """Unpickle ``path`` (bytes keys kept as bytes) through :class:`RestrictedUnpickler`."""
+    """Unpickle ``path`` (bytes keys kept as bytes) through :class:`CifarUnpickler`."""
     with open(path, "rb") as f:
-        return RestrictedUnpickler(io.BufferedReader(f), encoding="bytes").load()
+        return CifarUnpickler(io.BufferedReader(f), encoding="bytes").load()
 
 
 def _read_batch(path):
@@ -115,14 +105,6 @@ def _where_to_put(root):
     return (f"put the official python-version batches (data_batch_1 ... data_batch_5, test_batch, "
             f"from {CIFAR10_URL}, extracted) in {root}, or set data.root to the folder that holds "
             "them")
-
-
-def md5sum(path, chunk=1 << 20):
-    digest = hashlib.md5()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def safe_extract(archive, dest):
@@ -161,33 +143,15 @@ def download_cifar10(root, url=CIFAR10_URL, md5=CIFAR10_MD5, progress=True):
         RuntimeError: when the download fails (e.g. offline), saying where to put the files;
             or when the md5 differs.
     """
-    from tqdm import tqdm
-
     root = os.path.abspath(os.path.expanduser(root))
     parent = os.path.dirname(root)
     os.makedirs(parent, exist_ok=True)
     archive = os.path.join(parent, "cifar-10-python.tar.gz")
-    if not (os.path.isfile(archive) and md5sum(archive) == md5):
-        partial = archive + ".part"
+    if not (os.path.isfile(archive) and digest(archive, "md5") == md5):
         try:
-            with urllib.request.urlopen(url, timeout=60) as response, open(partial, "wb") as out:
-                total = int(response.headers.get("Content-Length") or 0) or None
-                with tqdm(total=total, unit="B", unit_scale=True, desc="CIFAR-10",
-                          disable=not progress) as bar:
-                    for block in iter(lambda: response.read(1 << 20), b""):
-                        out.write(block)
-                        bar.update(len(block))
-        except (urllib.error.URLError, OSError) as exc:
-            if os.path.exists(partial):
-                os.remove(partial)
-            raise RuntimeError(f"could not download CIFAR-10 from {url} ({exc}); "
-                               + _where_to_put(root)) from None
-        os.replace(partial, archive)
-        got = md5sum(archive)
-        if got != md5:
-            os.remove(archive)
-            raise RuntimeError(f"downloaded {url} has md5 {got}, expected {md5} (corrupt or changed "
-                               "download; removed it). Try again, or " + _where_to_put(root))
+            download(url, archive, md5, algorithm="md5", progress=progress, desc="CIFAR-10")
+        except DownloadError as exc:
+            raise RuntimeError(f"{exc}; " + _where_to_put(root)) from None
     with tempfile.TemporaryDirectory(dir=parent) as tmp:
         safe_extract(archive, tmp)
         inner = os.path.join(tmp, _FOLDER)

@@ -30,7 +30,7 @@ import numpy
 import gpgan.functions as F
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import to_device
-from gpgan.metrics.files import DownloadError, cache_dir, download, save_npz_atomic, sha256sum
+from gpgan.files import DownloadError, atomic_write, cache_dir, digest, download
 from gpgan.metrics.torch_file import load_torch_state_dict
 
 __all__ = [
@@ -182,18 +182,18 @@ def _check_state_dict(state, source):
 def weights_digest(state_dict):
     """SHA-256 (hex) of a state dict's values as float32, in name order: names the weights whatever
     file or dtype they came in (cached data-set statistics carry it in their file name)."""
-    digest = hashlib.sha256()
+    h = hashlib.sha256()
     for name in sorted(k for k in state_dict if not k.endswith("num_batches_tracked")):
         value = numpy.ascontiguousarray(state_dict[name], dtype="<f4")
-        digest.update(f"{name}{value.shape}".encode())
-        digest.update(value.tobytes())
-    return digest.hexdigest()
+        h.update(f"{name}{value.shape}".encode())
+        h.update(value.tobytes())
+    return h.hexdigest()
 
 
 # -- finding and caching the weights -----------------------------------------------------------------
 def weights_path(path=None, download_missing=True, progress=True):
     """The weights file to use: ``path``, else ``$GPGAN_INCEPTION_WEIGHTS``, else the official file in
-    :func:`~gpgan.metrics.files.cache_dir`, downloaded there once (size and SHA-256 checked).
+    :func:`~gpgan.files.cache_dir`, downloaded there once (size and SHA-256 checked).
 
     Raises:
         InceptionWeightsError: a named file is missing, or the official one is not cached and
@@ -242,7 +242,7 @@ def _read_cached(cache, facts):
 
 def load_state_dict(source):
     """The weights of ``source`` as NumPy arrays: a ``torch.save`` file (converted once to an ``.npz``
-    cache in :func:`~gpgan.metrics.files.cache_dir`, reused while the file's size and time stay
+    cache in :func:`~gpgan.files.cache_dir`, reused while the file's size and time stay
     the same) or an ``.npz`` holding the state dict directly."""
     if source.endswith(".npz"):
         try:
@@ -262,14 +262,14 @@ def load_state_dict(source):
     except ValueError as exc:
         raise InceptionWeightsError(str(exc)) from None
     _check_state_dict(state, source)
-    digest = sha256sum(source)
-    if digest != FID_WEIGHTS_SHA256:
-        warnings.warn(f"{source} is not the official FID Inception file (SHA-256 {digest[:16]}..., expected "
+    sha256 = digest(source)
+    if sha256 != FID_WEIGHTS_SHA256:
+        warnings.warn(f"{source} is not the official FID Inception file (SHA-256 {sha256[:16]}..., expected "
                       f"{FID_WEIGHTS_SHA256[:16]}...): its scores are not comparable to published ones",
                       stacklevel=3)
-    meta = dict(facts, sha256=digest)
+    meta = dict(facts, sha256=sha256)
     os.makedirs(cache_dir(), exist_ok=True)
-    save_npz_atomic(cache, dict(state, __source__=numpy.array(json.dumps(meta))))
+    atomic_write(cache, lambda f: numpy.savez(f, **state, __source__=numpy.array(json.dumps(meta))))
     return state
 
 

@@ -16,7 +16,7 @@ import zipfile
 
 import numpy
 
-from gpgan.metrics.files import cache_dir, save_npz_atomic
+from gpgan.files import atomic_write, cache_dir
 from gpgan.metrics.scores import feature_statistics
 
 __all__ = ["statistics_path", "save_statistics", "load_statistics", "dataset_statistics", "DATASETS"]
@@ -32,7 +32,8 @@ def save_statistics(path, mu, sigma):
         raise ValueError(f"save_statistics: mu must be (D,) and sigma (D, D), got {mu.shape} and {sigma.shape}")
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
-    return save_npz_atomic(path, {"mu": mu, "sigma": sigma})
+    atomic_write(path, lambda f: numpy.savez(f, mu=mu, sigma=sigma))
+    return path
 
 
 def load_statistics(path):

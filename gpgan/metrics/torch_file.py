@@ -25,7 +25,7 @@ import zipfile
 
 import numpy
 
-from gpgan.data.cifar import RefusedPickle
+from gpgan.files import RefusedPickle, RestrictedUnpickler
 
 __all__ = ["load_torch_state_dict", "STORAGE_DTYPES"]
 
@@ -83,24 +83,25 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
     return _PendingTensor(storage, int(storage_offset), size, stride)
 
 
-class _TorchUnpickler(pickle.Unpickler):
+class _TorchUnpickler(RestrictedUnpickler):
     """Admits ``collections.OrderedDict``, ``torch._utils._rebuild_tensor_v2`` and the
     ``torch.<Type>Storage`` names of :data:`STORAGE_DTYPES`, as stand-ins; refuses the rest with
     :class:`RefusedPickle` naming the global. Persistent ids go to ``storage_for(pid)``."""
+
+    what = "a torch state dict may only name tensor storages, torch._utils._rebuild_tensor_v2 and collections.OrderedDict"
 
     def __init__(self, file, storage_for):
         super().__init__(file)
         self._storage_for = storage_for
 
-    def find_class(self, module, name):
+    def allowed(self, module, name):
         if (module, name) == ("collections", "OrderedDict"):
             return collections.OrderedDict
         if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
             return _rebuild_tensor_v2
         if module == "torch" and name in STORAGE_DTYPES:
             return _StorageType(name)
-        raise RefusedPickle(f"refused global '{module}.{name}': a torch state dict may only name "
-                            "tensor storages, torch._utils._rebuild_tensor_v2 and collections.OrderedDict")
+        return None
 
     def persistent_load(self, pid):
         if not (isinstance(pid, tuple) and pid and pid[0] in ("storage", b"storage")):

@@ -21,7 +21,8 @@ import re
 
 import yaml
 
-from gpgan.checkpoint import CheckpointError, atomic_write, is_temporary, verify
+from gpgan.checkpoint import CheckpointError, verify
+from gpgan.files import atomic_write, is_temporary
 from gpgan.schema import get_key
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation

@@ -1,0 +1,72 @@
+"""Downloads that are checked before they are kept, and the cache folder of downloaded files.
+
+A download streams into a temporary file beside its target (a progress bar on a terminal), is
+checked for size and digest, and only then renamed into place: an interrupted or corrupt download
+never leaves a file under the final name, nor a partial one beside it.
+"""
+import hashlib
+import os
+import urllib.error
+import urllib.request
+
+from gpgan.files.atomic import atomic_write
+
+__all__ = ["DownloadError", "cache_dir", "digest", "download"]
+
+
+_NAMES = {"sha256": "SHA-256", "md5": "md5"}
+
+
+class DownloadError(RuntimeError):
+    """A download failed (offline, HTTP error) or its size or digest was wrong."""
+
+
+def cache_dir():
+    """``~/.cache/gpgan`` (expanded; not created): downloaded weights and derived statistics."""
+    return os.path.join(os.path.expanduser("~"), ".cache", "gpgan")
+
+
+def digest(path, algorithm="sha256", chunk=1 << 20):
+    """The hex digest of the file at ``path`` (``algorithm``: a hashlib name, e.g. "md5")."""
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def download(url, dest, checksum, size=None, algorithm="sha256", progress=True, desc=None):
+    """Fetch ``url`` into ``dest``, keeping it only with digest ``checksum`` (and ``size`` bytes,
+    when given).
+
+    Raises:
+        DownloadError: on a network error or a size / digest mismatch; ``dest`` is then untouched
+            and no partial file is left.
+    """
+    from tqdm import tqdm
+
+    def fetch(out):
+        h, count = hashlib.new(algorithm), 0
+        try:
+            response = urllib.request.urlopen(url, timeout=60)
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise DownloadError(f"could not download {url} ({exc})") from None
+        total = size or int(response.headers.get("Content-Length") or 0) or None
+        with response, tqdm(total=total, unit="B", unit_scale=True, desc=desc or os.path.basename(dest),
+                            disable=None if progress else True) as bar:
+            for block in iter(lambda: response.read(1 << 20), b""):
+                out.write(block)
+                h.update(block)
+                count += len(block)
+                bar.update(len(block))
+                if size is not None and count > size:
+                    break
+        if (size is not None and count != size) or h.hexdigest() != checksum:
+            name = _NAMES.get(algorithm, algorithm)
+            got = f"{count} bytes" if size is not None and count != size else f"{name} {h.hexdigest()}"
+            expected = (f"{size} bytes with " if size is not None else "") + f"{name} {checksum}"
+            raise DownloadError(f"the download of {url} has {got}, expected {expected} (corrupt or changed "
+                                "file; nothing was kept)")
+
+    atomic_write(dest, fetch)
+    return dest
