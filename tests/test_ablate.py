@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -333,6 +334,161 @@ def test_ignore_collapses_runs_and_panels_split_figures(tmp_path, fake):
     assert sum(r["penalty.weight"] == "" for r in rows) == 4
     # Best setting per panel for modes (max): r1 with weight 10 on grid25 (modes grow with weight).
     assert "- `eval/modes` ↑ (data.name=grid25): penalty.type=r1, penalty.weight=10:" in report
+
+
+def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_path, fake):
+    sweep_path = write_sweep(tmp_path, """\
+        base: base.yaml
+        set: {train.steps: 3, optim.critic.lr: 0.002}
+        variants:
+          pairing:
+            common: {}
+            paper: {loss: wgan, train.critic_steps: 5, optim.critic.lr: 0.0001}
+        axes:
+          pairing: [common, paper]
+          penalty.type: [r1, wgan_gp]
+          penalty.weight: [1.0]
+          train.seed: [0, 1]
+        exclude:
+          - {pairing: paper, penalty.type: r1}
+        metrics: [eval/modes, {eval/reverse_kl: min}]
+        notes: |
+          Modes grow with the weight.
+    """)
+    specs = expand_runs(load_sweep(sweep_path))
+    assert len(specs) == 6 and specs[0].name == "pairing-common__type-r1__weight-1.0__seed-0"
+    paper = dict(next(s for s in specs if s.values["pairing"] == "paper").overrides)
+    # The variant's keys come after set: (so they win) and no "pairing" key reaches the trainer.
+    assert paper["optim.critic.lr"] == 0.0001 and paper["loss"] == "wgan" and "pairing" not in paper
+    out = tmp_path / "out"
+    assert main([str(sweep_path), "--out", str(out), "--jobs", "2"]) == 0
+    states = [json.loads(p.read_text()) for p in (out / "runs").glob("*/pairing-paper*/fake_state.json")]
+    assert len(states) == 2 and all(st["sets"]["train.critic_steps"] == 5 for st in states)
+    report = (out / "REPORT.md").read_text()
+    assert "- Variant `pairing=paper`: `loss=wgan`, `train.critic_steps=5`, `optim.critic.lr=0.0001`." in report
+    assert "## Findings\n\nModes grow with the weight.\n" in report
+    curve = "figures/curves/eval-modes__pairing-common.png"
+    assert f"({curve})" in report and is_png(out / curve)
+    # The curve is the mean over seeds at each step: the fake trainer logs modes = 10 + seed + weight
+    # + (5 at step 1, step - 3 after), so seeds 0 and 1 at weight 1 average 11.5 + that.
+    from gpgan.studies.report import curve_stats
+    from gpgan.studies.results import collect_results
+
+    records = [r for r in collect_results(load_sweep(sweep_path), out)
+               if r.spec.values["pairing"] == "common" and r.spec.values["penalty.type"] == "r1"]
+    steps, mean, std = curve_stats(records, "eval/modes")
+    assert steps == [1, 2, 3] and mean == [16.5, 10.5, 11.5]
+    assert std == pytest.approx([statistics.stdev([16, 17])] * 3)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("variants: {pairing: {a: {}}}\naxes: {pairing: [b]}\n", "'b' is not a variant of 'pairing'"),
+    ("variants: {pairing: {a: {penalty.type: r1}}}\naxes: {pairing: [a], penalty.type: [r1]}\n",
+     "is also an axis"),
+    ("axes: {pairng: [a]}\n", "neither a dotted config key"),
+    ("variants: {pairing: {a: {}}}\naxes: {penalty.type: [r1]}\n", "is not used as an axis"),
+    ("variants: {pairing: {a: {train.stesp: 3}}}\naxes: {pairing: [a]}\n", "did you mean 'train.steps'"),
+])
+def test_variant_errors(tmp_path, body, message):
+    path = write_sweep(tmp_path, "base: base.yaml\n" + body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert message in str(info.value)
+
+
+# ----------------------------------------------------------------------------------------------
+# figures
+
+def figure_parts(figure):
+    """(axes, {legend label: line}, [error bars as (x, low, high)] per errorbar call, mark texts)."""
+    ax = figure.axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    bars = [[(s[0][0], min(s[0][1], s[1][1]), max(s[0][1], s[1][1])) for s in c.lines[2][0].get_segments()]
+            for c in ax.containers]
+    return ax, lines, bars, sorted(t.get_text() for t in ax.texts)
+
+
+def test_metric_figure_log_axis_error_bars_levels_and_infinite_marks():
+    from gpgan.studies.figures import build_metric_figure
+
+    points = [("none", IGNORED, 0.6, 0.1),
+              ("r1", 0.1, 0.5, 0.2), ("r1", 1.0, 0.3, None), ("r1", 10.0, 0.1, 0.05),
+              ("wgan_gp", 0.1, 0.4, 0.1), ("wgan_gp", 1.0, 0.2, 0.1), ("wgan_gp", 10.0, math.inf, None)]
+    figure = build_metric_figure(points, "penalty.weight", "penalty.type", [0.1, 1.0, 10.0],
+                                 "eval/reverse_kl", "min", "eval/reverse_kl, data.name=grid25")
+    ax, lines, bars, marks = figure_parts(figure)
+    assert ax.get_xscale() == "log" and list(ax.get_xticks()) == [0.1, 1.0, 10.0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0.1", "1.0", "10.0"]
+    assert ax.get_ylabel() == "eval/reverse_kl (lower is better)" and ax.get_title() == "eval/reverse_kl, data.name=grid25"
+    assert list(lines) == ["none (any penalty.weight)", "r1", "wgan_gp"]
+    assert lines["none (any penalty.weight)"].get_linestyle() == "--"  # a level over every weight
+    np.testing.assert_array_equal(lines["r1"].get_ydata(), [0.5, 0.3, 0.1])
+    # error bars = std over seeds, none where a single seed has no std; the inf has none either
+    np.testing.assert_allclose(bars[0], [(0.1, 0.3, 0.7), (10.0, 0.05, 0.15)])
+    np.testing.assert_allclose(bars[1], [(0.1, 0.3, 0.5), (1.0, 0.1, 0.3)])
+    # the collapsed setting is marked, not silently missing
+    assert marks == ["inf"]
+    (mark,) = [line for line in ax.get_lines() if line.get_marker() == "^"]
+    assert list(mark.get_xdata()) == [10.0] and mark.get_ydata()[0] > 0.8  # top band, axes coordinates
+
+
+def test_metric_figure_linear_categorical_and_point_plot_axes(tmp_path):
+    from gpgan.studies.figures import build_metric_figure, metric_figure
+
+    linear = build_metric_figure([(None, x, x * 2.0, 0.1) for x in (1, 2, 3)], "train.critic_steps", None,
+                                 [1, 2, 3], "eval/modes", "max", "eval/modes")
+    ax, lines, _, _ = figure_parts(linear)
+    assert ax.get_xscale() == "linear" and list(ax.get_xticks()) == [1.0, 2.0, 3.0]
+    assert ax.get_ylabel() == "eval/modes (higher is better)" and not lines and not linear.legends
+
+    names = ["relu", "leaky_relu", "elu"]
+    categorical = build_metric_figure([("adam", x, float(i), None) for i, x in enumerate(names)],
+                                      "model.activation", "optim.name", names, "eval/modes", "max", "t")
+    ax, lines, bars, _ = figure_parts(categorical)
+    categorical.canvas.draw()
+    assert list(ax.get_xticks()) == [0.0, 1.0, 2.0] and [t.get_text() for t in ax.get_xticklabels()] == names
+    assert list(lines) == ["adam"] and bars == []
+
+    # one weight per type: one mark per type, no line between the types, named on the x axis
+    points = [("r1", 1.0, 25.0, 0.5), ("wgan_gp", 1.0, math.nan, None), ("none", IGNORED, 17.0, 1.0)]
+    single = build_metric_figure(points, "penalty.weight", "penalty.type", [1.0], "eval/modes", "max", "t")
+    ax, _, bars, marks = figure_parts(single)
+    single.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == [
+        "r1 (penalty.weight=1.0)", "wgan_gp (penalty.weight=1.0)", "none"]
+    assert ax.get_xlabel() == "penalty.type" and ax.get_lines()[0].get_linestyle() == "None"
+    assert len(bars) == 1 and marks == ["nan"]
+    np.testing.assert_allclose(bars[0], [(0.0, 24.5, 25.5), (2.0, 16.0, 18.0)])
+
+    assert build_metric_figure([], "penalty.weight", None, [1.0], "eval/modes", "max", "t") is None
+    assert metric_figure(tmp_path / "none.png", [], "penalty.weight", None, [1.0], "eval/modes", "max", "t") is False
+    assert not (tmp_path / "none.png").exists()
+
+
+def test_report_marks_and_names_an_infinite_setting(tmp_path, monkeypatch):
+    """A reverse KL of inf (a collapsed run) is drawn as a mark and named in the figure's caption."""
+    script = tmp_path / "fake_inf.py"
+    script.write_text(FAKE_TRAINER.replace(
+        '"eval/reverse_kl": 1 / (1 + seed)}',
+        '"eval/reverse_kl": float("inf") if weight >= 10 else 1 / (1 + seed)}'))
+    monkeypatch.setenv("GPGAN_TRAIN_CMD", shlex.join([sys.executable, str(script)]))
+    sweep = write_sweep(tmp_path, """\
+        base: base.yaml
+        axes:
+          penalty.type: [r1]
+          penalty.weight: [0.1, 1, 10]
+          train.seed: [0, 1]
+        metrics: [{eval/reverse_kl: min}]
+    """)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
+    report = (out / "REPORT.md").read_text()
+    assert "| r1 | 10 | 2/2 | inf |" in report
+    assert ("eval/reverse_kl (final, mean ± std over seeds); marked at the edge (mean not finite): r1, 10 (inf):\n\n"
+            "![eval/reverse_kl (final, mean ± std over seeds)](figures/eval-reverse_kl.png)") in report
+    png = (out / "figures" / "eval-reverse_kl.png").read_bytes()
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    assert (out / "figures" / "eval-reverse_kl.png").read_bytes() == png
 
 
 @pytest.mark.parametrize("whom", ["ablate", "process_group"])

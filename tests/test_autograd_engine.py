@@ -7,7 +7,7 @@ import pytest
 
 import gpgan
 import gpgan.functions as F
-from gpgan.autograd import FunctionNode, first_order_only, gradcheck, gradgradcheck
+from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, first_order_only, gradcheck, gradgradcheck
 
 
 def var(a, requires_grad=True):
@@ -339,3 +339,81 @@ def test_first_order_backward_frees_each_gradient_once_consumed():
     # Each backward ran after the previous node's incoming gradient had been released.
     assert alive_when_called == [[], [False], [False, False], [False, False, False]]
     assert x.grad is not None and not x.grad.requires_grad
+
+
+# -- structural zeros ---------------------------------------------------------------------------
+class _Gate(FunctionNode):
+    """``y = gy * (ref > 0)`` built by hand: STRUCTURAL_ZERO for ``ref``, like a ReLU mask's node."""
+
+    def forward(self, inputs):
+        gy, ref = inputs
+        self.mask = ref > 0
+        return (gy * self.mask,)
+
+    def backward(self, indexes, grad_outputs):
+        return tuple(grad_outputs[0] * gpgan.Variable(self.mask.astype(np.float64)) if i == 0
+                     else STRUCTURAL_ZERO for i in indexes)
+
+
+class _MustNotRun(FunctionNode):
+    """The identity, with a backward that fails the test if the engine calls it."""
+
+    calls = 0
+
+    def forward(self, inputs):
+        return (inputs[0].copy(),)
+
+    def backward(self, indexes, grad_outputs):
+        type(self).calls += 1
+        return (grad_outputs[0],)
+
+
+def test_an_input_reached_only_through_a_structural_zero_gets_zeros_of_its_shape_and_dtype():
+    x = gpgan.Variable(np.array([[-1.0, 2.0, 3.0]], dtype=np.float32), requires_grad=True)
+    u = gpgan.Variable(np.array([[0.5, -1.0, 2.0]], dtype=np.float32), requires_grad=True)
+    out = F.sum(_Gate().apply((u, x))[0])  # depends on x only through the mask
+    gx, gu = gpgan.grad(out, [x, u], retain_graph=True)
+    assert gx.shape == (1, 3) and gx.dtype == np.float32 and not gx.data.any()
+    np.testing.assert_array_equal(gu.data, [[0.0, 1.0, 1.0]])
+    # backward(): the leaf reached only through the marker gets zeros in .grad, and an existing
+    # .grad is kept as it is.
+    out.backward(retain_graph=True)
+    assert x.grad.shape == (1, 3) and x.grad.dtype == np.float32 and not x.grad.data.any()
+    x.grad = gpgan.Variable(np.full((1, 3), 7.0, dtype=np.float32))
+    out.backward()
+    np.testing.assert_array_equal(x.grad.data, np.full((1, 3), 7.0))
+
+
+def test_functions_that_receive_only_structural_zeros_are_not_run_and_keep_their_buffers():
+    _MustNotRun.calls = 0
+    x = var([-1.0, 2.0, 3.0])
+    w = var([0.5, -1.0, 2.0])
+    h = F.square(_MustNotRun().apply((x,))[0])     # forward graph behind the mask
+    out = F.sum(_Gate().apply((w, h))[0])
+    gx, gw = gpgan.grad(out, [x, w])
+    assert _MustNotRun.calls == 0 and not gx.data.any()
+    np.testing.assert_array_equal(gw.data, [1.0, 1.0, 1.0])
+    # Not run, hence not released: a real backward through the same graph still works.
+    g, = gpgan.grad(F.sum(h), x)
+    np.testing.assert_allclose(g.data, 2 * x.data)
+    assert _MustNotRun.calls == 1
+
+
+def test_a_real_gradient_replaces_the_structural_zero_whichever_arrives_first():
+    x = var([-1.0, 2.0, 3.0])
+    w = var([0.5, -1.0, 2.0])
+    for out in (F.sum(_Gate().apply((w, x))[0]) + F.sum(x * x),
+                F.sum(x * x) + F.sum(_Gate().apply((w, F.sin(x)))[0])):
+        gx, = gpgan.grad(out, x)
+        np.testing.assert_allclose(gx.data, 2 * x.data)
+
+
+def test_allow_unused_still_applies_to_inputs_no_path_reaches():
+    # The gradient of a linear function does not depend on its input at all: unused, as in PyTorch.
+    x, w, z = var([1.0, -2.0]), var([3.0, 4.0]), var([5.0])
+    g, = gpgan.grad(F.sum(x * w), x, create_graph=True)
+    with pytest.raises(RuntimeError, match=r"inputs\[0\] .* is not used to compute the outputs"):
+        gpgan.grad(F.sum(g * g), x, retain_graph=True)
+    gx, gw, gz = gpgan.grad(F.sum(g * g), [x, w, z], allow_unused=True)
+    assert gx is None and gz is None
+    np.testing.assert_allclose(gw.data, 2 * w.data)

@@ -91,8 +91,9 @@ def test_run_folder_contents(reference_runs):
     # The linear schedule reaches lr * (12 - 12) / 12 = 0 at the last step; the generator's is constant.
     assert records[-1]["lr/critic"] == 0.0 and records[-1]["lr/generator"] == 1e-3
     assert sorted(os.listdir(run / "samples")) == ["final.png", "step_000006.png", "step_000012.png"]
-    # Checkpoints every 4 steps and at the end, last 3 kept.
-    assert sorted(os.listdir(run / "checkpoints")) == ["ckpt_000004.npz", "ckpt_000008.npz", "ckpt_000012.npz"]
+    # Checkpoints every 4 steps and at the end, last 3 kept, and best.npz (the best evaluation).
+    assert sorted(os.listdir(run / "checkpoints")) == ["best.npz", "ckpt_000004.npz", "ckpt_000008.npz",
+                                                       "ckpt_000012.npz"]
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(run))
     final = json.loads((run / "final.json").read_text())
     assert final["status"] == "finished" and final["steps"] == 12
@@ -161,7 +162,7 @@ def test_sigint_saves_checkpoint_and_resume_matches(tmp_path):
     assert proc.returncode == 130, err
     assert "interrupted (Ctrl-C)" in err and "Resume with: gpgan-train --resume" in err
     run = tmp_path / "quickstart" / "int"
-    stopped_at = max(int(p.name[5:11]) for p in ckpts.iterdir())
+    stopped_at = max(int(p.name[5:11]) for p in ckpts.glob("ckpt_*.npz"))
     target = stopped_at + 3
     gpgan_train("--resume", str(run), "--set", f"train.stop_after={target}", "--quiet", check=130)
     gpgan_train(*sets([f"train.stop_after={target}"]), *args, "--name", "straight", check=130)

@@ -120,6 +120,18 @@ def test_concat_and_stack_errors_name_the_function_and_shapes():
         F.concat([gpgan.Variable(np.ones((2, 3)))] * 2, axis=2)
 
 
+@pytest.mark.parametrize("call, message", [
+    (lambda v: F.sum(v, axis=-4), r"sum: axis -4 is out of range .*\(accepted: -3 to 2\)"),
+    (lambda v: F.concat([v, v], axis=3), r"concat: axis 3 is out of range .*\(accepted: -3 to 2\)"),
+    (lambda v: F.split(v, 2, axis=5), r"split: axis 5 is out of range .*\(accepted: -3 to 2\)"),
+    (lambda v: F.stack([v, v], axis=4), r"stack: axis 4 is out of range .*\(accepted: -4 to 3\)"),
+    (lambda v: F.softmax(v, dim=3), r"softmax: dim 3 is out of range .*\(accepted: -3 to 2\)"),
+])
+def test_axis_errors_name_the_accepted_range(call, message):
+    with pytest.raises(ValueError, match=message):
+        call(gpgan.Variable(np.ones((2, 4, 4))))
+
+
 @pytest.mark.parametrize("axis", [0, 2, -1, -3])
 def test_stack_values_and_derivatives(r, axis):
     xs = [r.standard_normal((2, 3)) for _ in range(3)]

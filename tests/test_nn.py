@@ -86,6 +86,22 @@ def test_module_list_registers_children():
     assert len(ml) == 3 and [n for n, _ in ml.named_parameters()] == ["0.weight", "0.bias", "1.weight", "1.bias"]
 
 
+def test_sequential_and_module_list_share_indexing_slicing_and_extend():
+    a, b, c = nn.Linear(2, 3), nn.Tanh(), nn.Linear(3, 1)
+    seq, ml = nn.Sequential(a, b), nn.ModuleList([a, b])
+    for box in (seq, ml):
+        assert box.extend([c]) is box and len(box) == 3 and list(box) == [a, b, c]
+        assert box[0] is a and box[-1] is c and box[-2] is b
+        with pytest.raises(IndexError):
+            box[3]
+    # A slice shares the modules; Sequential keeps their names (as torch), ModuleList renumbers.
+    tail = seq[1:]
+    assert type(tail) is nn.Sequential and list(tail) == [b, c] and list(tail.state_dict()) == ["2.weight", "2.bias"]
+    tail = ml[1:]
+    assert type(tail) is nn.ModuleList and list(tail) == [b, c] and list(tail.state_dict()) == ["1.weight", "1.bias"]
+    assert list(seq.state_dict()) == list(ml.state_dict()) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+
+
 def test_train_eval_recurse_and_zero_grad():
     model = nn.Sequential(Block(), nn.Linear(4, 1))
     assert model.training and model[0].bn.training
@@ -275,6 +291,24 @@ def test_activation_modules_match_formulas():
     np.testing.assert_allclose(nn.Softplus()(v).data, np.log1p(np.exp(x)))
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(kernel_size=0), r"Conv2d: kernel_size must be an int >= 1 or a pair of them, got 0"),
+    (dict(kernel_size=(3, 3, 3)), r"Conv2d: kernel_size must be an int >= 1 or a pair of them, got \(3, 3, 3\)"),
+    (dict(kernel_size=3, stride=(1, 0)), r"Conv2d: stride must be an int >= 1 or a pair of them, got \(1, 0\)"),
+    (dict(kernel_size=3, padding=-1), r"Conv2d: padding must be an int >= 0 or a pair of them, got -1"),
+    (dict(kernel_size=3, groups=0), r"Conv2d: groups must be an int >= 1, got 0"),
+    (dict(kernel_size=True), r"Conv2d: kernel_size must be an int >= 1 or a pair of them, got True"),
+])
+def test_conv_layer_refuses_bad_geometry_when_built(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        nn.Conv2d(4, 4, **kwargs)
+
+
+def test_conv_transpose_layer_refuses_negative_output_padding():
+    with pytest.raises(ValueError, match=r"ConvTranspose2d: output_padding must be an int >= 0"):
+        nn.ConvTranspose2d(4, 4, 3, stride=2, output_padding=-1)
+
+
 # -- gradients through composed modules -----------------------------------------------------------
 def test_gradcheck_and_gradgradcheck_linear_leaky_relu_sequential():
     rng = np.random.default_rng(0)
@@ -380,6 +414,58 @@ def test_spectral_norm_state_and_removal():
     nn.remove_spectral_norm(layer)
     assert list(layer.state_dict()) == ["bias", "weight"]
     np.testing.assert_allclose(layer(x).data, y, rtol=1e-6)
+
+
+class _Doubled(nn.ForwardPreHook):
+    """Derives ``module.doubled = 2 * weight`` before each forward and on refresh."""
+
+    derived_attributes = ("doubled",)
+
+    def __init__(self):
+        self.refreshes = 0
+
+    def __call__(self, module, inputs):
+        module.doubled = module.weight.data * 2
+
+    def refresh(self, module):
+        self.refreshes += 1
+        module.doubled = module.weight.data * 2
+
+
+def test_forward_pre_hook_contract_refresh_and_derived_attributes():
+    import copy
+    import pickle
+
+    layer = nn.Linear(2, 2, dtype=np.float32)
+    hook = _Doubled()
+    layer.register_forward_pre_hook(hook)
+    layer(gpgan.Variable(np.ones((1, 2), np.float32)))
+    np.testing.assert_array_equal(layer.doubled, 2 * layer.weight.data)
+    # A state load and a dtype cast refresh the derived attribute.
+    state = {k: v + 1 for k, v in layer.state_dict().items()}
+    layer.load_state_dict(state)
+    np.testing.assert_array_equal(layer.doubled, 2 * state["weight"])
+    layer.double()
+    assert layer.doubled.dtype == np.float64 and hook.refreshes == 2
+    # Derived attributes are not state: left out when pickling, recomputed when unpickling/copying.
+    assert "doubled" not in layer.__getstate__()
+    for clone in (pickle.loads(pickle.dumps(layer)), copy.deepcopy(layer)):
+        np.testing.assert_array_equal(clone.doubled, 2 * clone.weight.data)
+
+
+def test_plain_function_hooks_still_run_and_bad_hooks_are_refused():
+    calls = []
+    layer = nn.Linear(2, 1)
+    key = layer.register_forward_pre_hook(lambda module, args: calls.append((module, args[0].shape)))
+    layer(gpgan.Variable(np.ones((3, 2), np.float32)))
+    assert calls == [(layer, (3, 2))]
+    layer.load_state_dict(layer.state_dict())  # a wrapped function has nothing to refresh
+    layer.to(np.float64)
+    layer.remove_forward_pre_hook(key)
+    layer(gpgan.Variable(np.ones((3, 2))))
+    assert len(calls) == 1
+    with pytest.raises(TypeError, match="register_forward_pre_hook: expected a ForwardPreHook or a callable"):
+        layer.register_forward_pre_hook("not a hook")
 
 
 # -- initializers ----------------------------------------------------------------------------------

@@ -38,6 +38,16 @@ def _random_like(rng, arr):
     return xp.asarray(rng.standard_normal(arr.shape).astype(arr.dtype))
 
 
+def _arrays(values):
+    """The raw arrays of a Variable / array or a sequence of them, as a list."""
+    return [v.data if isinstance(v, Variable) else v for v in _as_tuple(values)]
+
+
+def _output_gradients(rng, outputs, given):
+    """``given`` as arrays, or random normal ones shaped like ``outputs`` when None."""
+    return [_random_like(rng, y.data) for y in outputs] if given is None else _arrays(given)
+
+
 def gradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-4, seed=0, raise_exception=True):
     """Check ``fn``'s analytic vector-Jacobian products against central finite differences.
 
@@ -56,9 +66,7 @@ def gradcheck(fn, inputs, grad_outputs=None, eps=1e-6, atol=1e-5, rtol=1e-4, see
     variables = _to_variables(_as_tuple(inputs), "gradcheck")
     checked = [k for k, v in enumerate(variables) if v.requires_grad]
     outputs = _as_tuple(fn(*variables))
-    if grad_outputs is None:
-        grad_outputs = [_random_like(rng, y.data) for y in outputs]
-    grad_outputs = [g.data if isinstance(g, Variable) else g for g in _as_tuple(grad_outputs)]
+    grad_outputs = _output_gradients(rng, outputs, grad_outputs)
     live = [k for k, y in enumerate(outputs) if y.requires_grad]
     analytic = {k: None for k in checked}
     if live:
@@ -113,9 +121,7 @@ def gradgradcheck(fn, inputs, grad_outputs=None, grad_grad_inputs=None, eps=1e-6
     differentiable = [k for k, v in enumerate(xs) if v.requires_grad]
     with no_grad():
         ys = _as_tuple(fn(*xs))
-    if grad_outputs is None:
-        grad_outputs = [_random_like(rng, y.data) for y in ys]
-    grad_outputs = [g.data if isinstance(g, Variable) else g for g in _as_tuple(grad_outputs)]
+    grad_outputs = _output_gradients(rng, ys, grad_outputs)
 
     def first_order(*args):
         x_vars, gy_vars = args[:n_in], args[n_in:]
@@ -130,8 +136,6 @@ def gradgradcheck(fn, inputs, grad_outputs=None, grad_grad_inputs=None, eps=1e-6
         return tuple(g if g is not None else Variable(get_array_module(x_vars[k].data).zeros_like(x_vars[k].data))
                      for k, g in zip(differentiable, gxs))
 
-    gg = None
-    if grad_grad_inputs is not None:
-        gg = [g.data if isinstance(g, Variable) else g for g in _as_tuple(grad_grad_inputs)]
+    gg = None if grad_grad_inputs is None else _arrays(grad_grad_inputs)
     return gradcheck(first_order, list(xs) + list(grad_outputs), grad_outputs=gg, eps=eps, atol=atol,
                      rtol=rtol, seed=seed + 2, raise_exception=raise_exception)

@@ -6,15 +6,37 @@ functions that lie on a path from the outputs to the requested inputs and asks e
 gradients of those inputs only: the image gradient of an R1 penalty computes no weight gradients.
 With ``create_graph=False`` the backward functions run with recording off (no graph is built), and
 each output gradient is dropped as soon as its function has consumed it.
+
+Structural zeros. The gradient of a ReLU network with respect to its input depends on the input
+only through the activation masks, whose derivative is zero wherever it is defined. So that a
+penalty on that gradient still reaches the input (PyTorch's relu gives zeros; "not used" would be
+wrong), a mask's backward node keeps the masked value as an input (Chainer's ReLUGrad does the
+same) and its backward returns :data:`~gpgan.autograd.function.STRUCTURAL_ZERO` for it: a
+marker, not an array. The traversal treats the marker as follows:
+
+* a node that receives it is marked as reached; a real gradient arriving later replaces it;
+* a function whose outputs received only markers (or nothing) is not run: each of its inputs
+  on the way to a requested input receives the marker instead, so the forward graph behind a
+  mask costs a visit per function, not a pass of zero arrays through every convolution (the R1
+  penalty's second backward to the critic weights stays as fast as without the connection).
+  A function not run keeps its retained buffers even without ``retain_graph``, so a later
+  backward through it still works;
+* at the end, a requested input (``grad``) or a leaf (``backward``) whose only gradient is the
+  marker gets real zeros of its shape, dtype and device.
+
+A mask node's generation does not count its masked-value input
+(:attr:`~gpgan.autograd.function.FunctionNode.structural_inputs`), so the traversal visits
+functions, and sums real gradients, in the same order as if the link were absent: results are
+bit for bit those of a graph without it. A marker may then reach a function already passed
+without any gradient; that function is visited again (a marker carries no value, so nothing is
+summed twice).
 """
 import heapq
 
 from gpgan.autograd import mode
-from gpgan.autograd.function import FunctionNode
+from gpgan.autograd.function import STRUCTURAL_ZERO, FunctionNode
 from gpgan.autograd.variable import Variable
 from gpgan.backend import get_array_module
-
-_mode = mode._mode
 
 
 class _Accumulate(FunctionNode):
@@ -29,9 +51,15 @@ class _Accumulate(FunctionNode):
 
 
 def _accumulate(a, b):
-    if a is None:
+    """``a + b`` for a gradient ``a`` (None or the structural zero when nothing real arrived yet)."""
+    if a is None or a is STRUCTURAL_ZERO:
         return b
     return _Accumulate().apply((a, b))[0]
+
+
+def _zeros_like(variable):
+    """The materialized form of a structural zero: constant zeros shaped like ``variable``."""
+    return Variable._from_node(get_array_module(variable.data).zeros_like(variable.data), None)
 
 
 def _as_list(x):
@@ -78,22 +106,24 @@ def _initial_gradients(outputs, grad_outputs, create_graph):
 
 
 def _needed_functions(output_nodes, target_nodes):
-    """Functions that lie on a path from an output node to a target node."""
-    reachable = []
-    seen = set()
-    stack = [n.creator for n in output_nodes if n.creator is not None]
-    while stack:
-        f = stack.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
-        reachable.append(f)
-        for n in f.inputs:
-            if n is not None and n.requires_grad and n.creator is not None:
-                stack.append(n.creator)
-    reachable.sort(key=lambda f: f.generation)  # inputs' creators come first
+    """Functions that lie on a path from an output node to a target node.
+
+    Computed by a depth-first walk from the outputs (post-order: a function after the creators
+    of its inputs), not by generation, which does not count structural inputs."""
     needed = set()
-    for f in reachable:
+    done = set()
+    stack = [(n.creator, False) for n in output_nodes if n.creator is not None]
+    while stack:
+        f, expanded = stack.pop()
+        if id(f) in done:
+            continue
+        if not expanded:
+            stack.append((f, True))
+            for n in f.inputs:
+                if n is not None and n.requires_grad and n.creator is not None and id(n.creator) not in done:
+                    stack.append((n.creator, False))
+            continue
+        done.add(id(f))
         for n in f.inputs:
             if n is not None and (id(n) in target_nodes or (n.creator is not None and id(n.creator) in needed)):
                 needed.add(id(f))
@@ -105,36 +135,50 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
     """The shared traversal. ``target_nodes``: id -> node for ``grad``, or None for ``backward``.
 
     Returns the dict node -> gradient holding the gradients of the leaves (``backward``) or the
-    target nodes (``grad``).
+    target nodes (``grad``); a gradient may be STRUCTURAL_ZERO (see the module docstring).
     """
     grads = _initial_gradients(outputs, grad_outputs, create_graph)
     output_nodes = [y._node for y in outputs]
     needed = None if target_nodes is None else _needed_functions(output_nodes, target_nodes)
+    keep = target_nodes if target_nodes is not None else {}
 
     heap = []
     pushed = set()
-    counter = 0
-    for n in output_nodes:
-        f = n.creator
+    passed = set()  # functions popped before any gradient reached them
+    counter = [0]
+
+    def schedule(f):
+        if f is not None and id(f) in passed:  # a late structural zero (see structural_inputs)
+            passed.discard(id(f))
+            pushed.discard(id(f))
         if f is not None and id(f) not in pushed and (needed is None or id(f) in needed):
             pushed.add(id(f))
-            heapq.heappush(heap, (-f.generation, counter, f))
-            counter += 1
+            counter[0] += 1
+            heapq.heappush(heap, (-f.generation, counter[0], f))  # counter: a unique tie-break
 
-    keep = target_nodes if target_nodes is not None else {}
+    for n in output_nodes:
+        schedule(n.creator)
+
     with mode.set_grad_enabled(create_graph):
         while heap:
-            _, _, f = heapq.heappop(heap)
+            f = heapq.heappop(heap)[2]
             gys = []
+            live = zero = False
             for ref in f.outputs:
                 node = ref()
                 if node is None:
-                    gys.append(None)
+                    g = None
                 elif id(node) in keep:
-                    gys.append(grads.get(node))
+                    g = grads.get(node)
                 else:
-                    gys.append(grads.pop(node, None))  # consumed: free it now
-            if all(g is None for g in gys):
+                    g = grads.pop(node, None)  # consumed: free it now
+                if g is STRUCTURAL_ZERO:
+                    zero, g = True, None  # a backward function sees no gradient for that output
+                elif g is not None:
+                    live = True
+                gys.append(g)
+            if not (live or zero):
+                passed.add(id(f))
                 continue
             indexes = []
             for i, n in enumerate(f.inputs):
@@ -144,33 +188,41 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
                     indexes.append(i)
             if not indexes:
                 continue
-            gxs = f.backward(tuple(indexes), tuple(gys))
-            if not retain_graph:
-                f.release()
-            if type(gxs) is not tuple:
-                gxs = tuple(gxs) if isinstance(gxs, list) else (gxs,)
-            if len(gxs) == len(f.inputs) and len(gxs) != len(indexes):
-                gxs = tuple(gxs[i] for i in indexes)
-            if len(gxs) != len(indexes):
-                raise RuntimeError(
-                    f"{f.label}.backward returned {len(gxs)} gradients for {len(indexes)} requested inputs"
-                )
+            if live:
+                gxs = _call_backward(f, indexes, gys)
+                if not retain_graph:
+                    f.release()
+            else:  # only known zeros came in: pass the marker on; f does not run and keeps its buffers
+                gxs = (STRUCTURAL_ZERO,) * len(indexes)
             for i, gx in zip(indexes, gxs):
                 if gx is None:
                     continue
                 n = f.inputs[i]
-                if gx.shape != n.shape:
-                    raise RuntimeError(
-                        f"{f.label}.backward returned a gradient of shape {gx.shape} for input {i} "
-                        f"of shape {n.shape}"
-                    )
-                grads[n] = _accumulate(grads.get(n), gx)
-                g = n.creator
-                if g is not None and id(g) not in pushed and (needed is None or id(g) in needed):
-                    pushed.add(id(g))
-                    heapq.heappush(heap, (-g.generation, counter, g))
-                    counter += 1
+                if gx is STRUCTURAL_ZERO:
+                    grads.setdefault(n, STRUCTURAL_ZERO)
+                else:
+                    if gx.shape != n.shape:
+                        raise RuntimeError(
+                            f"{f.label}.backward returned a gradient of shape {gx.shape} for input {i} "
+                            f"of shape {n.shape}"
+                        )
+                    grads[n] = _accumulate(grads.get(n), gx)
+                schedule(n.creator)
     return grads
+
+
+def _call_backward(f, indexes, gys):
+    """``f.backward`` for the inputs at ``indexes``, as a tuple aligned with ``indexes``."""
+    gxs = f.backward(tuple(indexes), tuple(gys))
+    if type(gxs) is not tuple:
+        gxs = tuple(gxs) if isinstance(gxs, list) else (gxs,)
+    if len(gxs) == len(f.inputs) and len(gxs) != len(indexes):
+        gxs = tuple(gxs[i] for i in indexes)
+    if len(gxs) != len(indexes):
+        raise RuntimeError(
+            f"{f.label}.backward returned {len(gxs)} gradients for {len(indexes)} requested inputs"
+        )
+    return gxs
 
 
 def backward(outputs, grad_outputs=None, create_graph=False, retain_graph=None):
@@ -194,6 +246,10 @@ def backward(outputs, grad_outputs=None, create_graph=False, retain_graph=None):
             leaf = node.leaf_variable()
             if leaf is None:
                 continue
+            if g is STRUCTURAL_ZERO:
+                if leaf.grad is None:
+                    leaf.grad = _zeros_like(leaf)
+                continue
             leaf.grad = g if leaf.grad is None else _accumulate(leaf.grad, g)
 
 
@@ -212,7 +268,8 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
             (to any order).
         retain_graph: keep retained buffers for another backward; defaults to ``create_graph``.
         allow_unused: when an input does not influence the outputs, return None for it instead of
-            raising.
+            raising. An input that influences them only through locally constant functions (ReLU
+            masks) is used, and gets zeros.
 
     Returns:
         A list of Variables (or None for unused inputs with ``allow_unused``), one per input, of
@@ -234,6 +291,8 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
     result = []
     for k, x in enumerate(inputs):
         g = grads.get(x._node)
+        if g is STRUCTURAL_ZERO:
+            g = _zeros_like(x)
         if g is None and not allow_unused:
             raise RuntimeError(
                 f"inputs[{k}] (shape {x.shape}) is not used to compute the outputs, so it has no "

@@ -11,9 +11,13 @@ Subclasses implement
   The backward is written with gpgan's differentiable functions, so under
   ``create_graph=True`` it is recorded like any forward pass and can be differentiated again.
   Under ``create_graph=False`` it runs with recording off and builds no graph.
+  An entry may be ``None`` (the input gets no gradient from this function) or
+  :data:`STRUCTURAL_ZERO` (the output depends on the input, but with a derivative that is zero
+  wherever it is defined, like a ReLU mask's; see :mod:`gpgan.autograd.engine`).
 
 This follows Chainer's FunctionNode; nnabla calls the same idea forward graph expansion.
 """
+import sys
 import weakref
 
 import numpy
@@ -26,6 +30,28 @@ _mode = mode._mode
 _RELEASED = object()
 
 
+class _StructuralZero:
+    """The type of :data:`STRUCTURAL_ZERO`; one instance, compared with ``is``."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "STRUCTURAL_ZERO"
+
+
+STRUCTURAL_ZERO = _StructuralZero()
+"""A gradient known to be zero without computing it, for an input an output truly depends on.
+
+A backward returns it for an input that reaches the output only through a locally constant
+function (a ReLU's mask, the argmax of a max): the input stays connected (``grad`` returns zeros
+for it rather than refusing it as unused), while the engine neither materializes the zeros nor
+runs backward functions that receive nothing else.
+"""
+# Module-level names: apply() reads them on every call, and a global lookup is the cheapest.
+_sys_modules = sys.modules
+_new_variable = Variable._from_node
+
+
 class FunctionNode:
     """Base class of every differentiable operation (see the module docstring)."""
 
@@ -36,6 +62,11 @@ class FunctionNode:
     _retain_out = None
     _retained_inputs = None
     _retained_outputs = None
+    #: None, or k: inputs from index k on receive only STRUCTURAL_ZERO from this function's
+    #: backward. They do not count towards its generation, so the traversal visits (and sums
+    #: real gradients) in the order it would without those links; the engine revisits a
+    #: function whose only gradient, a structural zero, arrives after it was passed.
+    structural_inputs = None
 
     @property
     def label(self):
@@ -130,7 +161,7 @@ class FunctionNode:
         in_nodes = tuple([v._node for v in inputs])
         self.inputs = in_nodes
         gen = 0
-        for n in in_nodes:
+        for n in in_nodes if self.structural_inputs is None else in_nodes[:self.structural_inputs]:
             if n is not None and n.generation > gen:
                 gen = n.generation
         self.generation = gen = gen + 1
@@ -150,19 +181,6 @@ class FunctionNode:
 
     def __repr__(self):
         return f"<{self.label} generation={self.generation}>"
-
-
-import sys as _sys  # noqa: E402
-
-_sys_modules = _sys.modules
-
-
-def _new_variable(data, node, _new=object.__new__):
-    var = _new(Variable)
-    var.data = data
-    var.grad = None
-    var._node = node
-    return var
 
 
 def _with_constants(inputs):

@@ -77,10 +77,11 @@ class Variable:
         else:
             self._node = None
 
-    @classmethod
-    def _from_node(cls, data, node):
-        """A Variable holding ``data`` that shares ``node`` (output of a function, or retained)."""
-        var = cls.__new__(cls)
+    @staticmethod
+    def _from_node(data, node, _new=object.__new__):
+        """A Variable holding the array ``data`` with graph node ``node`` (a function's output, a
+        retained value), or None for a constant. No checks: this is on every operation's hot path."""
+        var = _new(Variable)
         var.data = data
         var.grad = None
         var._node = node

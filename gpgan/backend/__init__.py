@@ -1,5 +1,9 @@
 """Array backends: picks NumPy or CuPy for an array, moves arrays between devices.
 
+Owns everything device- and randomness-specific below the engine (the array module of an array,
+device names and descriptions, the global random generator and ``manual_seed``); it knows
+nothing of Variables or graphs.
+
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
 """
 from gpgan.backend.array_module import (

@@ -169,7 +169,7 @@ def _main(args):
 
 def _toy(args, generator, config, rng, latent, many):
     from gpgan.data.toy import make_toy
-    from gpgan.viz import scatter_plot
+    from gpgan.viz import scatter_samples
 
     data = config["data"]
     n = args.n or config["train"]["eval_samples"]
@@ -181,11 +181,7 @@ def _toy(args, generator, config, rng, latent, many):
         atomic_write(args.out, lambda f: numpy.savez(f, points=points.astype(numpy.float32)))
         return f"{args.out} ({n} points)"
     real = make_toy(data["name"], **data["options"]).sample(n, numpy.random.default_rng(args.seed + 1))
-    lo, hi = real.min(axis=0), real.max(axis=0)
-    pad = 0.25 * (hi - lo)
-    limits = ((lo[0] - pad[0], hi[0] + pad[0]), (lo[1] - pad[1], hi[1] + pad[1]))
-    scatter_plot(args.out, [(real, (170, 170, 170), "real"), (points, (31, 119, 180), "generated")],
-                 limits=limits, title=f"{data['name']}: {n} generated over {n} real")
+    scatter_samples(args.out, real, points, title=f"{data['name']}: {n} generated over {n} real")
     return args.out
 
 

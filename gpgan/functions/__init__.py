@@ -1,5 +1,9 @@
 """Differentiable functions on Variables, each with a differentiable backward.
 
+Owns every operation (its forward on arrays, its backward in terms of other functions) and the
+checks of their arguments; stateless: parameters, layers and random state belong to
+:mod:`gpgan.nn` and the caller, graph traversal to :mod:`gpgan.autograd`.
+
 Users write ``import gpgan.functions as F``. Names, argument order and keywords follow
 ``torch.nn.functional`` where it has the same function. Each module lists its public functions
 in ``__all__``; this package re-exports them all.

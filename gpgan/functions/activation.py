@@ -3,9 +3,11 @@
 Every backward is written with gpgan functions, so each activation can be differentiated to any
 order. Two rules shape them:
 
-* Piecewise-linear activations (the ReLU family) compute ``gx = gy * mask`` with a constant mask:
-  the second derivative is zero almost everywhere, but the gradient stays a differentiable
-  function of ``gy``. Gradient penalties (R1, WGAN-GP) differentiate exactly that dependence.
+* Piecewise-linear activations (the ReLU family) compute ``gx = gy * mask`` with
+  :func:`~gpgan.functions.math.mask_scale`: the second derivative is zero almost everywhere,
+  but the gradient stays a differentiable function of ``gy`` (gradient penalties such as R1 and
+  WGAN-GP differentiate exactly that dependence), and stays connected to ``x`` through the mask
+  with a zero derivative, so differentiating it with respect to ``x`` gives zeros, not "unused".
 * Where the derivative can be written with the output (sigmoid, tanh, elu, softmax,
   log_softmax), the node retains the output rather than the input: the next layer usually keeps
   the output alive anyway, and the double backward then flows through it.
@@ -13,23 +15,15 @@ order. Two rules shape them:
 At ``x == 0`` the ReLU family uses the derivative of the ``x < 0`` side (0 for relu, as PyTorch).
 The exp-based functions are evaluated in forms that do not overflow for any finite input.
 """
-from gpgan.autograd import FunctionNode, Variable
+from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
-from gpgan.functions.math import exp, where
+from gpgan.functions._args import axis_index, scalar_like
+from gpgan.functions.math import exp, mask_scale, where
 from gpgan.functions.reduction import sum as _sum
 
 
 __all__ = ['relu', 'leaky_relu', 'elu', 'sigmoid', 'tanh', 'softplus', 'log_sigmoid', 'softmax',
            'log_softmax']
-
-
-def _const(array):
-    return Variable._from_node(array, None)
-
-
-def _scalar(value, like):
-    """``value`` as a 0-d array of ``like``'s floating dtype (keeps float32 float32)."""
-    return get_array_module(like).asarray(value, dtype=like.dtype)
 
 
 def _stable_sigmoid(xp, x):
@@ -48,11 +42,11 @@ class ReLU(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         self.retain_outputs((0,))
-        return (get_array_module(x).maximum(x, _scalar(0, x)),)
+        return (get_array_module(x).maximum(x, scalar_like(0, x)),)
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
-        return (grad_outputs[0] * _const(y.data > 0),)
+        return (mask_scale(grad_outputs[0], y.data > 0, y),)
 
 
 class LeakyReLU(FunctionNode):
@@ -64,7 +58,7 @@ class LeakyReLU(FunctionNode):
         # For a positive slope, y > 0 exactly where x > 0, so the output suffices for the mask.
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
         xp = get_array_module(x)
-        y = x * _scalar(self.slope, x)
+        y = x * scalar_like(self.slope, x)
         if 0 <= self.slope <= 1:
             # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
             return (xp.maximum(x, y, out=y),)
@@ -75,9 +69,9 @@ class LeakyReLU(FunctionNode):
         positive = ref.data > 0
         # scale = 1 where positive, slope elsewhere: slope + (1 - slope) * mask, in place.
         scale = positive.astype(ref.dtype)
-        scale *= _scalar(1 - self.slope, ref.data)
-        scale += _scalar(self.slope, ref.data)
-        return (grad_outputs[0] * _const(scale),)
+        scale *= scalar_like(1 - self.slope, ref.data)
+        scale += scalar_like(self.slope, ref.data)
+        return (mask_scale(grad_outputs[0], scale, ref),)
 
 
 class ELU(FunctionNode):
@@ -91,7 +85,7 @@ class ELU(FunctionNode):
         self.retain_outputs((0,))
         if self.alpha < 0:
             self.retain_inputs((0,))
-        neg = xp.expm1(xp.minimum(x, _scalar(0, x))) * _scalar(self.alpha, x)
+        neg = xp.expm1(xp.minimum(x, scalar_like(0, x))) * scalar_like(self.alpha, x)
         return (xp.where(x > 0, x, neg),)
 
     def backward(self, indexes, grad_outputs):
@@ -134,13 +128,13 @@ class Softplus(FunctionNode):
         # The input, not the output: 1 - exp(-beta y) would lose sigmoid(beta x)'s precision when
         # it is tiny.
         self.retain_inputs((0,))
-        z = x * _scalar(self.beta, x)
-        y = _softplus_raw(xp, z) / _scalar(self.beta, x)
+        z = x * scalar_like(self.beta, x)
+        y = _softplus_raw(xp, z) / scalar_like(self.beta, x)
         return (xp.where(z > self.threshold, x, y).astype(x.dtype, copy=False),)
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()
-        linear = x.data * _scalar(self.beta, x.data) > self.threshold  # PyTorch's switch to the identity
+        linear = x.data * scalar_like(self.beta, x.data) > self.threshold  # PyTorch's switch to the identity
         return (grad_outputs[0] * where(linear, 1.0, sigmoid(x * self.beta)),)
 
 
@@ -157,12 +151,6 @@ class LogSigmoid(FunctionNode):
 
 
 # -- softmax -------------------------------------------------------------------------------------
-def _check_dim(name, dim, ndim):
-    if not -ndim <= dim < ndim:
-        raise ValueError(f"{name}: dim {dim} is out of range for an input with {ndim} dimensions")
-    return dim % ndim
-
-
 class Softmax(FunctionNode):
     def __init__(self, dim):
         self.dim = dim
@@ -170,7 +158,7 @@ class Softmax(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         xp = get_array_module(x)
-        axis = _check_dim("softmax", self.dim, x.ndim)
+        axis = axis_index("softmax", self.dim, x.ndim, "dim")
         e = xp.exp(x - x.max(axis=axis, keepdims=True))  # exponents <= 0: no overflow
         self.retain_outputs((0,))
         return (e / e.sum(axis=axis, keepdims=True),)
@@ -189,7 +177,7 @@ class LogSoftmax(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         xp = get_array_module(x)
-        axis = _check_dim("log_softmax", self.dim, x.ndim)
+        axis = axis_index("log_softmax", self.dim, x.ndim, "dim")
         shifted = x - x.max(axis=axis, keepdims=True)
         self.retain_outputs((0,))
         return (shifted - xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True)),)

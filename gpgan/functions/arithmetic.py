@@ -3,15 +3,12 @@
 Broadcast inputs get their gradients summed back to their own shapes with ``sum_to``.
 """
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module
+from gpgan.functions._args import broadcast_error
 from gpgan.functions.array import sum_to
 from gpgan.functions.math import log
 
 
 __all__ = ['add', 'sub', 'mul', 'div', 'neg', 'pow']
-
-def _broadcast_error(name, a, b):
-    return ValueError(f"{name}: shapes {a.shape} and {b.shape} cannot be broadcast together")
 
 
 class Add(FunctionNode):
@@ -21,7 +18,7 @@ class Add(FunctionNode):
         try:
             return (a + b,)
         except ValueError:
-            raise _broadcast_error("add", a, b) from None
+            raise broadcast_error("add", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs
@@ -35,7 +32,7 @@ class Sub(FunctionNode):
         try:
             return (a - b,)
         except ValueError:
-            raise _broadcast_error("sub", a, b) from None
+            raise broadcast_error("sub", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs
@@ -49,7 +46,7 @@ class Mul(FunctionNode):
         try:
             return (a * b,)
         except ValueError:
-            raise _broadcast_error("mul", a, b) from None
+            raise broadcast_error("mul", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
@@ -64,7 +61,7 @@ class Div(FunctionNode):
         try:
             return (a / b,)
         except ValueError:
-            raise _broadcast_error("div", a, b) from None
+            raise broadcast_error("div", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
@@ -116,7 +113,7 @@ class Pow(FunctionNode):
         try:
             return (a ** b,)
         except ValueError:
-            raise _broadcast_error("pow", a, b) from None
+            raise broadcast_error("pow", a, b) from None
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()

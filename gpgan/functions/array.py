@@ -9,6 +9,7 @@ import numpy
 
 from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
+from gpgan.functions._args import array_of, axis_index, constant
 
 
 __all__ = ['broadcast_to', 'flatten', 'getitem', 'reshape', 'sum_to', 'transpose', 'concat', 'cat', 'stack',
@@ -187,22 +188,14 @@ def _is_basic_index(index):
 
 
 def _to_host_index(index):
-    if isinstance(index, Variable):
-        return index.data
     if isinstance(index, tuple):
-        return tuple(i.data if isinstance(i, Variable) else i for i in index)
-    return index
+        return tuple(array_of(i) for i in index)
+    return array_of(index)
 
 
 def getitem(x, index):
     """``x[index]`` with NumPy's basic and advanced indexing; repeated indices accumulate gradients."""
     return GetItem(_to_host_index(index)).apply((x,))[0]
-
-
-def _axis_for(name, axis, ndim):
-    if not -ndim <= axis < ndim:
-        raise ValueError(f"{name}: axis {axis} is out of range for inputs with {ndim} dimensions")
-    return axis % ndim
 
 
 class Concat(FunctionNode):
@@ -214,7 +207,7 @@ class Concat(FunctionNode):
         ndim = len(shapes[0])
         if ndim == 0:
             raise ValueError("concat: zero-dimensional inputs cannot be concatenated; use stack")
-        axis = self.axis = _axis_for("concat", self.axis, ndim)
+        axis = self.axis = axis_index("concat", self.axis, ndim)
         for s in shapes:
             if len(s) != ndim or s[:axis] + s[axis + 1:] != shapes[0][:axis] + shapes[0][axis + 1:]:
                 raise ValueError(f"concat: input shapes {shapes} must agree except along axis {axis}")
@@ -251,7 +244,7 @@ class Stack(FunctionNode):
         shape = inputs[0].shape
         if any(x.shape != shape for x in inputs):
             raise ValueError(f"stack: all inputs must have the same shape, got {[x.shape for x in inputs]}")
-        self.axis = _axis_for("stack", self.axis, len(shape) + 1)
+        self.axis = axis_index("stack", self.axis, len(shape) + 1)
         self.shape, self.count = shape, len(inputs)
         return (get_array_module(*inputs).stack(inputs, axis=self.axis),)
 
@@ -276,7 +269,7 @@ class Split(FunctionNode):
         x, = inputs
         if x.ndim == 0:
             raise ValueError("split: cannot split a zero-dimensional input")
-        self.axis = _axis_for("split", self.axis, x.ndim)
+        self.axis = axis_index("split", self.axis, x.ndim)
         sections = self.indices_or_sections
         if isinstance(sections, int) and (sections <= 0 or x.shape[self.axis] % sections):
             raise ValueError(f"split: an input of shape {x.shape} cannot be split into {sections} equal "
@@ -290,7 +283,7 @@ class Split(FunctionNode):
         live = next(g for g in grad_outputs if g is not None)
         xp = get_array_module(live.data)
         # An output nobody used has no gradient: it contributes zeros of its shape.
-        parts = [g if g is not None else Variable._from_node(xp.zeros(s, dtype=live.dtype), None)
+        parts = [g if g is not None else constant(xp.zeros(s, dtype=live.dtype))
                  for g, s in zip(grad_outputs, self.out_shapes)]
         return (concat(parts, axis=self.axis),)
 

@@ -21,10 +21,9 @@ Internally the kernels work channels-last: the column matrix is ``(G, N*Ho*Wo, k
 channels, and col2im adds runs of channels too. The GEMM is a single (batched over groups)
 matrix product; NCHW layout is restored with one transposing copy of each result.
 """
-import numbers
-
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
+from gpgan.functions._args import check_4d, check_int, pair
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
 
@@ -32,20 +31,7 @@ from gpgan.functions.reduction import sum as _sum
 __all__ = ['conv2d', 'conv_transpose2d', 'conv2d_grad_weight']
 
 
-# -- argument handling ------------------------------------------------------------------------
-def _pair(value, name, fn, minimum):
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise ValueError(f"{fn}: {name} must be an int or a pair of ints, got {value!r}")
-        pair = tuple(value)
-    else:
-        pair = (value, value)
-    for v in pair:
-        if not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < minimum:
-            raise ValueError(f"{fn}: {name} must be an int >= {minimum} or a pair of them, got {value!r}")
-    return (int(pair[0]), int(pair[1]))
-
-
+# -- output sizes -----------------------------------------------------------------------------
 def _conv_out_size(size, k, s, p, d):
     return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
@@ -246,22 +232,10 @@ class Conv2dGradWeight(_ConvBase):
 
 
 # -- public API ---------------------------------------------------------------------------------
-def _check_groups(fn, groups):
-    if not isinstance(groups, numbers.Integral) or isinstance(groups, bool) or groups < 1:
-        raise ValueError(f"{fn}: groups must be an int >= 1, got {groups!r}")
-
-
-def _check_4d(fn, what, v):
-    if len(v.shape) != 4:
-        raise ValueError(f"{fn}: {what} must have 4 dimensions {_LAYOUT[what]}, got shape {tuple(v.shape)}")
-
-
-_LAYOUT = {
-    "x": "(N, C, H, W)",
-    "weight": "(out_channels, in_channels/groups, kH, kW)",
-    "weight ": "(in_channels, out_channels/groups, kH, kW)",
-    "grad_output": "(N, out_channels, Ho, Wo)",
-}
+def _geometry(fn, stride, padding, dilation, groups):
+    """The checked ``(stride, padding, dilation)`` pairs and ``groups`` every convolution takes."""
+    return (pair(fn, "stride", stride, 1), pair(fn, "padding", padding, 0), pair(fn, "dilation", dilation, 1),
+            check_int(fn, "groups", groups, 1))
 
 
 def _check_bias(fn, bias, channels):
@@ -284,13 +258,9 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         (N, O, Ho, Wo) with ``Ho = (H + 2*padding - dilation*(kH-1) - 1) // stride + 1`` (same for W).
     """
     fn = "conv2d"
-    _check_4d(fn, "x", x)
-    _check_4d(fn, "weight", weight)
-    s = _pair(stride, "stride", fn, 1)
-    p = _pair(padding, "padding", fn, 0)
-    d = _pair(dilation, "dilation", fn, 1)
-    _check_groups(fn, groups)
-    groups = int(groups)
+    check_4d(fn, "x", x)
+    check_4d(fn, "weight", weight, "(out_channels, in_channels/groups, kH, kW)")
+    s, p, d, groups = _geometry(fn, stride, padding, dilation, groups)
     N, C, H, W = x.shape
     O, Cg, kH, kW = weight.shape
     if C % groups or O % groups or Cg * groups != C:
@@ -324,16 +294,10 @@ def conv_transpose2d(x, weight, bias=None, stride=1, padding=0, output_padding=0
         (N, C_out, Ho, Wo) with ``Ho = (H-1)*stride - 2*padding + dilation*(kH-1) + output_padding + 1``.
     """
     fn = "conv_transpose2d"
-    _check_4d(fn, "x", x)
-    if len(weight.shape) != 4:
-        raise ValueError(f"{fn}: weight must have 4 dimensions {_LAYOUT['weight ']}, got shape "
-                         f"{tuple(weight.shape)}")
-    s = _pair(stride, "stride", fn, 1)
-    p = _pair(padding, "padding", fn, 0)
-    op = _pair(output_padding, "output_padding", fn, 0)
-    d = _pair(dilation, "dilation", fn, 1)
-    _check_groups(fn, groups)
-    groups = int(groups)
+    check_4d(fn, "x", x)
+    check_4d(fn, "weight", weight, "(in_channels, out_channels/groups, kH, kW)")
+    s, p, d, groups = _geometry(fn, stride, padding, dilation, groups)
+    op = pair(fn, "output_padding", output_padding, 0)
     N, C, H, W = x.shape
     Cin, Cog, kH, kW = weight.shape
     if Cin != C or C % groups:
@@ -367,14 +331,10 @@ def conv2d_grad_weight(x, grad_output, kernel_size, stride=1, padding=0, dilatio
         (O, C/groups, kH, kW).
     """
     fn = "conv2d_grad_weight"
-    _check_4d(fn, "x", x)
-    _check_4d(fn, "grad_output", grad_output)
-    k = _pair(kernel_size, "kernel_size", fn, 1)
-    s = _pair(stride, "stride", fn, 1)
-    p = _pair(padding, "padding", fn, 0)
-    d = _pair(dilation, "dilation", fn, 1)
-    _check_groups(fn, groups)
-    groups = int(groups)
+    check_4d(fn, "x", x)
+    check_4d(fn, "grad_output", grad_output, "(N, out_channels, Ho, Wo)")
+    k = pair(fn, "kernel_size", kernel_size, 1)
+    s, p, d, groups = _geometry(fn, stride, padding, dilation, groups)
     N, C, H, W = x.shape
     Ng, O, Ho, Wo = grad_output.shape
     if Ng != N or C % groups or O % groups:

@@ -1,8 +1,8 @@
 """Dropout (inverted: kept values are scaled by ``1/(1-p)``, so the expectation is unchanged)."""
 import numpy
 
-from gpgan.autograd import Variable
 from gpgan.backend import get_rng, to_device, device_of
+from gpgan.functions._args import array_of, constant
 
 
 __all__ = ['dropout']
@@ -24,7 +24,7 @@ def dropout(x, p=0.5, training=True, rng=None):
         raise ValueError(f"dropout: p must be a probability in [0, 1], got {p!r}")
     if not training or p == 0.0:
         return x
-    data = x.data if isinstance(x, Variable) else x
+    data = array_of(x)
     dtype = data.dtype if data.dtype.kind == "f" else numpy.dtype(numpy.float32)
     if p == 1.0:
         mask = numpy.zeros(data.shape, dtype=dtype)
@@ -32,4 +32,4 @@ def dropout(x, p=0.5, training=True, rng=None):
         keep = get_rng(rng).random(data.shape) >= p
         mask = keep.astype(dtype) * dtype.type(1.0 / (1.0 - p))
     mask = to_device(mask, device_of(data))
-    return x * Variable._from_node(mask, None)
+    return x * constant(mask)

@@ -8,25 +8,22 @@ Conventions at kinks and ties (the derivative is undefined there; these are the 
 * ``clip(x, min, max)``: the gradient passes where ``min <= x <= max`` (bounds inclusive, as
   PyTorch's ``clamp``) and is zero outside.
 
-The piecewise functions compute their backward as ``gy * mask`` with a constant mask (a
-differentiable multiplication), so their gradient stays differentiable with respect to ``gy``:
-the second derivative is zero almost everywhere, but a penalty on the gradient still reaches
-everything upstream of ``gy``.
+The piecewise functions (and relu, leaky_relu in :mod:`gpgan.functions.activation`) compute their
+backward as ``gy * mask`` with :func:`mask_scale`: linear in ``gy``, so a penalty on the gradient
+still reaches everything upstream of ``gy``, and connected to the masked value with the zero
+derivative the mask has (a structural zero, which costs nothing), so a penalty on the gradient
+also reaches the function's input, with a zero gradient, as in PyTorch.
 """
 import numpy
 
-from gpgan.autograd import FunctionNode, Variable
+from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable
 from gpgan.backend import get_array_module
+from gpgan.functions._args import array_of, broadcast_error, scalar_like
 from gpgan.functions.array import sum_to
 
 
 __all__ = ['exp', 'log', 'sin', 'cos', 'sqrt', 'square', 'abs', 'maximum', 'minimum', 'where',
            'clip', 'clamp']
-
-
-def _const(array):
-    """A raw array as a constant (graph-less) Variable."""
-    return Variable._from_node(array, None)
 
 
 class _MaskNode(FunctionNode):
@@ -42,6 +39,46 @@ class _MaskNode(FunctionNode):
     def release(self):
         super().release()
         self.mask = None
+
+
+class MaskScale(_MaskNode):
+    """``gy * mask`` for inputs ``(gy,)`` or ``(gy, ref)``; ``mask`` is a constant array.
+
+    ``ref``, when given, is the value the mask was computed from (a function's retained input or
+    output): the mask is a locally constant function of it. The node is linear in ``gy``, with
+    ``MaskScale`` again as its gradient, so it differentiates to any order; in ``ref`` its
+    derivative is zero almost everywhere, and the backward returns STRUCTURAL_ZERO for it.
+    """
+
+    structural_inputs = 1  # ref only ever gets STRUCTURAL_ZERO
+
+    def __init__(self, mask):
+        self.mask = mask
+
+    def forward(self, inputs):
+        if len(inputs) == 2:
+            self.retain_inputs((1,))  # for the link of the gradient's own backward
+        return (inputs[0] * self.mask,)
+
+    def backward(self, indexes, grad_outputs):
+        mask = self.get_mask()
+        ref = self.get_retained_inputs()[0] if len(self.inputs) == 2 else None
+        return tuple(mask_scale(grad_outputs[0], mask, ref) if i == 0 else STRUCTURAL_ZERO for i in indexes)
+
+
+def mask_scale(gy, mask, ref=None):
+    """``gy * mask``, differentiable in ``gy``; ``mask`` a constant array (boolean or factors).
+
+    Args:
+        gy: the incoming gradient, a Variable.
+        mask: an array broadcastable to ``gy``'s shape; its entries are treated as constants.
+        ref: the Variable ``mask`` was computed from, or None when it depends on no Variable.
+            With ``ref``, the result depends on ``ref`` with derivative zero (a structural zero):
+            differentiating the result with respect to anything upstream of ``ref`` gives zeros
+            rather than "unused".
+    """
+    return MaskScale(mask).apply((gy,) if ref is None else (gy, ref))[0]
+
 
 class Exp(FunctionNode):
     def forward(self, inputs):
@@ -133,20 +170,24 @@ class Abs(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()
-        xp = get_array_module(x.data)
-        return (grad_outputs[0] * _const(xp.sign(x.data)),)
+        return (mask_scale(grad_outputs[0], get_array_module(x.data).sign(x.data), x),)
 
 
 class _Select(_MaskNode):
-    """Two inputs broadcast together; ``mask`` marks where the output took the first one."""
+    """Two inputs broadcast together; ``mask`` marks where the output took the first one.
+
+    When the mask is computed from the inputs (maximum, minimum), the output is retained as the
+    value the mask depends on (see :func:`mask_scale`); where's condition is a constant.
+    """
 
     name = "select"
+    mask_from_inputs = True
 
     def select(self, xp, a, b, shape):
         raise NotImplementedError
 
     def broadcast_error(self, a, b):
-        return ValueError(f"{self.name}: shapes {a.shape} and {b.shape} cannot be broadcast together")
+        return broadcast_error(self.name, a, b)
 
     def forward(self, inputs):
         a, b = inputs
@@ -157,6 +198,8 @@ class _Select(_MaskNode):
             raise self.broadcast_error(a, b) from None
         xp = get_array_module(a, b)
         self.mask = self.select(xp, a, b, shape)
+        if self.mask_from_inputs:
+            self.retain_outputs((0,))
         return (self.value(xp, a, b),)
 
     def value(self, xp, a, b):
@@ -168,10 +211,11 @@ class _Select(_MaskNode):
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs
         mask = self.get_mask()
+        ref = self.get_retained_outputs()[0] if self.mask_from_inputs else None
         out = []
         for i in indexes:
             m = mask if i == 0 else ~mask
-            out.append(sum_to(gy * _const(m), self.shapes[i]))
+            out.append(sum_to(mask_scale(gy, m, ref), self.shapes[i]))
         return tuple(out)
 
 
@@ -197,6 +241,7 @@ class Minimum(_Select):
 
 class Where(_Select):
     name = "where"
+    mask_from_inputs = False
 
     def __init__(self, condition):
         self.condition = condition
@@ -219,8 +264,8 @@ class Clip(_MaskNode):
     def forward(self, inputs):
         x, = inputs
         xp = get_array_module(x)
-        lo = None if self.lo is None else xp.asarray(self.lo, dtype=x.dtype)
-        hi = None if self.hi is None else xp.asarray(self.hi, dtype=x.dtype)
+        lo = None if self.lo is None else scalar_like(self.lo, x)
+        hi = None if self.hi is None else scalar_like(self.hi, x)
         inside = xp.ones(x.shape, dtype=bool)
         y = x
         if lo is not None:
@@ -230,10 +275,12 @@ class Clip(_MaskNode):
             inside &= x <= hi
             y = xp.minimum(y, hi)  # after the lower bound: with min > max every entry is max, as NumPy
         self.mask = inside
+        self.retain_outputs((0,))  # the value the mask depends on, for mask_scale
         return (y,)
 
     def backward(self, indexes, grad_outputs):
-        return (grad_outputs[0] * _const(self.get_mask()),)
+        y, = self.get_retained_outputs()
+        return (mask_scale(grad_outputs[0], self.get_mask(), y),)
 
 
 def sqrt(x):
@@ -262,7 +309,7 @@ def minimum(a, b):
 
 
 def _condition_array(condition):
-    data = condition.data if isinstance(condition, Variable) else condition
+    data = array_of(condition)
     if not hasattr(data, "dtype"):
         data = numpy.asarray(data)
     if data.dtype.kind != "b":

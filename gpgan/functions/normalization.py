@@ -4,17 +4,13 @@ Both are composed from differentiable functions (mean, sub, mul, pow), so their 
 derivatives come from the engine and stay correct to any order; each costs a handful of
 elementwise passes, which is cheap next to the convolutions around them.
 """
-from gpgan.autograd import Variable
 from gpgan.backend import get_array_module
+from gpgan.functions._args import array_of, constant
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean
 
 
 __all__ = ['batch_norm', 'layer_norm']
-
-
-def _raw(v):
-    return v.data if isinstance(v, Variable) else v
 
 
 def _normalize(x, axes, eps):
@@ -66,11 +62,11 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
     else:
         if running_mean is None or running_var is None:
             raise ValueError(f"{fn}: eval mode (training=False) needs running_mean and running_var")
-        xd = _raw(x)
+        xd = array_of(x)
         xp = get_array_module(xd)
-        rm = xp.asarray(_raw(running_mean), dtype=xd.dtype).reshape(stat_shape)
-        inv = (1.0 / xp.sqrt(xp.asarray(_raw(running_var), dtype=xd.dtype) + eps)).reshape(stat_shape)
-        y = (x - Variable._from_node(rm, None)) * Variable._from_node(inv, None)
+        rm = xp.asarray(array_of(running_mean), dtype=xd.dtype).reshape(stat_shape)
+        inv = (1.0 / xp.sqrt(xp.asarray(array_of(running_var), dtype=xd.dtype) + eps)).reshape(stat_shape)
+        y = (x - constant(rm)) * constant(inv)
     if weight is not None:
         y = y * reshape(weight, stat_shape)
     if bias is not None:

@@ -6,25 +6,12 @@ differentiates into itself: average pooling's gradient spreads each output gradi
 nearest upsampling's gradient sums each ``s x s`` block (``SumPool2d``), whose gradient is
 upsampling again. Loops run over kernel offsets only.
 """
-import numbers
-
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
+from gpgan.functions._args import check_4d, pair
 
 
 __all__ = ['avg_pool2d', 'upsample_nearest2d']
-
-
-def _pair(value, name, fn, minimum):
-    pair = tuple(value) if isinstance(value, (tuple, list)) else (value, value)
-    if len(pair) != 2 or any(not isinstance(v, numbers.Integral) or isinstance(v, bool) or v < minimum for v in pair):
-        raise ValueError(f"{fn}: {name} must be an int >= {minimum} or a pair of them, got {value!r}")
-    return (int(pair[0]), int(pair[1]))
-
-
-def _check_4d(fn, x):
-    if len(x.shape) != 4:
-        raise ValueError(f"{fn}: x must have 4 dimensions (N, C, H, W), got shape {tuple(x.shape)}")
 
 
 class AvgPool2d(FunctionNode):
@@ -95,10 +82,10 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0):
         (N, C, Ho, Wo) with ``Ho = (H + 2*padding - kH) // stride + 1``.
     """
     fn = "avg_pool2d"
-    _check_4d(fn, x)
-    k = _pair(kernel_size, "kernel_size", fn, 1)
-    s = k if stride is None else _pair(stride, "stride", fn, 1)
-    p = _pair(padding, "padding", fn, 0)
+    check_4d(fn, "x", x)
+    k = pair(fn, "kernel_size", kernel_size, 1)
+    s = k if stride is None else pair(fn, "stride", stride, 1)
+    p = pair(fn, "padding", padding, 0)
     if p[0] > k[0] // 2 or p[1] > k[1] // 2:
         raise ValueError(f"{fn}: padding {padding!r} must be at most half of kernel_size {kernel_size!r}")
     H, W = x.shape[2:]
@@ -153,8 +140,8 @@ def upsample_nearest2d(x, scale_factor=2):
         (N, C, H*sH, W*sW), each input pixel repeated into an ``sH x sW`` block.
     """
     fn = "upsample_nearest2d"
-    _check_4d(fn, x)
-    s = _pair(scale_factor, "scale_factor", fn, 1)
+    check_4d(fn, "x", x)
+    s = pair(fn, "scale_factor", scale_factor, 1)
     if s == (1, 1):
         return x
     return UpsampleNearest2d(s).apply((x,))[0]

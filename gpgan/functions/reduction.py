@@ -1,5 +1,6 @@
 """Reductions: sum and mean over axes (an int, a tuple, negative allowed, or None), with ``keepdims``."""
 from gpgan.autograd import FunctionNode
+from gpgan.functions._args import axis_index
 from gpgan.functions.array import broadcast_to, reshape
 
 
@@ -17,9 +18,7 @@ def _normalize_axis(axis, ndim, name="sum"):
         a = int(a)
         if ndim == 0 and a in (0, -1):
             continue  # a scalar has nothing to reduce; accepted as PyTorch does
-        if not -ndim <= a < ndim:
-            raise ValueError(f"{name}: axis {a} is out of range for an input with {ndim} dimensions")
-        out.append(a % ndim)
+        out.append(axis_index(name, a, ndim))
     if len(set(out)) != len(out):
         raise ValueError(f"{name}: axis {axis!r} names the same axis twice")
     return tuple(sorted(out))

@@ -1,5 +1,9 @@
 """Adversarial losses and gradient penalties.
 
+Owns the values a training step minimizes, as differentiable scalars (a penalty includes its
+weight and lazy-regularization interval); it computes no parameter gradient and takes no
+optimizer step, which belong to the trainer.
+
 * :func:`make_loss` / :data:`LOSSES`: wgan, non_saturating, hinge, least_squares
   (``critic_loss(real_logits, fake_logits)``, ``generator_loss(fake_logits)``).
 * :func:`make_penalty` / :data:`PENALTIES`: none, wgan_gp, r1, r2, dragan, zero_gp, lp

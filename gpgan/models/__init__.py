@@ -1,5 +1,8 @@
 """Generator and critic architectures, selectable by name from a config.
 
+Owns the architectures and their options (built from :mod:`gpgan.nn`); losses, penalties and the
+training loop that use them are elsewhere (:mod:`gpgan.losses`, :mod:`gpgan.train`).
+
 ``make_model(name, **options)`` builds one of :data:`MODELS`: dcgan_generator, dcgan_critic,
 resnet_generator, resnet_critic, mlp_generator, mlp_critic. Generators have ``latent_dim`` and
 map z (N, latent_dim) to images (N, 3, 32, 32) in [-1, 1] (points (N, 2) for mlp); critics map

@@ -1,9 +1,13 @@
 """Neural-network building blocks with torch.nn's names, shapes and state_dict keys.
 
-``Module`` / ``Parameter`` / ``Sequential`` / ``ModuleList``; layers ``Linear``, ``Conv2d``,
-``ConvTranspose2d``, ``BatchNorm1d``, ``BatchNorm2d``, ``LayerNorm``, activations as modules,
-``Flatten``, ``AvgPool2d``, ``Upsample``, ``Dropout``; ``spectral_norm``; initializers in
-:mod:`gpgan.nn.init`.
+Owns stateful building blocks (parameters, buffers, hooks, state_dict, device moves) and their
+initialization; the computation of each layer is a call into :mod:`gpgan.functions`, and whole
+architectures live in :mod:`gpgan.models`.
+
+``Module`` / ``Parameter`` / ``ForwardPreHook`` / ``Sequential`` / ``ModuleList``; layers
+``Linear``, ``Conv2d``, ``ConvTranspose2d``, ``BatchNorm1d``, ``BatchNorm2d``, ``LayerNorm``,
+activations as modules, ``Flatten``, ``AvgPool2d``, ``Upsample``, ``Dropout``; ``spectral_norm``;
+initializers in :mod:`gpgan.nn.init`.
 """
 from gpgan.nn import init
 from gpgan.nn.layers import (
@@ -11,13 +15,13 @@ from gpgan.nn.layers import (
     LeakyReLU, Linear, ReLU, Sigmoid, Softplus, Tanh, Upsample,
 )
 from gpgan.nn.module import (
-    IncompatibleKeys, Module, ModuleList, Parameter, Sequential, StateDictError, count_parameters,
+    ForwardPreHook, IncompatibleKeys, Module, ModuleList, Parameter, Sequential, StateDictError, count_parameters,
     functional_call,
 )
 from gpgan.nn.spectral_norm import SpectralNorm, remove_spectral_norm, spectral_norm
 
 __all__ = [
-    "init", "Module", "Parameter", "Sequential", "ModuleList", "IncompatibleKeys", "StateDictError",
+    "init", "Module", "Parameter", "ForwardPreHook", "Sequential", "ModuleList", "IncompatibleKeys", "StateDictError",
     "count_parameters", "functional_call",
     "Linear", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
     "ReLU", "LeakyReLU", "Tanh", "Sigmoid", "ELU", "Softplus", "Identity", "Flatten", "AvgPool2d",

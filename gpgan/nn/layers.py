@@ -11,6 +11,7 @@ import math
 import numpy
 
 import gpgan.functions as F
+from gpgan.functions._args import check_int, pair
 from gpgan.nn import init
 from gpgan.nn.module import Module, Parameter
 
@@ -19,15 +20,6 @@ __all__ = [
     "ReLU", "LeakyReLU", "Tanh", "Sigmoid", "ELU", "Softplus", "Identity", "Flatten",
     "AvgPool2d", "Upsample", "Dropout",
 ]
-
-
-def _pair(value, what):
-    if isinstance(value, int):
-        return (value, value)
-    value = tuple(value)
-    if len(value) != 2 or not all(isinstance(v, int) for v in value):
-        raise ValueError(f"{what} must be an int or a pair of ints, got {value!r}")
-    return value
 
 
 def _empty(shape, dtype):
@@ -72,16 +64,19 @@ class _ConvNd(Module):
                  transposed, output_padding, rng, dtype):
         super().__init__()
         name = type(self).__name__
+        in_channels = check_int(name, "in_channels", in_channels, 1)
+        out_channels = check_int(name, "out_channels", out_channels, 1)
+        groups = check_int(name, "groups", groups, 1)
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"{name}: in_channels ({in_channels}) and out_channels ({out_channels}) "
                              f"must be divisible by groups ({groups})")
-        self.in_channels, self.out_channels = int(in_channels), int(out_channels)
-        self.kernel_size = _pair(kernel_size, f"{name} kernel_size")
-        self.stride = _pair(stride, f"{name} stride")
-        self.padding = _pair(padding, f"{name} padding")
-        self.dilation = _pair(dilation, f"{name} dilation")
-        self.output_padding = _pair(output_padding, f"{name} output_padding")
-        self.groups = int(groups)
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.kernel_size = pair(name, "kernel_size", kernel_size, 1)
+        self.stride = pair(name, "stride", stride, 1)
+        self.padding = pair(name, "padding", padding, 0)
+        self.dilation = pair(name, "dilation", dilation, 1)
+        self.output_padding = pair(name, "output_padding", output_padding, 0)
+        self.groups = groups
         if transposed:
             shape = (self.in_channels, self.out_channels // groups) + self.kernel_size
         else:

@@ -1,4 +1,4 @@
-"""``Module``, ``Parameter`` and the containers ``Sequential`` / ``ModuleList``.
+"""``Module``, ``Parameter``, ``ForwardPreHook`` and the containers ``Sequential`` / ``ModuleList``.
 
 The API follows ``torch.nn.Module`` closely (attribute registration, dotted parameter names,
 ``state_dict`` keys, ``train``/``eval``, ``repr``), so architectures and weights move between the two.
@@ -12,8 +12,8 @@ import numpy
 from gpgan.autograd import Variable, VariableNode
 from gpgan.backend import device_of, get_array_module, to_device
 
-__all__ = ["Parameter", "Module", "Sequential", "ModuleList", "IncompatibleKeys", "StateDictError", "functional_call",
-           "count_parameters"]
+__all__ = ["Parameter", "Module", "ForwardPreHook", "Sequential", "ModuleList", "IncompatibleKeys", "StateDictError",
+           "functional_call", "count_parameters"]
 
 
 class Parameter(Variable):
@@ -53,6 +53,45 @@ class Parameter(Variable):
 
     def __repr__(self):
         return "Parameter containing:\n" + super().__repr__()
+
+
+class ForwardPreHook:
+    """Something run before every forward of the module it is registered on (spectral norm is one).
+
+    Subclasses implement ``__call__(module, inputs)`` (``inputs``: the positional arguments of the
+    call). A hook may set attributes of the module that it derives from the module's state
+    (spectral norm's normalized ``weight``, from ``weight_orig`` and the ``weight_u``/``weight_v``
+    buffers). Such attributes are part of the contract with :class:`Module`:
+
+    * ``derived_attributes`` names them; they are not state, so pickling and copying a module
+      leave them out;
+    * ``refresh(module)`` recomputes them after the module's state changed outside a forward: a
+      ``load_state_dict``, a device move or dtype cast (``Module.to``), an unpickling or a copy.
+
+    A plain function registered with :meth:`Module.register_forward_pre_hook` is wrapped in a
+    hook that derives nothing.
+    """
+
+    derived_attributes = ()
+
+    def __call__(self, module, inputs):
+        raise NotImplementedError(f"{type(self).__name__} does not implement __call__")
+
+    def refresh(self, module):
+        """Recompute the derived attributes of ``module`` from its state (nothing by default)."""
+
+
+class _FunctionHook(ForwardPreHook):
+    """A plain function ``fn(module, inputs)`` as a hook."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, module, inputs):
+        self.fn(module, inputs)
+
+    def __repr__(self):
+        return f"_FunctionHook({self.fn!r})"
 
 
 IncompatibleKeys = namedtuple("IncompatibleKeys", ["missing_keys", "unexpected_keys"])
@@ -176,10 +215,23 @@ class Module:
         self._modules[name] = module
 
     def register_forward_pre_hook(self, hook):
-        """``hook(module, args)`` runs before every ``forward``; returns a key for :meth:`remove_forward_pre_hook`."""
+        """``hook(module, args)`` runs before every ``forward``; returns a key for :meth:`remove_forward_pre_hook`.
+
+        ``hook`` is a :class:`ForwardPreHook`, or any callable (wrapped in one that derives nothing).
+        """
+        if not isinstance(hook, ForwardPreHook):
+            if not callable(hook):
+                raise TypeError(f"register_forward_pre_hook: expected a ForwardPreHook or a callable "
+                                f"hook(module, args), got {type(hook).__name__}")
+            hook = _FunctionHook(hook)
         key = object()
         self._forward_pre_hooks[key] = hook
         return key
+
+    def _refresh_derived_attributes(self):
+        """Let this module's hooks recompute what they derive from its state (see ForwardPreHook)."""
+        for hook in self._forward_pre_hooks.values():
+            hook.refresh(self)
 
     def remove_forward_pre_hook(self, key):
         self._forward_pre_hooks.pop(key, None)
@@ -307,9 +359,7 @@ class Module:
             for name, b in m._buffers.items():
                 if b is not None:
                     m._buffers[name] = convert(b)
-            for hook in m._forward_pre_hooks.values():
-                if hasattr(hook, "refresh"):
-                    hook.refresh(m)  # recompute derived attributes (spectral norm's weight)
+            m._refresh_derived_attributes()  # spectral norm's weight, on the new device / in the new dtype
         return self
 
     def cpu(self):
@@ -405,9 +455,7 @@ class Module:
             value = to_device(value, device_of(current))
             current[...] = value.astype(current.dtype, copy=False)
         for module in self.modules():
-            for hook in module._forward_pre_hooks.values():
-                if hasattr(hook, "refresh"):
-                    hook.refresh(module)
+            module._refresh_derived_attributes()
         return IncompatibleKeys(missing, unexpected)
 
     # -- copying and pickling -----------------------------------------------------------------
@@ -416,15 +464,13 @@ class Module:
         # state: they are dropped here and recomputed by __setstate__.
         state = self.__dict__.copy()
         for hook in self._forward_pre_hooks.values():
-            for name in getattr(hook, "derived_attributes", ()):
+            for name in hook.derived_attributes:
                 state.pop(name, None)
         return state
 
     def __setstate__(self, state):
         self.__dict__.update(state)
-        for hook in self._forward_pre_hooks.values():
-            if hasattr(hook, "refresh"):
-                hook.refresh(self)
+        self._refresh_derived_attributes()
 
     # -- printing -------------------------------------------------------------------------------
     def extra_repr(self):
@@ -445,12 +491,44 @@ class Module:
         return f"{type(self).__name__}(\n  {body}\n)"
 
 
-class Sequential(Module):
+class _ModuleSequence(Module):
+    """Sub-modules registered as "0", "1", ... in order: ``append``, ``extend``, ``len``,
+    iteration, indexing (negative too) and slicing; shared by Sequential and ModuleList."""
+
+    def append(self, module):
+        """Register ``module`` under the next number; returns ``self``."""
+        self.add_module(str(len(self._modules)), module)
+        return self
+
+    def extend(self, modules):
+        """``append`` each of ``modules``; returns ``self``."""
+        for m in modules:
+            self.append(m)
+        return self
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return self._from_items(list(self._modules.items())[index])
+        return list(self._modules.values())[index]
+
+    def _from_items(self, items):
+        """A new container of this type sharing the modules of ``items`` (name, module pairs)."""
+        raise NotImplementedError
+
+
+class Sequential(_ModuleSequence):
     """Modules applied one after another: ``Sequential(Linear(2, 8), ReLU(), Linear(8, 1))``.
 
     Also accepts an ``OrderedDict`` of named modules. Children are named "0", "1", ... (as torch),
     so ``state_dict`` keys are e.g. ``"0.weight"``. Supports ``len``, iteration, indexing and
-    slicing (a slice is a new Sequential sharing the modules), and :meth:`append`.
+    slicing (a slice is a new Sequential sharing the modules under their names), :meth:`append`
+    and :meth:`extend`.
     """
 
     def __init__(self, *modules):
@@ -464,21 +542,8 @@ class Sequential(Module):
                     raise TypeError(f"Sequential: argument {i} is a {type(m).__name__}, not a Module")
                 self.add_module(str(i), m)
 
-    def append(self, module):
-        self.add_module(str(len(self._modules)), module)
-        return self
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __getitem__(self, index):
-        items = list(self._modules.items())
-        if isinstance(index, slice):
-            return Sequential(OrderedDict(items[index]))
-        return items[index][1]
+    def _from_items(self, items):
+        return Sequential(OrderedDict(items))
 
     def forward(self, x):
         for m in self._modules.values():
@@ -486,33 +551,16 @@ class Sequential(Module):
         return x
 
 
-class ModuleList(Module):
-    """A list of sub-modules, registered as "0", "1", ... (no forward of its own)."""
+class ModuleList(_ModuleSequence):
+    """A list of sub-modules, registered as "0", "1", ... (no forward of its own); a slice is a
+    new ModuleList of the same modules, numbered from "0"."""
 
     def __init__(self, modules=()):
         super().__init__()
         self.extend(modules)
 
-    def append(self, module):
-        self.add_module(str(len(self._modules)), module)
-        return self
-
-    def extend(self, modules):
-        for m in modules:
-            self.append(m)
-        return self
-
-    def __len__(self):
-        return len(self._modules)
-
-    def __iter__(self):
-        return iter(self._modules.values())
-
-    def __getitem__(self, index):
-        values = list(self._modules.values())
-        if isinstance(index, slice):
-            return ModuleList(values[index])
-        return values[index]
+    def _from_items(self, items):
+        return ModuleList(m for _, m in items)
 
 
 def count_parameters(module, trainable_only=False):

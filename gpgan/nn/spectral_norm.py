@@ -14,7 +14,7 @@ singular value of ``weight_orig`` reshaped to a matrix (out, -1):
 import gpgan.functions as F
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import device_of, get_array_module, get_rng, to_device
-from gpgan.nn.module import Module, Parameter
+from gpgan.nn.module import ForwardPreHook, Module, Parameter
 
 __all__ = ["spectral_norm", "remove_spectral_norm", "SpectralNorm"]
 
@@ -23,8 +23,12 @@ def _normalize(xp, vec, eps):
     return vec / xp.maximum(xp.sqrt((vec * vec).sum()), eps)
 
 
-class SpectralNorm:
-    """The forward pre-hook that spectral_norm installs (one per normalized parameter)."""
+class SpectralNorm(ForwardPreHook):
+    """The forward pre-hook that spectral_norm installs (one per normalized parameter).
+
+    Derives the module's ``<name>`` (``<name>_orig / sigma``) before every forward; its
+    ``derived_attributes`` are ``(name,)``.
+    """
 
     def __init__(self, name="weight", n_power_iterations=1, dim=0, eps=1e-12):
         if n_power_iterations < 1:

@@ -1,6 +1,10 @@
 """Optimizers (Adam, SGD, RMSprop with torch semantics), learning-rate schedules, and an
 exponential moving average of weights.
 
+Owns how parameters change given their gradients, and the state that takes (moments, step
+counts) with its state_dict; computing the gradients and deciding when to step belong to
+:mod:`gpgan.autograd` and the trainer.
+
 Public names: :class:`Optimizer`, :class:`Adam`, :class:`SGD`, :class:`RMSprop`,
 :class:`LRSchedule`, :class:`ConstantLR`, :class:`LinearDecayLR`, :data:`SCHEDULES`,
 :func:`make_schedule`, :class:`EMA`.

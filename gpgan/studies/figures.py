@@ -1,4 +1,6 @@
-"""Figures of a sweep report: metric-vs-x plots (through gpgan.viz.line_plot) and sample tiles.
+"""Figures of a sweep report: metric-vs-x plots (matplotlib, through gpgan.viz.line_figure) and
+sample tiles (Pillow: the samples are images already, pasted unscaled or shrunk, never resampled
+by a plotting library).
 
 Both are laid out per *panel*: one figure per combination of the setting axes other than the
 x and series axes (e.g. one per dataset).
@@ -11,8 +13,11 @@ from pathlib import Path
 from PIL import Image, ImageDraw, ImageFont
 
 from gpgan.studies.sweep import IGNORED, format_value
+from gpgan.viz import line_figure, save_figure
 
-__all__ = ["slug", "metric_figure", "sample_tiles"]
+__all__ = ["slug", "build_metric_figure", "metric_figure", "sample_tiles"]
+
+MAX_TICKS = 12      # x values beyond this many get matplotlib's own ticks instead of one each
 
 TILE = 200          # samples are scaled to fit a TILE x TILE cell
 LABEL_H = 18        # height of the label strip above each cell
@@ -43,63 +48,78 @@ def _is_number(v) -> bool:
     return _as_number(v) is not None
 
 
-def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title) -> bool:
-    """Plot ``metric`` against the x axis, one line per series value.
-
-    ``points``: list of (series value, x value or IGNORED, mean, std) in sweep order, only for
-    settings with at least one finished run. A series whose x axis is ignored (e.g. penalty
-    "none", whose weight does not matter) is drawn as a constant line over every x. When no
-    series has two x values (one weight per type, or no x axis) the plot is a point plot
-    against the series instead. Returns False (and writes nothing) when there are no points.
-    """
-    from gpgan.viz import line_plot  # imported here: only report writing needs the plotting module
-
+def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction, title):
+    """The Figure of :func:`metric_figure` (same arguments but the path), or None without points."""
     if not points:
-        return False
+        return None
     ylabel = f"{metric} ({'higher' if direction == 'max' else 'lower'} is better)"
     series_order = []
     for s, _, _, _ in points:
         if not any(s == t for t in series_order):
             series_order.append(s)
-    by_series = {format_value(s): [(x, m, d) for t, x, m, d in points if t == s] for s in series_order}
+    by_series = {format_value(s): [(x, m, _spread(d)) for t, x, m, d in points if t == s] for s in series_order}
     xs_used = [x for x in x_values if any(x == px for _, px, _, _ in points if px is not IGNORED)]
     multi_x = any(len([p for p in pts if p[0] is not IGNORED]) > 1 for pts in by_series.values())
 
-    series = []
     if x_axis is None or not multi_x:
-        # Point plot against the series: one single-point series per value, at x = its position.
+        # One mark per series value at categorical positions, no line: the values are not ordered.
+        ticks, means, spreads = [], [], []
         for i, s in enumerate(series_order):
             x, m, d = by_series[format_value(s)][0]
-            label = format_value(s) if x is IGNORED or x_axis is None else f"{format_value(s)} ({x_axis}={format_value(x)})"
-            series.append((label, [float(i)], [m], [d]))
-        names = ", ".join(f"{i}={format_value(s)}" for i, s in enumerate(series_order))
-        xlabel = f"{series_axis or 'setting'}: {names}"
-        logx = False
+            name = format_value(s) if x is IGNORED or x_axis is None else f"{format_value(s)} ({x_axis}={format_value(x)})"
+            ticks.append((float(i), name))
+            means.append(m)
+            spreads.append(d)
+        series = [("", [t for t, _ in ticks], means, spreads, "points")]
+        return line_figure(series, xlabel=series_axis or "setting", ylabel=ylabel, title=title, xticks=ticks)
+
+    if all(_is_number(x) for x in xs_used):
+        nums = [_as_number(x) for x in xs_used]
+        pos = {format_value(x): n for x, n in zip(xs_used, nums)}
+        logx = all(n > 0 for n in nums) and max(nums) / min(nums) >= 10
     else:
-        numeric = all(_is_number(x) for x in xs_used)
-        if numeric:
-            nums = [_as_number(x) for x in xs_used]
-            pos = {format_value(x): n for x, n in zip(xs_used, nums)}
-            logx = all(n > 0 for n in nums) and max(nums) / min(nums) >= 10
-            xlabel = x_axis
-        else:
-            pos = {format_value(x): float(i) for i, x in enumerate(xs_used)}
-            logx = False
-            xlabel = f"{x_axis}: " + ", ".join(f"{i}={format_value(x)}" for i, x in enumerate(xs_used))
-        for s in series_order:
-            pts = by_series[format_value(s)]
-            fixed = [p for p in pts if p[0] is IGNORED]
-            if fixed:
-                _, m, d = fixed[0]
-                xs = sorted(pos.values())
-                series.append((f"{format_value(s)} (any {x_axis})", xs, [m] * len(xs), [d] * len(xs)))
-                continue
-            pts = sorted(pts, key=lambda p: pos[format_value(p[0])])
-            series.append((format_value(s) if series_axis else metric,
-                           [pos[format_value(p[0])] for p in pts], [p[1] for p in pts], [p[2] for p in pts]))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    line_plot(str(path), series, xlabel=xlabel, ylabel=ylabel, title=title, logx=logx)
+        pos = {format_value(x): float(i) for i, x in enumerate(xs_used)}
+        logx = False
+    ticks = [(pos[format_value(x)], format_value(x)) for x in xs_used] if len(xs_used) <= MAX_TICKS else None
+    series = []
+    for s in series_order:
+        pts = by_series[format_value(s)]
+        fixed = [p for p in pts if p[0] is IGNORED]
+        if fixed:  # e.g. penalty "none": one value for every weight, drawn dashed across them
+            _, m, d = fixed[0]
+            xs = sorted(pos.values())
+            series.append((f"{format_value(s)} (any {x_axis})", xs, [m] * len(xs), [d] * len(xs), "level"))
+            continue
+        pts = sorted(pts, key=lambda p: pos[format_value(p[0])])
+        series.append((format_value(s) if series_axis else "",
+                       [pos[format_value(p[0])] for p in pts], [p[1] for p in pts], [p[2] for p in pts]))
+    return line_figure(series, xlabel=x_axis, ylabel=ylabel, title=title, logx=logx, xticks=ticks)
+
+
+def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title) -> bool:
+    """Plot ``metric`` against the x axis, one line per series value, into ``path`` (PNG).
+
+    ``points``: list of (series value, x value or IGNORED, mean, std or None) in sweep order,
+    only for settings with at least one finished run; ``x_values``: the x axis's values in
+    sweep order. Error bars are the std over seeds (none where std is None: a single seed).
+    The x axis is logarithmic when every x is a positive number and they span at least 10x,
+    linear for other numbers, and categorical (in sweep order) otherwise. A series whose x axis
+    is ignored (e.g. penalty "none", whose weight does not matter) is a dashed constant line
+    over every x. When no series has two x values (one weight per type, or no x axis) the plot
+    has one mark per series value instead. A mean of +inf (e.g. the reverse KL of a collapsed
+    run), -inf or nan is marked in a shaded band at the top or bottom edge and labelled.
+    Returns False (and writes nothing) when there are no points.
+    """
+    figure = build_metric_figure(points, x_axis, series_axis, x_values, metric, direction, title)
+    if figure is None:
+        return False
+    save_figure(figure, path)
     return True
+
+
+def _spread(std):
+    """A std as an error bar half-width: NaN (no bar) when there is none."""
+    return math.nan if std is None else float(std)
 
 
 def _font():

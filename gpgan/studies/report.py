@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpgan.studies.figures import metric_figure, sample_tiles, slug
+from gpgan.viz import curves_plot
 from gpgan.studies.results import RunRecord, collect_results, resolve_metrics, write_results_csv
 from gpgan.studies.sweep import IGNORED, Sweep, format_value
 
@@ -127,7 +128,7 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
     """Write figures/*.png; returns [(panel heading, [(caption, relative path)])]."""
     fig_dir = out_dir / "figures"
     fig_dir.mkdir(parents=True, exist_ok=True)
-    for old in fig_dir.glob("*.png"):
+    for old in list(fig_dir.glob("*.png")) + list(fig_dir.glob("curves/*.png")):
         old.unlink()  # figures of an earlier report (e.g. of a metric no longer listed)
     x_values = sweep.axes.get(sweep.x_axis, []) if sweep.x_axis else []
     series_values = sweep.axes.get(sweep.series_axis, [None]) if sweep.series_axis else [None]
@@ -144,17 +145,26 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
                     continue
                 s = st.values.get(sweep.series_axis) if sweep.series_axis else None
                 x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
-                points.append((s, x, mean, std or 0.0))
+                points.append((s, x, mean, std))
             rel = f"figures/{slug(metric)}{suffix}.png"
             title = f"{metric}, {heading}" if pv else metric
             caption = f"{metric} (final, mean ± std over seeds)"
-            undrawn = [", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
-                       for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
-            if undrawn:  # e.g. a reverse KL of inf: the plot cannot show it, the table does
-                caption += "; not drawn (mean not finite): " + "; ".join(undrawn)
+            off_scale = [", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
+                         + f" ({_num(st.final[metric][0])})"
+                         for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
+            if off_scale:  # e.g. a reverse KL of inf: marked in a band at the plot's edge, named here
+                caption += "; marked at the edge (mean not finite): " + "; ".join(off_scale)
             if metric_figure(out_dir / rel, points, sweep.x_axis, sweep.series_axis, x_values,
                              metric, direction, title):
                 items.append((caption, rel))
+            curves = _curve_groups(sweep, settings, metric)
+            if curves:
+                rel = f"figures/curves/{slug(metric)}{suffix}.png"
+                curves_plot(out_dir / rel, curves, "generator step", metric, title=f"{title}, during training",
+                            ncols=min(4, len(curves)))
+                by = f", one panel per {sweep.series_axis}" if sweep.series_axis else ""
+                items.append((f"{metric} against the step (mean ± std over seeds{by}; non-finite means left out)",
+                              rel))
 
         # Sample tiles: rows = series values, columns = x values (first finished seed of each).
         cells = []
@@ -184,6 +194,36 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
                 items.append(("final samples per setting", rel))
         out.append((heading, items))
     return out
+
+
+def curve_stats(records, metric):
+    """``(steps, mean, std or None)`` of ``metric`` over the finished runs ``records``, at the
+    steps every one of them evaluated (std needs two runs); None when there is no such step."""
+    curves = [dict(r.curves.get(metric, [])) for r in records if r.status == "finished"]
+    curves = [c for c in curves if c]
+    if not curves:
+        return None
+    steps = sorted(set.intersection(*(set(c) for c in curves)))
+    if not steps:
+        return None
+    stats = [mean_std([c[step] for c in curves]) for step in steps]
+    mean = [math.nan if m is None else m for m, _, _ in stats]
+    std = None if len(curves) < 2 else [math.nan if d is None else d for _, d, _ in stats]
+    return steps, mean, std
+
+
+def _curve_groups(sweep, settings, metric):
+    """curves_plot's groups for one panel: one group per series value, one line per x value."""
+    groups = {}
+    for st in settings:
+        stats = curve_stats(st.records, metric)
+        if stats is None:
+            continue
+        s = format_value(st.values.get(sweep.series_axis)) if sweep.series_axis else "all"
+        x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
+        label = f"{sweep.x_axis}={_val(x)}" if sweep.x_axis else "mean"
+        groups.setdefault(s, []).append((label, *stats))
+    return list(groups.items())
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,6 +278,10 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
         lines.append(f"- Axis `{key}`{role}: " + ", ".join(f"`{format_value(v)}`" for v in values))
     if sweep.fixed:
         lines.append("- Fixed overrides: " + ", ".join(f"`{k}={format_value(v)}`" for k, v in sweep.fixed.items()))
+    for name, bundle in sweep.variants.items():
+        for variant, settings in bundle.items():
+            what = ", ".join(f"`{k}={format_value(v)}`" for k, v in settings.items()) or "no further overrides"
+            lines.append(f"- Variant `{name}={variant}`: {what}.")
     for when, dropped in sweep.ignore:
         cond = " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in when.items())
         lines.append(f"- Ignored: {', '.join(f'`{k}`' for k in dropped)} when {cond} "
@@ -249,6 +293,8 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
     lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "
                  "n = finished runs / runs. ↑ higher is better, ↓ lower is better.")
     lines.append("")
+    if sweep.notes:
+        lines += ["## Findings", "", sweep.notes.strip(), ""]
 
     header = list(sweep.setting_axes) + ["n"] + [f"{m} {ARROW[d]}" for m, d in metrics]
     final_rows, best_rows = [], []

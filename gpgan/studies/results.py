@@ -31,7 +31,8 @@ class RunRecord:
     stderr), "interrupted" (last attempt stopped with exit 130 and left a checkpoint: the next
     sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
     an attempt), "not run", or any other
-    status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value.
+    status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value;
+    ``curves``: metric name -> [(step, value)] of every evaluation logged in metrics.jsonl.
     """
 
     spec: RunSpec
@@ -43,6 +44,7 @@ class RunRecord:
     wall_time_s: float | None = None
     error: str = ""
     sample: Path | None = None
+    curves: dict[str, list] = field(default_factory=dict)
 
 
 def _aliases(name: str) -> list[str]:
@@ -71,13 +73,14 @@ def _read_final(run_dir):
     return RunFolder(run_dir).read_final() if run_dir is not None else None
 
 
-def _series(rows: list[dict], name: str) -> list[float]:
-    values = []
+def _curve(rows: list[dict], name: str) -> list[tuple[int, float]]:
+    """(step, value) of every record that holds metric ``name``."""
+    points = []
     for row in rows:
         v = _lookup(row, name)
-        if v is not None:
-            values.append(v)
-    return values
+        if v is not None and isinstance(row.get("step"), int):
+            points.append((row["step"], v))
+    return points
 
 
 def _best(values, direction):
@@ -144,7 +147,8 @@ def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
             except ValueError as exc:  # a damaged metrics.jsonl: the final values still count
                 rows, rec.error = [], str(exc)
             for name, direction in metrics:
-                series = _series(rows, name)
+                rec.curves[name] = _curve(rows, name)
+                series = [v for _, v in rec.curves[name]]
                 last = _lookup((final or {}).get("final"), name)
                 if last is None and series:
                     last = series[-1]

@@ -21,6 +21,20 @@ A sweep file (YAML) names a base config and the axes to vary::
       - {penalty.type: r2, penalty.weight: 0.1}
     out: experiments/ablations/mine     # default output folder (optional)
     title: My ablation                  # REPORT.md heading (optional)
+    notes: |                            # Markdown for REPORT.md's "Findings" (optional)
+      R1 and LP cover every mode ...
+
+``variants``: named bundles of overrides that serve as the values of an axis with a plain name
+(no dot), e.g. a penalty in its paper's pairing beside the common setting::
+
+    variants:
+      pairing:
+        common: {}
+        wgan_gp_paper: {loss: wgan, train.critic_steps: 5, optim.critic.lr: 1.0e-4}
+    axes:
+      pairing: [common, wgan_gp_paper]
+
+A variant's keys override ``set:``; they may not also be axes.
 
 ``ignore``: in a combination matching ``when`` (every listed key has the listed value, or one of
 the listed values when a list is given) the listed axes are dropped: no override is passed for
@@ -58,8 +72,8 @@ __all__ = [
 ]
 
 TOP_LEVEL_KEYS = (
-    "base", "axes", "set", "metrics", "seed_axis", "x_axis", "series_axis",
-    "ignore", "exclude", "out", "title",
+    "base", "axes", "set", "variants", "metrics", "seed_axis", "x_axis", "series_axis",
+    "ignore", "exclude", "out", "title", "notes",
 )
 IGNORE_KEYS = ("when", "axes")
 DIRECTIONS = ("max", "min")
@@ -115,6 +129,8 @@ class Sweep:
     out: Path | None = None
     title: str | None = None
     base_text: str = ""          # ``base`` exactly as written in the file (for the report)
+    variants: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    notes: str | None = None     # Markdown placed in REPORT.md under "Findings"
 
     @property
     def stem(self) -> str:
@@ -298,6 +314,7 @@ def parse_sweep(raw, path) -> Sweep:
     if not base.is_file():
         raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
 
+    variants = _parse_variants(path, raw.get("variants"))
     axes_raw = raw["axes"]
     if not isinstance(axes_raw, dict) or not axes_raw:
         raise _err(path, "axes", "must be a non-empty mapping of dotted config keys to lists of values")
@@ -312,7 +329,23 @@ def parse_sweep(raw, path) -> Sweep:
         for i, v in enumerate(values):
             if any(_same(v, w) for w in values[:i]):
                 raise _err(path, where, f"value {v!r} is listed twice")
+        if key in variants:
+            for v in values:
+                if not isinstance(v, str) or v not in variants[key]:
+                    raise _err(path, where, f"{v!r} is not a variant of {key!r}; its variants are "
+                                            f"{list(variants[key])}{did_you_mean(v, variants[key])}")
+        elif "." not in key:
+            raise _err(path, where, f"{key!r} is neither a dotted config key like 'penalty.weight' nor a "
+                                    f"variant axis (variants: {list(variants)}){did_you_mean(key, variants)}")
         axes[key] = list(values)
+    for name in variants:
+        if name not in axes:
+            raise _err(path, f"variants.{name}", f"is not used as an axis; add `{name}: [...]` to axes")
+        for variant, settings in variants[name].items():
+            for key in settings:
+                if key in axes:
+                    raise _err(path, f"variants.{name}.{variant}.{key}", "is also an axis; a key is either "
+                                                                        "set by a variant or varied")
 
     fixed_raw = raw.get("set") or {}
     if not isinstance(fixed_raw, dict):
@@ -385,17 +418,50 @@ def parse_sweep(raw, path) -> Sweep:
     title = raw.get("title")
     if title is not None and not isinstance(title, str):
         raise _err(path, "title", f"must be a string, got {title!r}")
+    notes = raw.get("notes")
+    if notes is not None and not isinstance(notes, str):
+        raise _err(path, "notes", f"must be Markdown text (a string), got {type(notes).__name__}")
 
     sweep = Sweep(
         path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
         out=Path(out) if out is not None else None, title=title, base_text=base_text,
+        variants=variants, notes=notes,
     )
     _check_config_keys(sweep)
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
     if not specs:
         raise _err(path, "exclude", "excludes every combination; nothing to run")
     return sweep
+
+
+def _parse_variants(path, raw) -> dict:
+    """``variants: {axis name: {variant name: {dotted key: value}}}``: named bundles of
+    overrides, used as the values of an axis (e.g. a penalty in its paper's pairing of loss,
+    critic steps and optimizer beside the common one)."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise _err(path, "variants", "must be a mapping {axis name: {variant name: {dotted key: value}}}")
+    variants = {}
+    for name, bundle in raw.items():
+        where = f"variants.{name}"
+        if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+            raise _err(path, "variants", f"{name!r} must be a plain name (no dots): it names an axis, not a key")
+        if not isinstance(bundle, dict) or not bundle:
+            raise _err(path, where, "must be a non-empty mapping {variant name: {dotted key: value}}")
+        variants[name] = {}
+        for variant, settings in bundle.items():
+            if not isinstance(variant, str) or not variant:
+                raise _err(path, where, f"variant name {variant!r} must be a non-empty string")
+            settings = {} if settings is None else settings
+            if not isinstance(settings, dict):
+                raise _err(path, f"{where}.{variant}", "must be a mapping of dotted config keys to values")
+            for key, value in settings.items():
+                _check_key(path, f"{where}.{variant}", key)
+                _check_value(path, f"{where}.{variant}.{key}", value, allow_mapping=True)
+            variants[name][variant] = dict(settings)
+    return variants
 
 
 def _check_config_keys(sweep: Sweep) -> None:
@@ -407,7 +473,9 @@ def _check_config_keys(sweep: Sweep) -> None:
     except ImportError:  # the training package is not importable here: the trainer will judge
         return
     items = [("set", k, v) for k, v in sweep.fixed.items()]
-    items += [("axes", k, v) for k, vals in sweep.axes.items() for v in vals]
+    items += [("axes", k, v) for k, vals in sweep.axes.items() for v in vals if k not in sweep.variants]
+    items += [(f"variants.{name}.{variant}", k, v) for name, bundle in sweep.variants.items()
+              for variant, settings in bundle.items() for k, v in settings.items()]
     for section, key, value in items:
         try:
             parse_override(f"{key}={override_text(value)}")
@@ -455,7 +523,12 @@ def expand_runs(sweep: Sweep) -> list[RunSpec]:
             raise _err(sweep.path, "axes", f"runs {seen_names[name]} and {values} get the same folder name "
                        f"{name!r}; make the values differ in letters, digits or . + - _")
         seen_names[name] = values
-        overrides = list(sweep.fixed.items()) + [(k, v) for k, v in values.items() if v is not IGNORED]
+        overrides = list(sweep.fixed.items())
+        for k, v in values.items():
+            if v is IGNORED:
+                continue
+            # A variant stands for its bundle of overrides (which win over set:, coming later).
+            overrides += list(sweep.variants[k][v].items()) if k in sweep.variants else [(k, v)]
         setting = tuple(format_value(values[k]) for k in sweep.setting_axes)
         seed = values.get(sweep.seed_axis) if sweep.seed_axis else None
         specs.append(RunSpec(name=name, values=values, overrides=overrides, setting=setting, seed=seed))

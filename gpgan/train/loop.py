@@ -195,7 +195,7 @@ class Trainer:
                 checkpoint = last or stop or every(tc["checkpoint_interval"], step)
                 if log or sample or checkpoint:
                     self._raise_on_fault()  # before anything reads the weights or losses
-                evaluation = self.monitor.evaluate() if evaluate else {}
+                evaluation = self.monitor.evaluate(step) if evaluate else {}
                 self._keep_best(evaluation)
                 if log:
                     now = time.perf_counter()

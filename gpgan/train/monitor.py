@@ -59,7 +59,7 @@ class Monitor:
             (n_fixed, parts.latent_dim)).astype(numpy.float32)
         self.fixed_real = parts.sampler.sample(n_fixed, numpy.random.default_rng([seed, 4])) if parts.is_toy else None
         self.writer = None
-        self.latest_eval = {}
+        self.latest_eval, self.latest_eval_step = {}, None
 
     # -- TensorBoard ----------------------------------------------------------------------------
     def open(self, step):
@@ -90,30 +90,27 @@ class Monitor:
                 return run()
         return run()
 
-    def evaluate(self):
+    def evaluate(self, step):
         """Toy data with modes: the mode metrics of the generated fixed-noise points ({} otherwise)."""
         sampler = self.parts.sampler
         if not self.writes or not self.parts.is_toy or sampler.means is None:
             return {}
         metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
         self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
+        self.latest_eval_step = step
         return dict(self.latest_eval)
 
     def write_samples(self, step, final=False):
-        """samples/step_N.png (or final.png): a grid of images, or generated over real points."""
-        from gpgan.viz import save_image_grid, scatter_plot
+        """samples/step_N.png (or final.png): a grid of images, or generated over real points
+        titled with the step's evaluation (when the step was evaluated)."""
+        from gpgan.viz import save_image_grid, scatter_samples
 
         path = self.run.sample_path(None if final else step)
         if not self.writes:
             return path
         out = self.generate(self.fixed_noise)
         if self.parts.is_toy:
-            real = self.fixed_real
-            lo, hi = real.min(axis=0), real.max(axis=0)
-            pad = 0.25 * (hi - lo)
-            limits = ((lo[0] - pad[0], hi[0] + pad[0]), (lo[1] - pad[1], hi[1] + pad[1]))
-            scatter_plot(path, [(real, (170, 170, 170), "real"), (out, (31, 119, 180), "generated")],
-                         limits=limits, title=f"step {step}")
+            scatter_samples(path, self.fixed_real, out, title=self._sample_title(step))
         else:
             save_image_grid(path, out, nrow=max(1, int(math.ceil(math.sqrt(len(out))))))
         if self.writer is not None:
@@ -122,6 +119,16 @@ class Monitor:
             with Image.open(path) as img:
                 self.writer.add_image("samples", numpy.asarray(img.convert("RGB")), step, dataformats="HWC")
         return path
+
+    def _sample_title(self, step):
+        """``"step 500: 25/25 modes, 83% high quality, reverse KL 0.010"`` (the metrics only when
+        this step was evaluated)."""
+        title = f"step {step}"
+        ev = self.latest_eval if self.latest_eval_step == step else {}
+        if "eval/modes" in ev:
+            title += (f": {ev['eval/modes']}/{len(self.parts.sampler.means)} modes, "
+                      f"{100 * ev['eval/high_quality']:.0f}% high quality, reverse KL {ev['eval/reverse_kl']:.3f}")
+        return title
 
     # -- metrics records -------------------------------------------------------------------------
     def record(self, step, last, real, fake, evaluation, time_per_step):

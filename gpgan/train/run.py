@@ -194,8 +194,10 @@ class RunFolder:
 
     def config_differences(self, wanted, ignore=VOLATILE_KEYS):
         """``[(dotted key, value in this run's config, value in wanted)]`` for every key that
-        differs, except ``ignore`` (by default the keys that do not change what a run computes)."""
-        saved = self.read_config(validate=False)
+        differs, except ``ignore`` (by default the keys that do not change what a run computes).
+        The run's config is completed with today's defaults first, so a key added to gpgan since
+        the run was made is no difference."""
+        saved = self.read_config()
 
         def value(config, key):
             try:

@@ -1,253 +1,425 @@
-"""Scatter and line plots drawn with Pillow alone: axes, ticks, labels, legend, error bars.
+"""Scatter and line plots drawn with matplotlib (set-up, style and saving in gpgan.viz.figure).
 
-Deliberately small: one plot per figure, linear axes (or a log x axis), the default bitmap font.
+Each plot comes as a pair: ``*_figure`` builds and returns the ``matplotlib.figure.Figure`` (its
+artists can be inspected), and the other function writes that figure to a file. Point and value
+arrays may be NumPy or CuPy arrays or Variables; they are copied to the host first.
 """
 import math
-import os
 
 import numpy
-from PIL import Image, ImageDraw, ImageFont
 
 from gpgan.backend import to_device
+from gpgan.viz.figure import DPI, PALETTE, new_figure, plot_style, rgb, save_figure
 
-PALETTE = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189),
-           (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34), (23, 190, 207)]
-_BLACK, _GREY, _LIGHT = (0, 0, 0), (90, 90, 90), (228, 228, 228)
+REAL_COLOR = (150, 150, 150)
+GENERATED_COLOR = PALETTE[0]
+SCATTER_SIZE = (560, 560)     # pixels (as scatter_plot)
+LINE_SIZE = (640, 440)
+MAX_MARKERS = 60              # a line with more points than this is drawn without markers
+SERIES_STYLES = ("line", "points", "level")
+DODGE_PT = 4                  # horizontal shift between series with error bars, in points
+MARK_SPACING_PT = 16          # between the labelled marks of non-finite values of several series
+BAND = 0.12                   # share of the plot height kept at the top (+inf) or bottom (-inf, nan) for marks
 
 
 def _host(x):
-    data = getattr(x, "data", x)
+    data = getattr(x, "data", x)  # a Variable's array
     return numpy.asarray(to_device(data, "cpu") if hasattr(data, "shape") else data, dtype=numpy.float64)
 
 
-def nice_ticks(lo, hi, count=6):
-    """Round tick values covering [lo, hi]: steps of 1, 2 or 5 times a power of ten."""
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise ValueError(f"plot: axis limits must be finite, got {lo}, {hi}")
-    if hi <= lo:
-        hi = lo + 1.0
-    raw = (hi - lo) / max(count - 1, 1)
-    power = 10.0 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
-    first = math.ceil(lo / step - 1e-9)
-    last = math.floor(hi / step + 1e-9)
-    return [k * step for k in range(first, last + 1)]
+def _points(points, what):
+    points = _host(points)
+    if points.size == 0:
+        return points.reshape(0, 2)
+    if points.ndim != 2 or points.shape[1] != 2:
+        raise ValueError(f"{what} must be an (N, 2) array of 2-D points, got shape {points.shape}")
+    return points
 
 
-def _log_ticks(lo, hi):
-    """Powers of ten in [lo, hi] (with 2 and 5 multiples when the range spans under two decades)."""
-    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
-    mults = (1,) if last - first > 2 else (1, 2, 5)
-    ticks = [m * 10.0 ** e for e in range(first, last + 1) for m in mults]
-    return [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+def _fit_limits(point_arrays, margin):
+    """((xmin, xmax), (ymin, ymax)) around the finite points, widened by ``margin`` times the
+    range on each side (by 10% of the value, or 1, along an axis where all points agree)."""
+    every = numpy.concatenate([p for p in point_arrays] + [numpy.zeros((0, 2))])
+    every = every[numpy.isfinite(every).all(axis=1)]
+    if len(every) == 0:
+        every = numpy.zeros((1, 2))
+    limits = []
+    for lo, hi in zip(every.min(axis=0), every.max(axis=0)):
+        pad = (hi - lo) * margin if hi > lo else (abs(lo) * 0.1 or 1.0)
+        limits.append((float(lo - pad), float(hi + pad)))
+    return tuple(limits)
 
 
-def _label(value):
-    text = f"{value:.4g}"
-    return "0" if text in ("-0", "0") else text
+def _check_limits(limits):
+    try:
+        (x0, x1), (y0, y1) = limits
+        x0, x1, y0, y1 = (float(v) for v in (x0, x1, y0, y1))
+    except (TypeError, ValueError):
+        raise ValueError(f"limits must be ((xmin, xmax), (ymin, ymax)), got {limits!r}") from None
+    if not all(math.isfinite(v) for v in (x0, x1, y0, y1)) or x0 >= x1 or y0 >= y1:
+        raise ValueError(f"limits must be finite with min < max on both axes, got {limits!r}")
+    return (x0, x1), (y0, y1)
 
 
-def _padded(lo, hi, fraction=0.05):
-    if hi <= lo:
-        pad = abs(lo) * 0.1 or 1.0
-        return lo - pad, hi + pad
-    pad = (hi - lo) * fraction
-    return lo - pad, hi + pad
+def _marker_area(radius_px):
+    """matplotlib's scatter size (points squared) of a disc ``radius_px`` pixels wide at DPI."""
+    return (2 * radius_px * 72 / DPI) ** 2
 
 
-class _Axes:
-    """A white canvas with a plot area and the data-to-pixel transform."""
+def density_alpha(count):
+    """Opacity of generated points: about 1/4 for a few thousand points, more for fewer, so that
+    the many overlapping points of a mode look dark and a sparse stray stays visible."""
+    return float(min(0.8, max(0.08, 12.0 / math.sqrt(max(count, 1)))))
 
-    def __init__(self, size, xlim, ylim, logx=False, margins=(72, 34, 20, 52)):
-        self.image = Image.new("RGB", size, (255, 255, 255))
-        self.draw = ImageDraw.Draw(self.image)
-        self.font = ImageFont.load_default()
-        left, top, right, bottom = margins
-        self.box = (left, top, size[0] - right, size[1] - bottom)
-        self.xlim, self.ylim, self.logx = xlim, ylim, logx
 
-    def _fx(self, x):
-        x = numpy.asarray(x, dtype=numpy.float64)
-        lo, hi = self.xlim
-        if self.logx:
-            x, lo, hi = numpy.log10(x), math.log10(lo), math.log10(hi)
-        return self.box[0] + (x - lo) / (hi - lo) * (self.box[2] - self.box[0])
+def _draw_points(ax, points, limits, color, label, area, alpha, zorder):
+    """Scatter the finite ``points``; the legend label counts those out of view (or not finite)."""
+    finite = numpy.isfinite(points).all(axis=1)
+    (x0, x1), (y0, y1) = limits
+    shown = finite & (points[:, 0] >= x0) & (points[:, 0] <= x1) & (points[:, 1] >= y0) & (points[:, 1] <= y1)
+    hidden = int(len(points) - shown.sum())
+    if label and hidden:
+        label = f"{label} ({hidden} outside the plot)"
+    ax.scatter(points[finite, 0], points[finite, 1], s=area, color=rgb(color), alpha=alpha, linewidths=0,
+               zorder=zorder, label=label or "_nolegend_")
 
-    def _fy(self, y):
-        lo, hi = self.ylim
-        return self.box[3] - (numpy.asarray(y, dtype=numpy.float64) - lo) / (hi - lo) * (self.box[3] - self.box[1])
 
-    def to_pixels(self, x, y):
-        return self._fx(x), self._fy(y)
+def _scatter_frame(size, limits, title, subtitle, xlabel, ylabel):
+    figure = new_figure(size)
+    ax = figure.add_subplot()
+    ax.set_xlim(*limits[0])
+    ax.set_ylim(*limits[1])
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title and subtitle:
+        figure.suptitle(title)
+        ax.set_title(subtitle, fontsize=9, color="0.3")
+    elif title or subtitle:
+        ax.set_title(title or subtitle)
+    return figure, ax
 
-    def text_size(self, text):
-        left, top, right, bottom = self.draw.textbbox((0, 0), text, font=self.font)
-        return right - left, bottom - top
 
-    def frame(self, title, xlabel, ylabel):
-        d, (x0, y0, x1, y1) = self.draw, self.box
-        xticks = _log_ticks(*self.xlim) if self.logx else nice_ticks(*self.xlim)
-        for t in xticks:
-            px = float(self._fx(t))
-            if x0 - 0.5 <= px <= x1 + 0.5:
-                d.line([(px, y0), (px, y1)], fill=_LIGHT)
-                d.line([(px, y1), (px, y1 + 4)], fill=_BLACK)
-                w, _ = self.text_size(_label(t))
-                d.text((px - w / 2, y1 + 7), _label(t), fill=_BLACK, font=self.font)
-        for t in nice_ticks(*self.ylim):
-            py = float(self._fy(t))
-            if y0 - 0.5 <= py <= y1 + 0.5:
-                d.line([(x0, py), (x1, py)], fill=_LIGHT)
-                d.line([(x0 - 4, py), (x0, py)], fill=_BLACK)
-                w, h = self.text_size(_label(t))
-                d.text((x0 - 7 - w, py - h / 2 - 1), _label(t), fill=_BLACK, font=self.font)
-        d.rectangle([x0, y0, x1, y1], outline=_BLACK)
-        if title:
-            w, _ = self.text_size(title)
-            d.text(((x0 + x1) / 2 - w / 2, 10), title, fill=_BLACK, font=self.font)
-        if xlabel:
-            w, _ = self.text_size(xlabel)
-            d.text(((x0 + x1) / 2 - w / 2, y1 + 26), xlabel, fill=_BLACK, font=self.font)
-        if ylabel:  # drawn horizontally on a strip, then rotated a quarter turn
-            w, h = self.text_size(ylabel)
-            strip = Image.new("RGB", (w + 4, h + 6), (255, 255, 255))
-            ImageDraw.Draw(strip).text((2, 1), ylabel, fill=_BLACK, font=self.font)
-            strip = strip.rotate(90, expand=True)
-            self.image.paste(strip, (6, int((y0 + y1) / 2 - strip.height / 2)))
+def _scatter_legend(figure, ax):
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    legend = figure.legend(handles, labels, loc="outside lower center", ncols=min(len(handles), 3),
+                           markerscale=2.5, frameon=False)
+    for handle in legend.legend_handles:  # legend swatches opaque even where the points are not
+        handle.set_alpha(1.0)
 
-    def legend(self, entries, px=None, py=None):
-        """``entries``: list of (label, rgb); a framed box in the corner of the plot area that
-        covers the fewest of the plotted pixel positions ``px, py`` (top-right when none)."""
-        entries = [(str(label), color) for label, color in entries if label]
-        if not entries:
-            return
-        d = self.draw
-        widths = [self.text_size(label)[0] for label, _ in entries]
-        row = max(self.text_size("Hg")[1], 10) + 6
-        box_w, box_h = max(widths) + 34, row * len(entries) + 8
-        bx0, by0, bx1, by1 = self.box
-        corners = [(bx1 - 8 - box_w, by0 + 8), (bx0 + 8, by0 + 8), (bx1 - 8 - box_w, by1 - 8 - box_h),
-                   (bx0 + 8, by1 - 8 - box_h)]
-        x0, y0 = corners[0]
-        if px is not None and len(px):
-            covered = [int(((px >= cx) & (px <= cx + box_w) & (py >= cy) & (py <= cy + box_h)).sum())
-                       for cx, cy in corners]
-            x0, y0 = corners[covered.index(min(covered))]
-        x1 = x0 + box_w
-        d.rectangle([x0, y0, x1, y0 + box_h], fill=(255, 255, 255), outline=_GREY)
-        for k, (label, color) in enumerate(entries):
-            cy = y0 + 4 + k * row + row / 2
-            d.rectangle([x0 + 6, cy - 4, x0 + 20, cy + 4], fill=tuple(color))
-            d.text((x0 + 26, cy - row / 2 + 2), label, fill=_BLACK, font=self.font)
 
-    def stamp(self, px, py, color, radius=2):
-        """Filled discs at pixel positions (vectorized: one loop over the disc's offsets only)."""
-        pixels = numpy.array(self.image)
-        x0, y0, x1, y1 = self.box
-        cx, cy = numpy.rint(px).astype(numpy.int64), numpy.rint(py).astype(numpy.int64)
-        for dy in range(-radius, radius + 1):
-            for dx in range(-radius, radius + 1):
-                if dx * dx + dy * dy > radius * radius + radius:
-                    continue
-                x, y = cx + dx, cy + dy
-                inside = (x > x0) & (x < x1) & (y > y0) & (y < y1)
-                pixels[y[inside], x[inside]] = color
-        self.image = Image.fromarray(pixels)
-        self.draw = ImageDraw.Draw(self.image)
+def scatter_samples_figure(real, generated, limits=None, title=None, subtitle=None):
+    """The Figure of :func:`scatter_samples` (same arguments but the path)."""
+    real = _points(real, "scatter_samples: real")
+    generated = _points(generated, "scatter_samples: generated")
+    if limits is None:  # the data sets the view, so a diverging generator cannot shrink it
+        limits = _fit_limits([real] if numpy.isfinite(real).all(axis=1).any() else [generated], 0.25)
+    limits = _check_limits(limits)
+    with plot_style():
+        figure, ax = _scatter_frame(SCATTER_SIZE, limits, title, subtitle, "x", "y")
+        _draw_points(ax, real, limits, REAL_COLOR, "real", _marker_area(2.0), 1.0, zorder=2)
+        _draw_points(ax, generated, limits, GENERATED_COLOR, "generated", _marker_area(2.5),
+                     density_alpha(len(generated)), zorder=3)
+        _scatter_legend(figure, ax)
+    return figure
 
-    def save(self, path):
-        directory = os.path.dirname(os.fspath(path))
-        if directory:
-            os.makedirs(directory, exist_ok=True)
-        self.image.save(path)
+
+def scatter_samples(path, real, generated, limits=None, title=None, subtitle=None):
+    """Generated 2-D samples over real ones, written to ``path`` (PNG, 600 x 600 pixels).
+
+    Real points are opaque grey, drawn first; generated points are translucent blue on top, so
+    dense regions look dark and the real points show through. Equal aspect; a legend below
+    counts the points that fall outside the plot.
+
+    Args:
+        real: (N, 2) points of the data distribution.
+        generated: (M, 2) points of the generator.
+        limits: ``((xmin, xmax), (ymin, ymax))``; None fits the real points with a margin of a
+            quarter of their range on each side.
+        title: the main line, e.g. "step 500: 25/25 modes, 83% high quality, reverse KL 0.010".
+        subtitle: an optional smaller second line (e.g. the run or data set).
+    Returns the path written.
+    """
+    return save_figure(scatter_samples_figure(real, generated, limits, title, subtitle), path)
+
+
+def scatter_figure(point_sets, limits=None, title="", size=(560, 560), radius=2, xlabel="x", ylabel="y"):
+    """The Figure of :func:`scatter_plot` (same arguments but the path)."""
+    sets = [(_points(points, f"scatter_plot: point set {label!r}"), color, label) for points, color, label in point_sets]
+    limits = _check_limits(_fit_limits([p for p, _, _ in sets], 0.05) if limits is None else limits)
+    with plot_style():
+        figure, ax = _scatter_frame(size, limits, title, None, xlabel, ylabel)
+        for k, (points, color, label) in enumerate(sets):
+            _draw_points(ax, points, limits, color, label, _marker_area(radius), 1.0, zorder=2 + k)
+        _scatter_legend(figure, ax)
+    return figure
 
 
 def scatter_plot(path, point_sets, limits=None, title="", size=(560, 560), radius=2, xlabel="x", ylabel="y"):
-    """Scatter plot of 2-D point sets written to ``path`` (PNG).
+    """Opaque scatter plot of several 2-D point sets written to ``path`` (PNG).
 
     Args:
-        point_sets: list of ``(points (n, 2), rgb color, label)``; later sets are drawn on top.
+        point_sets: list of ``(points (n, 2), (r, g, b) in 0..255, label)``; later sets are drawn
+            on top. An empty label keeps a set out of the legend.
         limits: ``((xmin, xmax), (ymin, ymax))``, or None to fit every point with a 5% margin.
         title: text above the plot; ``xlabel``, ``ylabel``: axis labels.
+        size: (width, height) in pixels; ``radius``: point radius in pixels.
+    For generated-over-real samples use :func:`scatter_samples` (translucent generated points).
     """
-    sets = [(_host(p).reshape(-1, 2), tuple(int(c) for c in color), label) for p, color, label in point_sets]
-    if limits is None:
-        every = numpy.concatenate([p for p, _, _ in sets if len(p)] or [numpy.zeros((1, 2))])
-        every = every[numpy.isfinite(every).all(axis=1)]
-        if len(every) == 0:
-            every = numpy.zeros((1, 2))
-        limits = (_padded(every[:, 0].min(), every[:, 0].max()), _padded(every[:, 1].min(), every[:, 1].max()))
-    axes = _Axes(size, tuple(map(float, limits[0])), tuple(map(float, limits[1])))
-    axes.frame(title, xlabel, ylabel)
-    all_px, all_py = [], []
-    for points, color, _ in sets:
-        finite = numpy.isfinite(points).all(axis=1)
-        px, py = axes.to_pixels(points[finite, 0], points[finite, 1])
-        axes.stamp(px, py, color, radius)
-        all_px.append(px)
-        all_py.append(py)
-    axes.legend([(label, color) for _, color, label in sets], numpy.concatenate(all_px), numpy.concatenate(all_py))
-    axes.save(path)
+    return save_figure(scatter_figure(point_sets, limits, title, size, radius, xlabel, ylabel), path)
 
 
-def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=(640, 440)):
-    """Line plot with markers and optional error bars written to ``path`` (PNG).
+# ----------------------------------------------------------------------------------------------
+# line plots
+
+def _series(item, logx):
+    """One ``(label, xs, ys, yerr[, style])`` item as validated host arrays."""
+    if len(item) not in (4, 5):
+        raise ValueError(f"line plot: a series is (label, xs, ys, yerr) or (label, xs, ys, yerr, style), "
+                         f"got {len(item)} items")
+    label, xs, ys, yerr = item[:4]
+    style = item[4] if len(item) == 5 else "line"
+    if style not in SERIES_STYLES:
+        raise ValueError(f"line plot: series {label!r} has style {style!r}; accepted: " + ", ".join(SERIES_STYLES))
+    xs, ys = _host(xs).ravel(), _host(ys).ravel()
+    if xs.shape != ys.shape:
+        raise ValueError(f"line plot: series {label!r} has {xs.size} xs but {ys.size} ys")
+    err = None if yerr is None else numpy.broadcast_to(_host(yerr).ravel(), ys.shape)
+    if logx and (xs <= 0).any():
+        raise ValueError(f"line plot: logx needs positive xs, series {label!r} has {xs.min()}")
+    return str(label), xs, ys, err, style
+
+
+def _shifted(ax, points):
+    """The data transform moved right by ``points`` typographic points (for side-by-side series)."""
+    from matplotlib.transforms import ScaledTranslation
+
+    return ax.transData + ScaledTranslation(points / 72, 0, ax.figure.dpi_scale_trans)
+
+
+def _draw_series(ax, xs, ys, err, style, color, label, dodge):
+    """One series: a line (markers up to MAX_MARKERS points) with error bars, markers alone, or a
+    dashed level whose error is a shaded band. ``dodge``: horizontal shift in points."""
+    finite = numpy.where(numpy.isfinite(ys), ys, numpy.nan)  # NaN breaks the line: no bridged gaps
+    ok = numpy.isfinite(xs) & numpy.isfinite(ys)
+    has_err = err is not None
+    if has_err:
+        ok_err = ok & numpy.isfinite(err)
+        spread = numpy.abs(numpy.where(ok_err, err, 0.0))
+    label = label or "_nolegend_"
+    if style == "level":
+        ax.plot(xs, finite, linestyle="--", linewidth=1.8, color=color, label=label, zorder=3)
+        if has_err and ok_err.any():
+            ax.fill_between(xs, finite - spread, finite + spread, where=ok_err, color=color, alpha=0.15,
+                            linewidth=0, zorder=1)
+        return
+    transform = _shifted(ax, dodge)
+    marker = "o" if style == "points" or xs.size <= MAX_MARKERS else None
+    ax.plot(xs, finite, linestyle="none" if style == "points" else "-", marker=marker, markersize=5,
+            linewidth=1.8, color=color, label=label, zorder=3, transform=transform)
+    if has_err and ok_err.any():
+        ax.errorbar(xs[ok_err], ys[ok_err], yerr=spread[ok_err], fmt="none", ecolor=color, elinewidth=1.2,
+                    capsize=4, zorder=2, transform=transform)
+
+
+def _y_layout(prepared):
+    """(ylim, (finite lo, finite hi), top band?, bottom band?): the finite values and their error
+    bars fill the plot except for a band of BAND at the top when a y is +inf and at the bottom
+    when one is -inf or nan; the marks of those values sit in the bands."""
+    lows, highs, top, bottom = [], [], False, False
+    for _, xs, ys, err, _ in prepared:
+        ok = numpy.isfinite(ys)
+        spread = numpy.zeros_like(ys) if err is None else numpy.where(numpy.isfinite(err), numpy.abs(err), 0.0)
+        lows.append((ys - spread)[ok])
+        highs.append((ys + spread)[ok])
+        top |= bool((ys == numpy.inf).any())
+        bottom |= bool((numpy.isnan(ys) | (ys == -numpy.inf)).any())
+    lows, highs = numpy.concatenate(lows + [numpy.zeros(0)]), numpy.concatenate(highs + [numpy.zeros(0)])
+    lo, hi = (0.0, 1.0) if lows.size == 0 else (float(lows.min()), float(highs.max()))
+    if hi <= lo:
+        half = abs(lo) * 0.1 or 0.5
+        lo, hi = lo - half, hi + half
+    pad = (hi - lo) * 0.06
+    lo, hi = lo - pad, hi + pad
+    below, above = (BAND if bottom else 0.0), (BAND if top else 0.0)
+    total = (hi - lo) / (1.0 - below - above)
+    return (lo - below * total, hi + above * total), (lo, hi), top, bottom
+
+
+def _off_scale_bands(ax, finite_range, top, bottom):
+    """Shade the bands of non-finite marks and keep y ticks out of them (their heights mean nothing)."""
+    from matplotlib.patches import Rectangle
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+
+    for used, y0 in ((top, 1.0 - BAND), (bottom, 0.0)):
+        if used:
+            ax.add_patch(Rectangle((0.0, y0), 1.0, BAND, transform=ax.transAxes, facecolor="0.94",
+                                   edgecolor="none", zorder=0))
+    if top or bottom:
+        lo, hi = finite_range
+        ticks = MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if lo <= t <= hi]))
+
+
+def _mark_non_finite(ax, xs, ys, color, shift):
+    """A labelled mark in the top band (+inf: triangle) or bottom band (-inf: triangle, nan:
+    cross) above each such x, moved ``shift`` points right so that the marks of several series
+    at one x stand side by side."""
+    from matplotlib.transforms import ScaledTranslation, blended_transform_factory
+
+    where = blended_transform_factory(ax.transData, ax.transAxes) + \
+        ScaledTranslation(shift / 72, 0, ax.figure.dpi_scale_trans)
+    for x, y in zip(xs, ys):
+        if math.isfinite(y) or not math.isfinite(x):
+            continue
+        if y == math.inf:
+            height, marker, text, offset, va = 1.0 - BAND * 0.3, "^", "inf", -6, "top"
+        else:
+            height, marker, text, offset, va = BAND * 0.3, ("v" if y == -math.inf else "X"), \
+                ("-inf" if y == -math.inf else "nan"), 6, "bottom"
+        ax.plot([x], [height], marker=marker, markersize=7, color=color, linestyle="none",
+                transform=where, clip_on=False, zorder=4)
+        ax.annotate(text, (x, height), xycoords=where, xytext=(0, offset), textcoords="offset points",
+                    ha="center", va=va, fontsize=7, color=color, zorder=4)
+
+
+def _x_limits(prepared, logx, width_px, shift_pt):
+    """x limits around every finite x (also those of non-finite values, whose marks stand there),
+    with a 5% margin plus room for marks shifted up to ``shift_pt`` points sideways. Set by hand
+    because matplotlib's autoscaling does not follow lines drawn with a shifted transform."""
+    xs = numpy.concatenate([p[1] for p in prepared] + [numpy.zeros(0)])
+    xs = xs[numpy.isfinite(xs)]
+    if xs.size == 0:
+        return (1.0, 10.0) if logx else (0.0, 1.0)
+    if logx:
+        xs = numpy.log10(xs)
+    lo, hi = float(xs.min()), float(xs.max())
+    if hi <= lo:
+        half = 0.5 if logx else (abs(lo) * 0.1 or 1.0)
+        lo, hi = lo - half, hi + half
+    plot_px = 0.8 * width_px  # the axes' share of the figure width, about
+    margin = (0.05 + shift_pt * DPI / 72 / plot_px) * (hi - lo)
+    lo, hi = lo - margin, hi + margin
+    return (10.0 ** lo, 10.0 ** hi) if logx else (lo, hi)
+
+
+def _centred(k, count, step):
+    """Offset of item ``k`` of ``count`` placed ``step`` apart around zero."""
+    return (k - (count - 1) / 2) * step
+
+
+def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None):
+    """The Figure of :func:`line_plot` (same arguments but the path)."""
+    prepared = [_series(item, logx) for item in series]
+    with plot_style():
+        figure = new_figure(size)
+        ax = figure.add_subplot()
+        if logx:
+            ax.set_xscale("log")
+        # Series with error bars stand a little apart, so that equal values keep visible bars.
+        dodged = [k for k, p in enumerate(prepared) if p[4] != "level"]
+        dodge = len(dodged) > 1 and any(prepared[k][3] is not None for k in dodged)
+        for k, (label, xs, ys, err, style) in enumerate(prepared):
+            color = rgb(PALETTE[k % len(PALETTE)])
+            shift = _centred(dodged.index(k), len(dodged), DODGE_PT) if dodge and k in dodged else 0.0
+            _draw_series(ax, xs, ys, err, style, color, label, shift)
+            _mark_non_finite(ax, xs, ys, color, _centred(k, len(prepared), MARK_SPACING_PT))
+        ylim, finite_range, top, bottom = _y_layout(prepared)
+        ax.set_ylim(*ylim)
+        _off_scale_bands(ax, finite_range, top, bottom)
+        marked = any((~numpy.isfinite(p[2])).any() for p in prepared)
+        side = max(MARK_SPACING_PT * (len(prepared) - 1) if marked else 0, DODGE_PT * (len(dodged) - 1) if dodge else 0)
+        ax.set_xlim(*_x_limits(prepared, logx, size[0], side / 2))
+        if xticks is not None:
+            positions, labels = [float(p) for p, _ in xticks], [str(t) for _, t in xticks]
+            long = sum(len(t) for t in labels) > 60 or max((len(t) for t in labels), default=0) > 16
+            ax.set_xticks(positions, labels, rotation=25 if long else 0, ha="right" if long else "center")
+            ax.minorticks_off()
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        if title:
+            ax.set_title(title)
+        if any(label for label, *_ in prepared):  # below the plot: never over data or marks
+            figure.legend(loc="outside lower center", ncols=min(len(prepared), 4), frameon=False)
+    return figure
+
+
+def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None):
+    """Lines with markers and error bars written to ``path`` (PNG).
 
     Args:
-        series: list of ``(label, xs, ys, yerr or None)``; ``yerr`` is a half-width per point.
+        series: list of ``(label, xs, ys, yerr)`` or ``(label, xs, ys, yerr, style)``; ``yerr``
+            is a half-width per point (or one for all; None for no bars; NaN for no bar at that
+            point). style "line" (default): a line, with markers up to MAX_MARKERS points, and
+            error bars; "points": markers and error bars without a line; "level": a dashed line
+            whose error is a shaded band (a value that does not depend on x). Series k is drawn
+            in ``PALETTE[k]``; when several line/points series have error bars, they are shifted
+            a few points apart so that equal values keep their bars visible.
+            A y of +inf is marked by a labelled triangle at the top edge, -inf (triangle) and nan
+            (cross) at the bottom edge, instead of being left out.
         xlabel, ylabel, title: axis labels and title.
         logx: logarithmic x axis (every x must be positive).
+        size: (width, height) in pixels.
+        xticks: optional list of ``(position, label)``: the only x ticks (e.g. categories).
+    Returns the path written.
     """
-    prepared = []
-    for k, (label, xs, ys, yerr) in enumerate(series):
-        xs, ys = _host(xs).ravel(), _host(ys).ravel()
-        if xs.shape != ys.shape:
-            raise ValueError(f"line_plot: series {label!r} has {xs.size} xs but {ys.size} ys")
-        err = None if yerr is None else numpy.broadcast_to(_host(yerr).ravel(), ys.shape)
-        if logx and (xs <= 0).any():
-            raise ValueError(f"line_plot: logx needs positive xs, series {label!r} has {xs.min()}")
-        prepared.append((label, xs, ys, err, PALETTE[k % len(PALETTE)]))
-    xs_all = numpy.concatenate([p[1] for p in prepared] or [numpy.zeros(1)])
-    lows = [p[2] - (0 if p[3] is None else p[3]) for p in prepared]
-    highs = [p[2] + (0 if p[3] is None else p[3]) for p in prepared]
-    ys_all = numpy.concatenate(lows + highs or [numpy.zeros(1)])
-    xs_all, ys_all = xs_all[numpy.isfinite(xs_all)], ys_all[numpy.isfinite(ys_all)]
-    if xs_all.size == 0:
-        xs_all = numpy.ones(1)
-    if ys_all.size == 0:
-        ys_all = numpy.zeros(1)
-    if logx:
-        lo, hi = xs_all.min(), xs_all.max()
-        xlim = (lo / 1.25, hi * 1.25) if hi > lo else (lo / 2, hi * 2)
-    else:
-        xlim = _padded(xs_all.min(), xs_all.max())
-    axes = _Axes(size, xlim, _padded(ys_all.min(), ys_all.max()), logx=logx)
-    axes.frame(title, xlabel, ylabel)
-    d = axes.draw
-    for label, xs, ys, err, color in prepared:
-        ok = numpy.isfinite(xs) & numpy.isfinite(ys)
-        px, py = axes.to_pixels(xs[ok], ys[ok])
-        if err is not None:
-            _, top = axes.to_pixels(xs[ok], ys[ok] + err[ok])
-            _, bottom = axes.to_pixels(xs[ok], ys[ok] - err[ok])
-            for x, t, b in zip(px, top, bottom):  # one bar per plotted point
-                d.line([(x, t), (x, b)], fill=color)
-                d.line([(x - 3, t), (x + 3, t)], fill=color)
-                d.line([(x - 3, b), (x + 3, b)], fill=color)
-        if len(px) > 1:
-            d.line(list(zip(px.tolist(), py.tolist())), fill=color, width=2)
-    all_px, all_py = [numpy.zeros(0)], [numpy.zeros(0)]
-    for label, xs, ys, err, color in prepared:
-        ok = numpy.isfinite(xs) & numpy.isfinite(ys)
-        px, py = axes.to_pixels(xs[ok], ys[ok])
-        if ok.sum() <= 60:  # markers only where they stay readable
-            axes.stamp(px, py, color, radius=3)
-        if len(px) > 1:  # the lines between points count as covered too
-            t = numpy.linspace(0, 1, 8)[None, :]
-            px = (px[:-1, None] * (1 - t) + px[1:, None] * t).ravel()
-            py = (py[:-1, None] * (1 - t) + py[1:, None] * t).ravel()
-        all_px.append(px)
-        all_py.append(py)
-    axes.legend([(label, color) for label, _, _, _, color in prepared], numpy.concatenate(all_px),
-                numpy.concatenate(all_py))
-    axes.save(path)
+    return save_figure(line_figure(series, xlabel, ylabel, title, logx, size, xticks), path)
+
+
+CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
+
+
+def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
+    """Small multiples of curves: one panel per group, with a line and a shaded band each.
+
+    Args:
+        groups: list of ``(panel title, lines)`` with ``lines`` a list of ``(label, xs, mean,
+            std)``: ``std`` None or an array (the band is mean +- std). A label keeps one colour
+            in every panel. Points whose mean is not finite are left out of the line (the
+            caller says so).
+        xlabel, ylabel, title: shared labels and the figure's title.
+        ncols: panels per row.
+    """
+    if not groups:
+        raise ValueError("curves_figure: no groups to draw")
+    labels = []
+    for _, lines in groups:
+        labels += [line[0] for line in lines if line[0] not in labels]
+    ncols = max(1, min(int(ncols), len(groups)))
+    nrows = -(-len(groups) // ncols)
+    with plot_style():
+        figure = new_figure((CURVE_PANEL_PX[0] * ncols, CURVE_PANEL_PX[1] * nrows + 60))
+        axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+        for k, ax in enumerate(axes.ravel()):
+            if k >= len(groups):
+                ax.set_visible(False)
+                continue
+            name, lines = groups[k]
+            for label, xs, mean, std in lines:
+                color = rgb(PALETTE[labels.index(label) % len(PALETTE)])
+                xs, mean = _host(xs), _host(mean)
+                shown = numpy.isfinite(mean)
+                ax.plot(xs[shown], mean[shown], color=color, linewidth=1.4, label=label)
+                if std is not None:
+                    std = _host(std)
+                    band = shown & numpy.isfinite(std)
+                    ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band], color=color, alpha=0.18,
+                                    linewidth=0)
+            ax.set_title(name)
+            if k % ncols == 0:
+                ax.set_ylabel(ylabel)
+            if k // ncols == nrows - 1 or k + ncols >= len(groups):
+                ax.set_xlabel(xlabel)
+        if title:
+            figure.suptitle(title)
+        handles = [axes.ravel()[0].plot([], [], color=rgb(PALETTE[i % len(PALETTE)]), label=lab)[0]
+                   for i, lab in enumerate(labels)]
+        figure.legend(handles=handles, loc="outside lower center", ncols=min(len(labels), 6), frameon=False)
+    return figure
+
+
+def curves_plot(path, groups, xlabel, ylabel, title="", ncols=3):
+    """:func:`curves_figure` written to ``path`` (PNG); returns the path."""
+    return save_figure(curves_figure(groups, xlabel, ylabel, title, ncols), path)
