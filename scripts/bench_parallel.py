@@ -71,8 +71,9 @@ def measure(args):
             reduces.append(spent["reduce"])
             stops.append(t2 - t1)
             sizes.append(spent["bytes"])
+        transfer = _transfer_time(comm, trainer) if comm.size > 1 else 0.0
     mine = [statistics.median(x) for x in (steps, reduces, stops)]
-    means = comm.mean({"step": mine[0], "reduce": mine[1], "stop": mine[2]})
+    means = comm.mean({"step": mine[0], "reduce": mine[1], "stop": mine[2], "transfer": transfer})
     if comm.is_root:
         tc = config["train"]
         print(f"{os.path.basename(args.config)} {' '.join(args.set)}: {comm.size} process(es), "
@@ -81,6 +82,30 @@ def measure(args):
         print(f"  step {1e3 * means['step']:.2f} ms; gradient all-reduce {1e3 * means['reduce']:.2f} ms "
               f"({100 * means['reduce'] / means['step']:.1f}%, {sizes[-1] / 2**20:.2f} MiB per step); "
               f"stop agreement {1e3 * means['stop']:.3f} ms ({100 * means['stop'] / means['step']:.2f}%)")
+        if comm.size > 1:
+            print(f"  the same all-reduces between processes that arrive together: {1e3 * means['transfer']:.2f} ms "
+                  "per step (the rest of the all-reduce time above is waiting for the slower process)")
+
+
+def _transfer_time(comm, trainer, repeats=30):
+    """Median seconds per step of the step's gradient all-reduces alone (same sizes), each started
+    right after a synchronizing one, so that no process waits for another's computation."""
+    import numpy
+
+    tc = trainer.tc
+    sizes = [sum(p.data.size for p in trainer.parts.critic.parameters())] * tc["critic_steps"]
+    sizes.append(sum(p.data.size for p in trainer.parts.generator.parameters()))
+    buffers = [numpy.ones(n + 4, dtype=numpy.float32) for n in sizes]  # + the loss/penalty values
+    times = []
+    for _ in range(repeats):
+        total = 0.0
+        for buffer in buffers:
+            comm.all_reduce_host([0], "max")
+            t0 = time.perf_counter()
+            trainer.comm.all_reduce_sum(buffer)
+            total += time.perf_counter() - t0
+        times.append(total)
+    return statistics.median(times)
 
 
 def paper():

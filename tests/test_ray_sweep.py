@@ -124,7 +124,7 @@ def test_ctrl_c_cancels_the_tasks_and_the_next_sweep_resumes_them(ray_head, tmp_
     sweep = tmp_path / "long.yaml"
     sweep.write_text(textwrap.dedent(f"""\
         base: {QUICKSTART}
-        set: {{train.steps: 300, train.batch_size: 32, model.generator_options.width: 16,
+        set: {{train.steps: 1000, train.batch_size: 32, model.generator_options.width: 16,
                model.critic_options.width: 16, train.eval_samples: 200, train.log_interval: 10,
                train.checkpoint_interval: 0, train.sample_interval: 0}}
         axes:
