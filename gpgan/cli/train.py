@@ -29,6 +29,11 @@ uninterrupted run would have. Resuming from a checkpoint file starts a new run f
 (beside the original, or under --out), leaving the original untouched. Run
 `python -m gpgan.train.config` for every config key.
 
+Under `mpiexec -n N` (or `srun --mpi=pmi2`) the processes train one run data-parallel: each takes
+train.batch_size / N of every batch, gradients are averaged (MPI on the CPU, NCCL between GPUs:
+one GPU per process), rank 0 alone writes the run folder, and --resume continues it under the
+same N exactly. `mpiexec -n 2 gpgan-train configs/r1_cifar.yaml --device cuda`.
+
 Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
 1 error (missing data, non-finite loss), 2 bad command line or config, 130 interrupted.
 """
