@@ -7,10 +7,12 @@ without it.
 """
 import csv
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -51,11 +53,13 @@ def ray_head(tmp_path_factory):
     """A Ray head on 127.0.0.1 with 2 CPUs, stopped (SIGTERM to `ray start --block`, which stops
     every Ray process it started) when the module's tests are done."""
     tmp = tmp_path_factory.mktemp("ray")
+    # Ray's session folder holds unix sockets, whose paths may not exceed 107 bytes: keep it short.
+    sessions = tempfile.mkdtemp(prefix="gpgan-ray-", dir="/tmp" if os.path.isdir("/tmp") else None)
     port = _free_port()
     command = [RAY, "start", "--head", "--block", "--node-ip-address", "127.0.0.1", "--port", str(port),
                "--num-cpus", "2", "--num-gpus", "0",
                "--include-dashboard", "false", "--disable-usage-stats", "--object-store-memory", str(80 * 2**20),
-               "--temp-dir", str(tmp / "r")]
+               "--temp-dir", sessions]
     log = open(tmp / "head.log", "w")
     head = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(),
                             stdin=subprocess.DEVNULL, start_new_session=True)
@@ -75,6 +79,7 @@ def ray_head(tmp_path_factory):
             os.killpg(head.pid, signal.SIGKILL)
             head.wait()
         log.close()
+        shutil.rmtree(sessions, ignore_errors=True)
 
 
 def _sweep(tmp_path):
