@@ -696,3 +696,11 @@ def test_best_settings_name_every_tie():
                         "(tied with 2 other settings: penalty.type=r1; penalty.type=lp)")
     assert lines[1].startswith("- `eval/reverse_kl` ↓ (data.name=ring8): penalty.type=r2: 0.002 ± 0.1")
     assert "tied" not in lines[1]
+
+
+def test_ray_address_needs_the_ray_cluster(tmp_path, capsys):
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"base: {REPO / 'configs' / 'quickstart.yaml'}\naxes:\n  train.seed: [0]\n")
+    assert main([str(sweep), "--out", str(tmp_path / "o"), "--ray-address", "127.0.0.1:6379"]) == 2
+    assert "--ray-address needs --cluster ray" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -1,6 +1,7 @@
 """gpgan-ablate: run a sweep of gpgan-train runs and write its report.
 
     gpgan-ablate SWEEP.yaml [--jobs N] [--devices 0,1,...] [--out DIR] [--report-only] [--dry-run]
+    gpgan-ablate SWEEP.yaml --cluster ray [--ray-address HOST:PORT] [--devices ...] --out SHARED_DIR
 
 Exit status: 0 when every run finished, 1 when some run failed or is unfinished (the report is
 written either way), 2 for a bad sweep file or bad arguments.
@@ -57,6 +58,12 @@ output folder: runs/<config>/<run>/ (gpgan-train run folders), logs/<run>/ (trai
 stderr), results.csv, REPORT.md, figures/. Finished runs are skipped, runs with a checkpoint are
 resumed, failed runs are recorded and retried on the next invocation. GPGAN_TRAIN_CMD replaces
 the trainer command (default: python -m gpgan.cli.train).
+
+--cluster ray: every run is a Ray task on an existing cluster (`ray start --head` on one node,
+`ray start --address HEAD:PORT` on the others; pip install -e '.[ray]' on each), with one GPU
+when --devices is given or the config asks for cuda (Ray picks the GPU), else one CPU. --out must
+be a folder every node sees (a shared filesystem). Skipping, resuming, failures, Ctrl-C (tasks
+cancelled, each trainer saves a checkpoint) and the report are as for a local sweep.
 """
 
 
@@ -77,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--report-dir", type=Path, default=None,
                    help="write results.csv, REPORT.md and figures/ here instead of the output folder "
                         "(e.g. a folder to commit, without the run folders' checkpoints)")
+    p.add_argument("--cluster", choices=["local", "ray"], default="local",
+                   help="where runs go: worker processes here (default), or Ray tasks on an existing Ray "
+                        "cluster (--out must be on a filesystem every node sees)")
+    p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
+                   help="the Ray cluster's head (default: $RAY_ADDRESS, else a cluster started on this machine)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each; run nothing")
     return p
@@ -90,7 +102,16 @@ def main(argv=None) -> int:
         print(f"gpgan-ablate: {exc}", file=sys.stderr)
         return 2
     out = args.out if args.out is not None else sweep.default_out()
-    jobs = args.jobs or (len(args.devices) if args.devices else 1)
+    if args.ray_address is not None and args.cluster != "ray":
+        print("gpgan-ablate: --ray-address needs --cluster ray", file=sys.stderr)
+        return 2
+    if args.cluster == "ray":
+        jobs = args.jobs  # None: every run at once; Ray queues them by resources
+        if args.devices:
+            print("gpgan-ablate: --cluster ray: one GPU per run, picked by Ray (the ids in --devices are not "
+                  "used)", file=sys.stderr)
+    else:
+        jobs = args.jobs or (len(args.devices) if args.devices else 1)
 
     if args.dry_run:
         specs = expand_runs(sweep)
@@ -103,8 +124,9 @@ def main(argv=None) -> int:
 
     if not args.report_only:
         try:
-            summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices)
-        except SweepError as exc:  # run folders made with another config
+            summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
+                                ray_address=args.ray_address)
+        except SweepError as exc:  # run folders made with another config, an unreachable cluster
             print(f"gpgan-ablate: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:

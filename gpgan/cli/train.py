@@ -9,6 +9,7 @@ import argparse
 import os
 import shlex
 import sys
+import traceback
 
 from gpgan.train.config import ConfigError, dump_config
 
@@ -27,6 +28,11 @@ there). metrics.jsonl is cut back to the checkpoint's step, and the run continue
 uninterrupted run would have. Resuming from a checkpoint file starts a new run folder from it
 (beside the original, or under --out), leaving the original untouched. Run
 `python -m gpgan.train.config` for every config key.
+
+Under `mpiexec -n N` (or `srun --mpi=pmi2`) the processes train one run data-parallel: each takes
+train.batch_size / N of every batch, gradients are averaged (MPI on the CPU, NCCL between GPUs:
+one GPU per process), rank 0 alone writes the run folder, and --resume continues it under the
+same N exactly. `mpiexec -n 2 gpgan-train configs/r1_cifar.yaml --device cuda`.
 
 Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
 1 error (missing data, non-finite loss), 2 bad command line or config, 130 interrupted.
@@ -62,64 +68,132 @@ def build_parser():
     return p
 
 
+class _Console:
+    """Where gpgan-train's messages go: stderr, from rank 0 alone in a data-parallel run (every
+    process meets the same outcome), except what one process meets alone."""
+
+    comm = None
+
+    def speaks(self):
+        return self.comm is None or self.comm.is_root
+
+    def say(self, message):
+        if self.speaks():
+            print(f"gpgan-train: {message}", file=sys.stderr)
+
+    def error(self, message, status=1, alone=False):
+        """Print ``gpgan-train: error: message`` (from every process when ``alone``, naming it)."""
+        if alone and self.comm is not None and self.comm.size > 1:
+            print(f"gpgan-train: rank {self.comm.rank} of {self.comm.size}: error: {message}", file=sys.stderr)
+        elif self.speaks():
+            print(f"gpgan-train: error: {message}", file=sys.stderr)
+        return status
+
+    def text(self, exc):
+        """An exception's message, naming the process it came from when that was another one."""
+        rank = getattr(exc, "rank", 0)
+        return f"rank {rank}: {exc}" if rank else str(exc)
+
+
+_console = _Console()
+
+
 def _say(message):
-    print(f"gpgan-train: {message}", file=sys.stderr)
+    _console.say(message)
 
 
 def _error(message, status=1):
-    print(f"gpgan-train: error: {message}", file=sys.stderr)
-    return status
+    return _console.error(message, status)
 
 
 def _fit(launch):
+    """Train; returns ``(exit status, alone)``: ``alone`` when this process stopped on its own (a
+    second Ctrl-C), which in a data-parallel run must take the others down."""
     from gpgan.train.loop import NonFiniteLossError, TrainingInterrupted
 
     for note in launch.notes:
         _say(note)
     if launch.trainer is None:
-        return 0
+        return 0, False
     run = launch.run
     resume = f"gpgan-train --resume {shlex.quote(run.path)}"
     try:
         summary = launch.trainer.fit()
-    except TrainingInterrupted as exc:
-        print(f"\ngpgan-train: {exc}.\nResume with: {resume}", file=sys.stderr)
-        return 130
+    except TrainingInterrupted as exc:  # every process stops at the same step
+        if _console.speaks():
+            print(f"\ngpgan-train: {exc}.\nResume with: {resume}", file=sys.stderr)
+        return 130, False
     except KeyboardInterrupt:
         last = run.latest_checkpoint()
         where = f"step {last[0]}" if last else "the start"
-        print(f"\ngpgan-train: stopped without saving a checkpoint; `{resume}` continues from {where}.",
-              file=sys.stderr)
-        return 130
-    except NonFiniteLossError as exc:
-        return _error(str(exc))
+        if _console.speaks():
+            print(f"\ngpgan-train: stopped without saving a checkpoint; `{resume}` continues from {where}.",
+                  file=sys.stderr)
+        return 130, True
+    except NonFiniteLossError as exc:  # every process reads the same fault record
+        return _error(str(exc)), False
     final = ", ".join(f"{k}={v:.4g}" for k, v in summary["final"].items()
                       if isinstance(v, (int, float)) and not k.startswith(("lr/", "penalty/")))
     _say(f"finished {summary['steps']} steps in {summary['wall_time_s']:.1f} s: {run.path}"
          + (f"\n  {final}" if final else ""))
-    return 0
+    return 0, False
 
 
-def _dry_run(args, overrides):
+def _dry_run(args, overrides, comm):
     from gpgan.train.launch import plan_run
 
-    config, run = plan_run(args.config, overrides, args.out or "experiments", args.name)
-    sys.stdout.write(dump_config(config))
+    config, run = plan_run(args.config, overrides, args.out or "experiments", args.name, comm=comm)
+    if _console.speaks():
+        sys.stdout.write(dump_config(config))
     _say(f"dry run: the config is valid and the data are readable; a run would write {run.path}")
     return 0
 
 
-def _launch(args, overrides):
+def _launch(args, overrides, comm):
     from gpgan.train import launch
 
     if args.resume is None:
-        return launch.start_run(args.config, overrides, args.out or "experiments", args.name, quiet=args.quiet)
+        return launch.start_run(args.config, overrides, args.out or "experiments", args.name, quiet=args.quiet,
+                                comm=comm)
     if os.path.isfile(args.resume):
-        return launch.fork_run(args.resume, overrides, out=args.out, name=args.name, quiet=args.quiet)
+        return launch.fork_run(args.resume, overrides, out=args.out, name=args.name, quiet=args.quiet, comm=comm)
     if args.name is not None or args.out is not None:
         raise ConfigError("--name and --out start a new run: with --resume they need a checkpoint file "
                           "(RUN_DIR/checkpoints/ckpt_N.npz), not a run folder, which continues in place")
-    return launch.resume_run(args.resume, args.config, overrides, quiet=args.quiet)
+    return launch.resume_run(args.resume, args.config, overrides, quiet=args.quiet, comm=comm)
+
+
+def _start(args, overrides, comm):
+    """Check, set up (every failure here reaches every process) and train; returns ``(exit status,
+    alone)`` as :func:`_fit`."""
+    try:
+        if args.dry_run:
+            return _dry_run(args, overrides, comm), False
+        launch = _launch(args, overrides, comm)
+    except ConfigError as exc:
+        return _error(_console.text(exc), 2), False
+    except KeyboardInterrupt:  # before training started (loading data, building models)
+        if _console.speaks():
+            print("\ngpgan-train: interrupted before training started; nothing to resume", file=sys.stderr)
+        return 130, comm.size > 1
+    except (OSError, RuntimeError, ValueError, TypeError) as exc:
+        # Missing data, an unusable device, unknown model options, a damaged checkpoint...: say
+        # what, not a traceback.
+        if os.environ.get("GPGAN_DEBUG"):
+            raise
+        return _error(f"{type(exc).__name__}: {_console.text(exc)}"), False
+    try:
+        return _fit(launch)
+    except (OSError, RuntimeError, ValueError, TypeError) as exc:
+        # Met by this process alone (a disk error): in a data-parallel run the others wait for it.
+        if comm.size == 1 and os.environ.get("GPGAN_DEBUG"):
+            raise
+        return _console.error(f"{type(exc).__name__}: {exc}", 1, alone=True), comm.size > 1
+    except Exception as exc:  # a bug: a traceback, and in a data-parallel run the end of the others
+        if comm.size == 1:
+            raise
+        traceback.print_exc()
+        return _console.error(f"{type(exc).__name__}: {exc}", 1, alone=True), True
 
 
 def main(argv=None):
@@ -132,21 +206,22 @@ def main(argv=None):
         parser.error("CONFIG is required (or --resume RUN_DIR)")
     if args.dry_run and args.resume is not None:
         parser.error("--dry-run checks a new run: give CONFIG, not --resume")
+    from gpgan.parallel import connect
+
     try:
-        if args.dry_run:
-            return _dry_run(args, overrides)
-        return _fit(_launch(args, overrides))
-    except ConfigError as exc:
-        return _error(str(exc), 2)
-    except KeyboardInterrupt:  # before training started (loading data, building models)
-        print("\ngpgan-train: interrupted before training started; nothing to resume", file=sys.stderr)
-        return 130
-    except (OSError, RuntimeError, ValueError, TypeError) as exc:
-        # Missing data, an unusable device, unknown model options, a damaged checkpoint...: say
-        # what, not a traceback.
-        if os.environ.get("GPGAN_DEBUG"):
-            raise
-        return _error(f"{type(exc).__name__}: {exc}")
+        comm = connect()  # the processes of mpiexec / srun; one without them
+    except RuntimeError as exc:
+        return _error(str(exc))
+    _console.comm = comm
+    try:
+        status, alone = _start(args, overrides, comm)
+    finally:
+        _console.comm = None
+    if comm.size > 1:
+        if alone:  # the others may be waiting for this process in a collective: end them too
+            comm.abort(status)
+        status = comm.finish(status)
+    return status
 
 
 if __name__ == "__main__":

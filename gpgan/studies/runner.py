@@ -44,6 +44,9 @@ __all__ = [
     "StaleRunError",
     "config_mismatches",
     "stale_message",
+    "LocalTrainers",
+    "wait_for",
+    "start_trainer",
 ]
 
 TRAINER_ENV = "GPGAN_TRAIN_CMD"
@@ -188,25 +191,54 @@ class SweepSummary:
         return text
 
 
-def _wait(proc: subprocess.Popen) -> tuple[int, float | None]:
-    """Wait for ``proc``; returns (exit code, its CPU seconds (user + system) where the OS says)."""
+def wait_for(proc: subprocess.Popen, poll: float | None = None) -> tuple[int, float | None]:
+    """Wait for ``proc``; returns (exit code, its CPU seconds (user + system) where the OS says).
+
+    ``poll``: seconds between checks instead of one blocking wait, so that an exception raised
+    in this thread (Ray's cancel raises KeyboardInterrupt in a task) is not held up until the
+    trainer exits.
+    """
     if not hasattr(os, "wait4"):
         return proc.wait(), None
-    try:
-        _, status, usage = os.wait4(proc.pid, 0)
-    except ChildProcessError:  # already reaped
-        return proc.wait(), None
-    rc = os.waitstatus_to_exitcode(status)
-    proc.returncode = rc  # reaped here, so tell Popen
-    return rc, usage.ru_utime + usage.ru_stime
+    while True:
+        try:
+            pid, status, usage = os.wait4(proc.pid, 0 if poll is None else os.WNOHANG)
+        except ChildProcessError:  # already reaped
+            return proc.wait(), None
+        if pid:
+            rc = os.waitstatus_to_exitcode(status)
+            proc.returncode = rc  # reaped here, so tell Popen
+            return rc, usage.ru_utime + usage.ru_stime
+        time.sleep(poll)
+
+
+def start_trainer(cmd, env, logs) -> subprocess.Popen | None:
+    """Start the trainer ``cmd`` with its output appended to ``logs``/stdout.log and stderr.log;
+    None (with the reason in stderr.log) when it cannot be started.
+
+    A session of its own: a Ctrl-C in the terminal reaches gpgan-ablate alone, which forwards
+    exactly one SIGINT. Were the trainers in the terminal's process group they would get two, and
+    a second Ctrl-C stops gpgan-train without saving.
+    """
+    with open(Path(logs) / "stdout.log", "a") as out, open(Path(logs) / "stderr.log", "a") as err:
+        try:
+            return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
+                                    start_new_session=True)
+        except OSError as exc:  # e.g. a GPGAN_TRAIN_CMD that does not exist: this run fails
+            err.write(f"gpgan-ablate: cannot start the trainer {cmd[0]!r}: {exc}\n")
+            return None
+
+
+def gpgan_pythonpath(existing="") -> str:
+    """PYTHONPATH that makes this gpgan importable from any folder ("python -m gpgan.cli.train")."""
+    import gpgan
+    root = str(Path(gpgan.__file__).resolve().parent.parent)
+    return os.pathsep.join([root] + [p for p in existing.split(os.pathsep) if p])
 
 
 def _child_env(device, jobs) -> dict:
     env = dict(os.environ)
-    # The trainer is started as "python -m gpgan.cli.train": make this gpgan importable from any cwd.
-    import gpgan
-    root = str(Path(gpgan.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    env["PYTHONPATH"] = gpgan_pythonpath(env.get("PYTHONPATH", ""))
     # N concurrent trainers should not each spawn one BLAS thread per core.
     threads = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
     for var in _THREAD_VARS:
@@ -219,10 +251,58 @@ def _child_env(device, jobs) -> dict:
     return env
 
 
+class LocalTrainers:
+    """Trainer processes on this machine, as many at a time as the sweep's worker threads."""
+
+    forces_cuda = False
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.stopping = False
+
+    def run(self, cmd, device, logs) -> tuple[int, float | None] | None:
+        """Run one trainer to its end: (exit code, CPU seconds or None); None: not started (the
+        sweep was stopped)."""
+        proc = start_trainer(cmd, _child_env(device, self.jobs), logs)
+        if proc is None:
+            return 127, None
+        with self.lock:
+            self.live.add(proc)
+            if self.stopping:  # started just as the sweep was stopped: stop it too
+                proc.send_signal(signal.SIGINT)
+        try:
+            return wait_for(proc)
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+
+    def stop(self, grace=60.0):
+        """Stop the live trainers the way Ctrl-C stops gpgan-train (SIGINT: it saves a checkpoint
+        and exits 130), so that the next sweep resumes them; terminate those still running after
+        ``grace`` seconds."""
+        with self.lock:
+            self.stopping = True
+            live = list(self.live)
+        for proc in live:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + grace
+        for proc in live:
+            while proc.returncode is None and time.monotonic() < deadline:
+                time.sleep(0.1)  # the worker thread reaps it (os.wait4) and sets returncode
+            if proc.returncode is None:
+                proc.terminate()
+
+    def close(self):
+        pass
+
+
 class _Runner:
-    def __init__(self, sweep: Sweep, out_dir: Path, jobs: int, devices, trainer, log):
+    def __init__(self, sweep: Sweep, out_dir: Path, jobs: int, devices, trainer, log, trainers):
         self.sweep, self.out_dir, self.jobs = sweep, out_dir, jobs
-        self.trainer, self.log = trainer, log
+        self.trainer, self.log, self.trainers = trainer, log, trainers
         self.devices = None
         if devices:
             # One slot per worker; with more workers than devices, devices are shared round-robin.
@@ -230,8 +310,6 @@ class _Runner:
             for i in range(max(jobs, len(devices))):
                 self.devices.put(devices[i % len(devices)])
         self.lock = threading.Lock()
-        self.live: set[subprocess.Popen] = set()
-        self.stopping = False
         self.done = 0
 
     def command(self, spec: RunSpec, action: str, run_dir: Path | None, device) -> list[str]:
@@ -242,7 +320,7 @@ class _Runner:
             for key, value in spec.overrides:
                 cmd += ["--set", f"{key}={override_text(value)}"]
             cmd += ["--out", str(runs_root(self.out_dir).resolve()), "--name", spec.name]
-        if device is not None:
+        if device is not None or self.trainers.forces_cuda:
             cmd += ["--device", "cuda"]
         return cmd
 
@@ -255,7 +333,7 @@ class _Runner:
                 self.devices.put(device)
 
     def _run(self, index, total, spec, action, run_dir, device) -> JobResult:
-        if self.stopping:
+        if self.trainers.stopping:
             return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
         if action == "restart":
             shutil.rmtree(run_dir)
@@ -266,32 +344,14 @@ class _Runner:
         with self.lock:
             self.log(f"[{index}/{total}] {action} {spec.name}{where}")
         header = f"=== gpgan-ablate {action}: {shlex.join(cmd)}\n"
+        for log_name in ("stdout.log", "stderr.log"):
+            with open(logs / log_name, "a") as fh:
+                fh.write(header)
         t0 = time.perf_counter()
-        with open(logs / "stdout.log", "a") as out, open(logs / "stderr.log", "a") as err:
-            out.write(header)
-            err.write(header)
-            out.flush()
-            err.flush()
-            try:
-                # A session of its own: a Ctrl-C in the terminal reaches gpgan-ablate alone, which
-                # forwards exactly one SIGINT (stop()). Were the trainers in the terminal's process
-                # group they would get two, and a second Ctrl-C stops gpgan-train without saving.
-                proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        env=_child_env(device, self.jobs), start_new_session=True)
-            except OSError as exc:  # e.g. a GPGAN_TRAIN_CMD that does not exist: this run fails
-                err.write(f"gpgan-ablate: cannot start the trainer {cmd[0]!r}: {exc}\n")
-                proc = None
-                rc, cpu = 127, None
-            if proc is not None:
-                with self.lock:
-                    self.live.add(proc)
-                    if self.stopping:  # started just as the sweep was stopped: stop it too
-                        proc.send_signal(signal.SIGINT)
-                try:
-                    rc, cpu = _wait(proc)
-                finally:
-                    with self.lock:
-                        self.live.discard(proc)
+        outcome = self.trainers.run(cmd, device, logs)
+        if outcome is None:
+            return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
+        rc, cpu = outcome
         seconds = time.perf_counter() - t0
 
         new_dir = find_run_dir(self.out_dir, spec.name)
@@ -324,37 +384,29 @@ class _Runner:
                 self.log(f"[{self.done}/{total} done] {result.status.upper()} {spec.name} (exit {rc}): {last}")
         return result
 
-    def stop(self, grace=60.0):
-        """Stop the live trainers the way Ctrl-C stops gpgan-train (SIGINT: it saves a checkpoint
-        and exits 130), so that the next sweep resumes them; terminate those still running after
-        ``grace`` seconds."""
-        with self.lock:
-            self.stopping = True
-            live = list(self.live)
-        for proc in live:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-        deadline = time.monotonic() + grace
-        for proc in live:
-            while proc.returncode is None and time.monotonic() < deadline:
-                time.sleep(0.1)  # the worker thread reaps it (os.wait4) and sets returncode
-            if proc.returncode is None:
-                proc.terminate()
 
-
-def run_sweep(sweep: Sweep, out_dir, jobs: int = 1, devices=None, trainer_cmd=None, log=print) -> SweepSummary:
+def run_sweep(sweep: Sweep, out_dir, jobs: int | None = 1, devices=None, trainer_cmd=None, log=print,
+              cluster: str = "local", ray_address: str | None = None) -> SweepSummary:
     """Run every run of ``sweep`` that has not finished, ``jobs`` at a time.
 
     ``devices``: list of CUDA device ids; each job gets one (``CUDA_VISIBLE_DEVICES=<id>`` and
     ``--device cuda``). Without devices the config's device is used. A failing run never stops
     the sweep: it is returned with status "failed" and recorded in OUT/logs/<name>/failure.json.
 
+    ``cluster="ray"``: each run is a task on the Ray cluster at ``ray_address`` (default: the
+    ``RAY_ADDRESS`` environment variable, else the cluster started on this machine), with one GPU
+    when ``devices`` are given or a run's config asks for CUDA (Ray picks the GPU), else one CPU;
+    ``jobs`` (None: every run at once) bounds the tasks in flight. ``out_dir`` must be on a
+    filesystem that every node sees. See :mod:`gpgan.studies.cluster`.
+
     Raises:
         StaleRunError: before running anything, when existing run folders were made with another
             config (see :func:`config_mismatches`).
+        ClusterError: the Ray cluster cannot be reached (or Ray is not installed).
     """
+    if cluster not in ("local", "ray"):
+        raise ValueError(f"run_sweep: cluster must be 'local' or 'ray', got {cluster!r}")
     out_dir = Path(out_dir)
-    jobs = max(1, int(jobs))
     trainer = trainer_command(trainer_cmd)
     specs = expand_runs(sweep)
     stale = config_mismatches(sweep, out_dir, specs)
@@ -368,11 +420,20 @@ def run_sweep(sweep: Sweep, out_dir, jobs: int = 1, devices=None, trainer_cmd=No
             continue
         action = {"absent": "start", "stale": "restart", "resumable": "resume"}[state]
         todo.append((spec, action, run_dir))
+    jobs = max(1, int(jobs if jobs is not None else (len(todo) if cluster == "ray" else 1)))
+    if cluster == "ray":
+        from gpgan.studies.cluster import RayTrainers
+
+        gpu = bool(devices) or any(_config_device(sweep, spec) == "cuda" for spec, _, _ in todo)
+        trainers = RayTrainers(ray_address, gpu=gpu, forces_cuda=bool(devices))
+        devices = None  # Ray assigns the GPUs
+    else:
+        trainers = LocalTrainers(jobs)
     runs_root(out_dir).mkdir(parents=True, exist_ok=True)
     if skipped:
         log(f"skipping {skipped} finished run(s)")
 
-    runner = _Runner(sweep, out_dir, jobs, list(devices) if devices else None, trainer, log)
+    runner = _Runner(sweep, out_dir, jobs, list(devices) if devices else None, trainer, log, trainers)
     results: dict[str, JobResult] = {}
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
@@ -381,9 +442,19 @@ def run_sweep(sweep: Sweep, out_dir, jobs: int = 1, devices=None, trainer_cmd=No
             results[futures[fut]] = fut.result()
     except BaseException:
         # Ctrl-C (or a bug): stop the live trainers; their checkpoints let the next sweep resume.
-        runner.stop()
+        trainers.stop()
         pool.shutdown(wait=True, cancel_futures=True)
         raise
+    finally:
+        trainers.close()
     pool.shutdown(wait=True)
     ordered = [results[spec.name] for spec, _, _ in todo]
     return SweepSummary(total=len(specs), skipped=skipped, results=ordered)
+
+
+def _config_device(sweep: Sweep, spec: RunSpec) -> str | None:
+    """The device a run's config asks for (None when the trainer would refuse the config)."""
+    try:
+        return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])["device"]
+    except (OSError, ValueError):
+        return None

@@ -4,6 +4,11 @@ its run folder, ready to ``fit()``.
 Every check that can fail (the config, the run name, the data, the models, the checkpoint) runs
 before anything is written, so a refused start leaves no trace.
 
+Under ``mpiexec`` (a ``comm`` of several processes) every process calls the same function: rank 0
+alone checks names and writes, the others build the same trainer and load the same checkpoint,
+and every step that one process may fail runs through ``comm.on_root`` or ``comm.together``, so
+a failure reaches every process (none waits for one that gave up).
+
 Resuming takes the config from the run folder. Only ``train.steps`` (to extend a run; it may
 only grow), ``train.stop_after`` and ``device`` may differ (:data:`~gpgan.train.config.RESUMABLE_CHANGES`);
 any other difference is refused, naming the changed keys. The newest checkpoint that reads back
@@ -21,10 +26,11 @@ from gpgan.train.config import (
     load_config,
     validate_config,
 )
+from gpgan.parallel import LocalCommunicator
 from gpgan.train.loop import Trainer
 from gpgan.train.run import RunFolder
 
-__all__ = ["Launch", "start_run", "plan_run", "resume_run", "fork_run", "resume_config", "config_name"]
+__all__ = ["Launch", "make_trainer", "start_run", "plan_run", "resume_run", "fork_run", "resume_config", "config_name"]
 
 
 @dataclass
@@ -42,27 +48,43 @@ def config_name(path):
     return os.path.splitext(os.path.basename(os.fspath(path)))[0]
 
 
-def start_run(config_path, overrides=(), out="experiments", name=None, quiet=False, argv=None):
+def make_trainer(config, run, quiet=False, comm=None):
+    """The trainer of ``config`` into ``run``: a :class:`~gpgan.train.loop.Trainer`, or with a
+    ``comm`` of several processes a :class:`~gpgan.train.parallel.DataParallelTrainer`."""
+    if comm is None or comm.size == 1:
+        return Trainer(config, run, quiet=quiet)
+    from gpgan.train.parallel import DataParallelTrainer
+
+    return DataParallelTrainer(config, run, comm, quiet=quiet)
+
+
+def start_run(config_path, overrides=(), out="experiments", name=None, quiet=False, argv=None, comm=None):
     """A new run of the config at ``config_path`` (with ``--set`` ``overrides``) in
-    ``out/<config name>/<name or timestamp>``.
+    ``out/<config name>/<name or timestamp>``; ``comm``: the processes of a data-parallel run.
 
     Raises:
         ConfigError: a bad config, or a ``name`` that is not a plain name or already holds a run.
         (FileNotFoundError, ValueError, ...): missing data, unusable models (before writing).
     """
+    comm = comm or LocalCommunicator()
     config = load_config(config_path, overrides)
-    run = _new_folder(out, config_name(config_path), name)
-    trainer = Trainer(config, run, quiet=quiet)  # data and models first: fail before writing
-    run.initialize(config, argv)
+    run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
+    trainer = make_trainer(config, run, quiet, comm)  # data and models first: fail before writing
+
+    def initialize():
+        run.initialize(config, argv, **trainer.manifest_entries())
+        return run.path  # a timestamped name may have moved aside for another run's
+    run.path = comm.on_root(initialize)
     return Launch(trainer, run, [f"run folder {run.path}"])
 
 
-def plan_run(config_path, overrides=(), out="experiments", name=None):
+def plan_run(config_path, overrides=(), out="experiments", name=None, comm=None):
     """``(config, run folder)`` that :func:`start_run` would use, checked as it would check them
     (the data included), with nothing written (``--dry-run``)."""
+    comm = comm or LocalCommunicator()
     config = load_config(config_path, overrides)
-    run = _new_folder(out, config_name(config_path), name)
-    Trainer(config, run, quiet=True)
+    run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
+    make_trainer(config, run, True, comm)
     return config, run
 
 
@@ -107,20 +129,9 @@ def _open_run(run_dir):
     return run
 
 
-def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None):
-    """The run in ``run_dir`` continued from its newest readable checkpoint (``trainer`` is None
-    when it already finished its steps).
-
-    Raises:
-        ConfigError: ``run_dir`` holds no run, or the config changed (see :func:`resume_config`).
-    """
-    run = _open_run(run_dir)
-    saved = run.read_config()
-    config = resume_config(run, config_path, overrides)
-    if run.is_finished() and config["train"]["steps"] == saved["train"]["steps"]:
-        return Launch(None, run, [f"{run.path} already finished its {saved['train']['steps']} steps; "
-                                  "pass --set train.steps=N (larger) to continue it"])
-    trainer = Trainer(config, run, quiet=quiet)
+def _pick_checkpoint(run):
+    """``(step, path, notes)`` of the newest readable checkpoint (``(0, None, notes)`` when none);
+    damaged newer ones are renamed ``*.damaged``."""
     notes = []
     step, path, skipped = run.latest_readable_checkpoint()
     for bad, reason in skipped:
@@ -129,37 +140,67 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None):
     if path is None:
         notes.append(f"{run.path} has no {'readable ' if skipped else ''}checkpoint; starting it over from step 0")
         step = 0
-    else:
-        step = trainer.load_checkpoint(path)
-    run.truncate_metrics(step)
-    run.clear_final()
-    run.write_config(config)
-    run.record_resume(step, config, argv)
+    return step, path, notes
+
+
+def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, comm=None):
+    """The run in ``run_dir`` continued from its newest readable checkpoint (``trainer`` is None
+    when it already finished its steps); ``comm``: the processes of a data-parallel run.
+
+    Raises:
+        ConfigError: ``run_dir`` holds no run, or the config changed (see :func:`resume_config`).
+    """
+    comm = comm or LocalCommunicator()
+    run = _open_run(run_dir)
+    saved = run.read_config()
+    config = resume_config(run, config_path, overrides)
+    if run.is_finished() and config["train"]["steps"] == saved["train"]["steps"]:
+        return Launch(None, run, [f"{run.path} already finished its {saved['train']['steps']} steps; "
+                                  "pass --set train.steps=N (larger) to continue it"])
+    trainer = make_trainer(config, run, quiet, comm)
+    step, path, notes = comm.on_root(lambda: _pick_checkpoint(run))
+    if path is not None:
+        step = comm.together(lambda: trainer.load_checkpoint(path))
+
+    def record():
+        run.truncate_metrics(step)
+        run.clear_final()
+        run.write_config(config)
+        run.record_resume(step, config, argv, **trainer.manifest_entries())
+    comm.on_root(record)
     notes.append(f"resuming {run.path} from step {step}")
     return Launch(trainer, run, notes)
 
 
-def fork_run(checkpoint, overrides=(), out=None, name=None, quiet=False, argv=None):
+def fork_run(checkpoint, overrides=(), out=None, name=None, quiet=False, argv=None, comm=None):
     """A new run that starts from ``checkpoint`` (a ``ckpt_N.npz`` in a run's checkpoints/) with
     the run's config (``overrides`` as on resume), in ``out/<config name>/<name or timestamp>``
     (default: beside the original run). The original run is left untouched; the new run's
-    metrics.jsonl starts with the original's records up to the checkpoint's step.
+    metrics.jsonl starts with the original's records up to the checkpoint's step. ``comm``: the
+    processes of a data-parallel run.
 
     Raises:
         ConfigError: the checkpoint is not in a run folder, or the config changed.
     """
     from gpgan.checkpoint import verify
 
+    comm = comm or LocalCommunicator()
     checkpoint = os.path.abspath(os.fspath(checkpoint))
     source = _open_run(os.path.dirname(os.path.dirname(checkpoint)))
     verify(checkpoint)  # a damaged file fails here, with a one-line message
     config = resume_config(source, None, overrides)
     group = os.path.dirname(source.path)  # <out>/<config name> of the original run
-    run = _new_folder(os.path.dirname(group) if out is None else out, os.path.basename(group), name)
-    trainer = Trainer(config, run, quiet=quiet)
-    step = trainer.load_checkpoint(checkpoint)
-    run.initialize(config, argv, forked_from={"run": source.path, "checkpoint": checkpoint, "step": step})
-    if os.path.isfile(source.metrics_path):
-        shutil.copyfile(source.metrics_path, run.metrics_path)
-        run.truncate_metrics(step)
+    run = comm.on_root(lambda: _new_folder(os.path.dirname(group) if out is None else out,
+                                           os.path.basename(group), name))
+    trainer = make_trainer(config, run, quiet, comm)
+    step = comm.together(lambda: trainer.load_checkpoint(checkpoint))
+
+    def initialize():
+        run.initialize(config, argv, forked_from={"run": source.path, "checkpoint": checkpoint, "step": step},
+                       **trainer.manifest_entries())
+        if os.path.isfile(source.metrics_path):
+            shutil.copyfile(source.metrics_path, run.metrics_path)
+            run.truncate_metrics(step)
+        return run.path
+    run.path = comm.on_root(initialize)
     return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])

@@ -80,6 +80,11 @@ class Trainer:
         """Generator steps done."""
         return self.step_fn.step
 
+    def manifest_entries(self):
+        """What this trainer adds to manifest.json and its resume entries (a data-parallel run:
+        its processes); nothing for one process."""
+        return {}
+
     # -- one step -----------------------------------------------------------------------------
     def train_step(self):
         """Draw the next step's inputs, train one generator step on them; advances :attr:`step`."""
@@ -208,14 +213,18 @@ class Trainer:
                         raise TrainingInterrupted(step, path, stop)
             self.monitor.write_samples(self.step, final=True)
             self.wall_time += time.perf_counter() - started
-            summary = Monitor.summary(self.run.read_metrics(), self.step, self.wall_time)
-            self.run.write_final(summary)
-            return summary
+            return self._write_final()
         finally:
             bar.close()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             self.monitor.close()
+
+    def _write_final(self):
+        """Write final.json (from metrics.jsonl) and return its summary."""
+        summary = Monitor.summary(self.run.read_metrics(), self.step, self.wall_time)
+        self.run.write_final(summary)
+        return summary
 
 
 def _progress(record, evaluation):

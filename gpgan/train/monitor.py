@@ -41,10 +41,17 @@ class Monitor:
     Args:
         parts: the run's :class:`gpgan.train.build.Components`.
         run: its :class:`gpgan.train.run.RunFolder`.
+        writes: False for the processes of a data-parallel run other than rank 0: they build the
+            records (the averaging is collective) but write, sample and evaluate nothing.
+        average: name -> value to name -> mean over the run's processes, for the values measured
+            on this process's slice of the batch (the critic's input-gradient norms); None: one
+            process.
     """
 
-    def __init__(self, parts, run):
+    def __init__(self, parts, run, writes=True, average=None):
         self.parts, self.run = parts, run
+        self.writes = writes
+        self.average = average
         tc = parts.config["train"]
         seed = tc["seed"]
         n_fixed = tc["eval_samples"] if parts.is_toy else tc["n_samples"]
@@ -58,7 +65,8 @@ class Monitor:
     def open(self, step):
         """Start writing TensorBoard events; events logged after ``step`` by an earlier attempt
         of the run are dropped (a resumed run rewrites them), the step's own are kept."""
-        self.writer = _make_writer(self.run.path, purge_step=step + 1 if step else None)
+        if self.writes:
+            self.writer = _make_writer(self.run.path, purge_step=step + 1 if step else None)
 
     def close(self):
         if self.writer is not None:
@@ -85,7 +93,7 @@ class Monitor:
     def evaluate(self, step):
         """Toy data with modes: the mode metrics of the generated fixed-noise points ({} otherwise)."""
         sampler = self.parts.sampler
-        if not self.parts.is_toy or sampler.means is None:
+        if not self.writes or not self.parts.is_toy or sampler.means is None:
             return {}
         metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
         self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
@@ -98,6 +106,8 @@ class Monitor:
         from gpgan.viz import save_image_grid, scatter_samples
 
         path = self.run.sample_path(None if final else step)
+        if not self.writes:
+            return path
         out = self.generate(self.fixed_noise)
         if self.parts.is_toy:
             scatter_samples(path, self.fixed_real, out, title=self._sample_title(step))
@@ -132,12 +142,15 @@ class Monitor:
         record["loss/generator"] = float(last["loss/generator"])
         record["penalty"] = float(last.get("penalty", 0.0))
         record["penalty/term"] = float(last.get("penalty/term", 0.0))
-        record["grad_norm/real"] = gradient_norm(self.parts.critic, real)
-        record["grad_norm/fake"] = gradient_norm(self.parts.critic, fake)
+        norms = {"grad_norm/real": gradient_norm(self.parts.critic, real),
+                 "grad_norm/fake": gradient_norm(self.parts.critic, fake)}
+        record.update(self.average(norms) if self.average is not None else norms)
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
         record.update(evaluation)
         record["time_per_step"] = time_per_step
+        if not self.writes:
+            return record
         self.run.append_metrics(record)
         if self.writer is not None:
             for key, value in record.items():

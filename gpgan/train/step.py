@@ -97,10 +97,13 @@ class TrainingStep:
         self._ok = None  # 0-d bool on the device: no fault so far
 
     # -- hooks --------------------------------------------------------------------------------
-    def reduce_gradients(self, grads, who):
-        """Gradients as the update should see them. Identity here; a data-parallel step averages
-        them over processes (``who``: "critic" or "generator")."""
-        return grads
+    def reduce_gradients(self, grads, who, values):
+        """``(grads, values)`` as the update should see them: the gradient arrays (None for unused
+        parameters) and the values computed with them (name -> 0-d array: the loss, and on
+        penalized critic steps the penalty and its term). Identity here; a data-parallel step
+        averages both over its processes in one all-reduce, so that every process checks, applies
+        and logs the same numbers (``who``: "critic" or "generator")."""
+        return grads, values
 
     # -- the step -----------------------------------------------------------------------------
     def __call__(self, inputs):
@@ -123,25 +126,27 @@ class TrainingStep:
         with no_grad():
             fake = self.generator(Variable(inputs.noise))
         loss = self.loss.critic_loss(self.critic(real), self.critic(fake))
-        total, checks = loss, [(1, loss.data)]
+        total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
             pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws)
             total = loss + pen
-            values["penalty"], values["penalty/term"] = pen.data, term.data
-            checks.append((2, pen.data))
-        values["loss/critic"] = loss.data
-        self._apply(total, self.d_params, self.parts.d_opt, "critic", j, checks)
+            computed["penalty"], computed["penalty/term"] = pen.data, term.data
+        values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
         return real.data, fake.data
 
     def _generator_update(self, noise, values):
         loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))))
-        values["loss/generator"] = loss.data
-        self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1, [(4, loss.data)])
+        values.update(self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
+                                  {"loss/generator": loss.data}))
 
-    def _apply(self, loss, params, optimizer, who, critic_step, checks):
-        """Differentiate ``loss``, check it, and update ``params`` through the run's gate."""
+    def _apply(self, loss, params, optimizer, who, critic_step, computed):
+        """Differentiate ``loss``, check it and the ``computed`` values (name -> 0-d array), and
+        update ``params`` through the run's gate; returns the values as reduced."""
         grads = gpgan.grad(loss, params, allow_unused=True)
-        arrays = self.reduce_gradients([None if g is None else g.data for g in grads], who)
+        arrays, computed = self.reduce_gradients([None if g is None else g.data for g in grads], who, computed)
+        # The loss and penalty checks of this update, in FAULTS' order (the first failing one wins).
+        checks = [(code, computed[what]) for code, (what, owner) in FAULTS.items()
+                  if owner == who and what in computed]
         gradients = [a for a in arrays if a is not None]
         xp = get_array_module(loss.data)
         if gradients:
@@ -157,6 +162,7 @@ class TrainingStep:
         optimizer.step(gate=gate)
         for p in params:
             p.grad = None
+        return computed
 
     def _check(self, xp, critic_step, checks, bad, n_params):
         """Record the first failing check (code, value) and return the updated gate."""

@@ -1,0 +1,167 @@
+"""Data-parallel training: one run over the processes of a communicator (``mpiexec -n N
+gpgan-train ...``), each training on its slice of every batch.
+
+Every process draws the same global inputs from the run's seed (data order, noise, penalty
+numbers: :class:`~gpgan.train.feed.InputFeed`) and keeps its rows (:class:`ShardedFeed`). Its
+losses are means over its slice, so the mean of the processes' gradients is the gradient of the
+global batch; :class:`DataParallelStep` averages them in one flat all-reduce per update, with the
+update's loss and penalty values in the same buffer, so every process applies, checks (the
+non-finite gate) and logs the same numbers, and Adam, the EMA, schedules and lazy regularization
+run identically everywhere. Parameters start from rank 0's (broadcast). BatchNorm normalizes with
+the statistics of each process's slice (as PyTorch's DDP without SyncBatchNorm), and DRAGAN's
+perturbation scale is the standard deviation of the slice.
+
+Rank 0 alone writes the run folder (metrics, TensorBoard, samples, evaluations, checkpoints,
+final.json); the others compute with it and write nothing. Stops (Ctrl-C, SIGTERM, a dead launcher,
+``train.stop_after``) are agreed on every step, so every process stops at the same step.
+"""
+import numpy
+
+from gpgan.backend import device_description, get_array_module, to_device
+from gpgan.train.config import ConfigError
+from gpgan.train.loop import Trainer
+from gpgan.train.monitor import Monitor
+from gpgan.train.step import TrainingStep
+
+__all__ = ["check_divisible", "ShardedFeed", "DataParallelStep", "DataParallelTrainer"]
+
+
+def check_divisible(config, size):
+    """Refuse batch sizes that ``size`` processes cannot split into equal slices.
+
+    Raises:
+        ConfigError: naming the batch size and the number of processes.
+    """
+    tc = config["train"]
+    for key in ("batch_size", "generator_batch_size"):
+        batch = tc[key]
+        if batch is not None and batch % size:
+            raise ConfigError(f"train.{key} {batch} does not split over {size} processes: give a multiple of "
+                              f"{size} (each process takes train.{key} / {size} of every batch)")
+
+
+class ShardedFeed:
+    """Wraps an :class:`~gpgan.train.feed.InputFeed`: draws every step's global inputs as one
+    process would, and keeps process ``rank``'s rows of each array (all of them have the batch
+    first)."""
+
+    def __init__(self, feed, rank, size):
+        self.feed, self.rank, self.size = feed, int(rank), int(size)
+
+    @property
+    def rng(self):
+        """The wrapped feed's generator (checkpointed as "trainer")."""
+        return self.feed.rng
+
+    def shard(self, array):
+        """Rows ``[rank * n, (rank + 1) * n)`` of ``array`` (``n = len(array) / size``)."""
+        n = len(array) // self.size
+        return array[self.rank * n:(self.rank + 1) * n]
+
+    def next(self, step, device):
+        """This process's slice of generator step ``step``'s inputs, on ``device``."""
+        return self.feed.draw(step).map(lambda a: to_device(numpy.ascontiguousarray(self.shard(a)), device))
+
+
+class DataParallelStep(TrainingStep):
+    """A :class:`~gpgan.train.step.TrainingStep` whose updates use the gradients and values
+    averaged over ``comm``'s processes."""
+
+    def __init__(self, parts, critic_steps, comm, step=0):
+        super().__init__(parts, critic_steps, step)
+        self.comm = comm
+
+    def reduce_gradients(self, grads, who, values):
+        """One buffer: every gradient flattened, then the values (by name); summed over the
+        processes in place, divided by their number, and cut back into arrays."""
+        present = [a for a in grads if a is not None]
+        names = sorted(values)
+        xp = get_array_module(*present, *values.values())
+        dtype = xp.result_type(*present, *(values[k] for k in names))
+        buffer = xp.concatenate([a.ravel().astype(dtype, copy=False) for a in present]
+                                + [xp.reshape(values[k], (1,)).astype(dtype, copy=False) for k in names])
+        self.comm.all_reduce_sum(buffer)
+        buffer /= self.comm.size
+        reduced, offset = [], 0
+        for a in grads:
+            if a is None:
+                reduced.append(None)
+                continue
+            reduced.append(buffer[offset:offset + a.size].reshape(a.shape).astype(a.dtype, copy=False))
+            offset += a.size
+        averaged = {}
+        for k in names:
+            averaged[k] = buffer[offset:offset + 1].reshape(()).astype(values[k].dtype, copy=False)
+            offset += 1
+        return reduced, averaged
+
+
+class DataParallelTrainer(Trainer):
+    """A :class:`~gpgan.train.loop.Trainer` for one process of a data-parallel run.
+
+    Args:
+        config, run, quiet: as for :class:`~gpgan.train.loop.Trainer` (processes other than rank 0
+            are always quiet).
+        comm: the run's :class:`gpgan.parallel.Communicator` (its device one is made here: on
+            CUDA, each process takes the GPU of its local rank).
+
+    Every process must construct it together (it broadcasts rank 0's weights).
+
+    Raises:
+        ConfigError: a batch size that does not split over the processes.
+    """
+
+    def __init__(self, config, run, comm, quiet=False):
+        check_divisible(config, comm.size)
+        self.comm = comm.for_device(config["device"])
+        quiet = quiet or not comm.is_root
+
+        def build():
+            Trainer.__init__(self, config, run, quiet=quiet)
+        # Rank 0 first: it alone downloads missing data; then the others read them.
+        self.comm.on_root(build)
+        self.comm.together(lambda: None if self.comm.is_root else build())
+        self.step_fn = DataParallelStep(self.parts, self.tc["critic_steps"], self.comm)
+        self.feed = ShardedFeed(self.feed, self.comm.rank, self.comm.size)
+        self.monitor = Monitor(self.parts, run, writes=self.comm.is_root, average=self.comm.mean)
+        self._broadcast_weights()
+        device = config["device"]
+        self.processes = self.comm.all_gather_object(
+            {"rank": self.comm.rank, "host": self.comm.host_name, "device": device,
+             "device_name": device_description(device)})
+
+    def _broadcast_weights(self):
+        """Rank 0's parameters, buffers and EMA everywhere: the processes start identical."""
+        for module in (self.parts.generator, self.parts.critic):
+            for p in module.parameters():
+                self.comm.broadcast(p.data)
+            for _, b in module.named_buffers():
+                self.comm.broadcast(b)
+        if self.parts.ema is not None:
+            for array in self.parts.ema.params.values():
+                self.comm.broadcast(array)
+
+    def manifest_entries(self):
+        return {"world_size": self.comm.size, "communicator": self.comm.backend, "processes": self.processes}
+
+    def _stop_reason(self, step, last):
+        """This process's reason, or another's: one small all-reduce per step, so that every
+        process stops at the same step (and saves the same checkpoint)."""
+        mine = super()._stop_reason(step, last)
+        if not self.comm.all_reduce_host([mine is not None], "max")[0]:
+            return None
+        if mine is not None:
+            self.comm.all_gather_object(mine)
+            return mine
+        reasons = self.comm.all_gather_object(None)
+        rank, reason = next((r, text) for r, text in enumerate(reasons) if text is not None)
+        return f"{reason} (on rank {rank})"
+
+    def save_checkpoint(self, path=None):
+        """Rank 0 writes; the weights are the same on every process. Returns the path."""
+        if self.comm.is_root:
+            return super().save_checkpoint(path)
+        return self.run.checkpoint_path(self.step) if path is None else path
+
+    def _write_final(self):
+        return self.comm.on_root(super()._write_final)
