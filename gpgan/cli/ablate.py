@@ -6,17 +6,16 @@
 Exit status: 0 when every run finished, 1 when some run failed or is unfinished (the report is
 written either way), 2 for a bad sweep file or bad arguments.
 """
-from __future__ import annotations
 
 import argparse
+import os
 import sys
-from pathlib import Path
 
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.runner import config_mismatches, stale_message
 
 
-def _devices(text: str) -> list[str]:
+def _devices(text):
     devices = [d.strip() for d in text.split(",") if d.strip()]
     if not devices:
         raise argparse.ArgumentTypeError("--devices needs a comma-separated list of CUDA device ids, e.g. 0,1")
@@ -26,7 +25,7 @@ def _devices(text: str) -> list[str]:
     return devices
 
 
-def _positive(text: str) -> int:
+def _positive(text):
     try:
         n = int(text)
     except ValueError:
@@ -67,7 +66,7 @@ cancelled, each trainer saves a checkpoint) and the report are as for a local sw
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser():
     p = argparse.ArgumentParser(
         prog="gpgan-ablate", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run every combination of a sweep file's axes as a gpgan-train run (skipping\n"
@@ -79,9 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--devices", type=_devices, default=None,
                    help="CUDA device ids, one per worker, e.g. 0,1 (each run gets CUDA_VISIBLE_DEVICES=<id> "
                         "and --device cuda); default: the config's device")
-    p.add_argument("--out", type=Path, default=None,
+    p.add_argument("--out", default=None,
                    help="output folder (default: the sweep's out:, else experiments/ablations/<sweep stem>)")
-    p.add_argument("--report-dir", type=Path, default=None,
+    p.add_argument("--report-dir", default=None,
                    help="write results.csv, REPORT.md and figures/ here instead of the output folder "
                         "(e.g. a folder to commit, without the run folders' checkpoints)")
     p.add_argument("--cluster", choices=["local", "ray"], default="local",
@@ -94,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         sweep = load_sweep(args.sweep)
@@ -138,7 +137,7 @@ def main(argv=None) -> int:
         if all(run_state(out, spec.name)[0] == "absent" for spec in expand_runs(sweep)):
             # e.g. a fresh clone: run folders are not in git. Rebuilding would replace a committed
             # report with an empty one; leave it as it is.
-            print(f"gpgan-ablate: no run of this sweep under {out / 'runs'}; nothing written (the report in "
+            print(f"gpgan-ablate: no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report in "
                   f"{args.report_dir or out} is left as it is). Run the sweep without --report-only first, "
                   "or pass the --out it was run with.", file=sys.stderr)
             return 1
@@ -148,7 +147,7 @@ def main(argv=None) -> int:
     records = write_report(sweep, out, args.report_dir)
     failed = [r for r in records if r.status == "failed"]
     incomplete = [r for r in records if r.status not in ("finished", "failed")]
-    print(f"report: {(args.report_dir or out) / 'REPORT.md'} ({len(records) - len(failed) - len(incomplete)} finished, "
+    print(f"report: {os.path.join(args.report_dir or out, 'REPORT.md')} ({len(records) - len(failed) - len(incomplete)} finished, "
           f"{len(failed)} failed, {len(incomplete)} not finished)")
     for rec in failed:
         last = rec.error.splitlines()[-1] if rec.error else ""

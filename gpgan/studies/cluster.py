@@ -10,7 +10,6 @@ must be installed on every node; the trainer runs under the Python of the Ray wo
 Ctrl-C cancels the tasks: a running task forwards one SIGINT to its trainer, which saves a
 checkpoint and exits 130, so the next sweep resumes it; tasks not yet started never start.
 """
-from __future__ import annotations
 
 import contextlib
 import logging

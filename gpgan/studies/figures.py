@@ -5,10 +5,9 @@ by a plotting library).
 Both are laid out per *panel*: one figure per combination of the setting axes other than the
 x and series axes (e.g. one per dataset).
 """
-from __future__ import annotations
 
 import math
-from pathlib import Path
+import os
 
 from PIL import Image, ImageDraw, ImageFont
 
@@ -24,7 +23,7 @@ LABEL_H = 18        # height of the label strip above each cell
 PAD = 4
 
 
-def slug(text: str) -> str:
+def slug(text):
     """File-name fragment: 'eval/modes' -> 'eval-modes'."""
     out = "".join(c if (c.isalnum() or c in "._+-") else "-" for c in str(text))
     return out.strip("-") or "x"
@@ -44,7 +43,7 @@ def _as_number(v):
     return None
 
 
-def _is_number(v) -> bool:
+def _is_number(v):
     return _as_number(v) is not None
 
 
@@ -96,7 +95,7 @@ def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction
     return line_figure(series, xlabel=x_axis, ylabel=ylabel, title=title, logx=logx, xticks=ticks)
 
 
-def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title) -> bool:
+def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title):
     """Plot ``metric`` against the x axis, one line per series value, into ``path`` (PNG).
 
     ``points``: list of (series value, x value or IGNORED, mean, std or None) in sweep order,
@@ -129,7 +128,7 @@ def _font():
         return ImageFont.load_default()
 
 
-def _fit(img: Image.Image, size: int) -> Image.Image:
+def _fit(img, size):
     img = img.convert("RGB")
     scale = min(size / img.width, size / img.height, 1.0)
     if scale < 1.0:
@@ -137,7 +136,7 @@ def _fit(img: Image.Image, size: int) -> Image.Image:
     return img
 
 
-def sample_tiles(path, cells, title="") -> bool:
+def sample_tiles(path, cells, title=""):
     """Tile sample images into one labelled PNG.
 
     ``cells``: list of (row, column, label, image path); rows and columns are 0-based grid
@@ -176,6 +175,6 @@ def sample_tiles(path, cells, title="") -> bool:
             text = text[:-1]
         draw.text((x0, y0), text, fill=(0, 0, 0), font=font)
         canvas.paste(img, (x0 + (cw - img.width) // 2, y0 + LABEL_H + (ch - img.height) // 2))
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     canvas.save(path, format="PNG")
     return True

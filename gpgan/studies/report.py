@@ -3,23 +3,23 @@
 The report is a pure function of the run folders (no clock, no absolute paths), so rebuilding it
 with ``--report-only`` reproduces REPORT.md byte for byte.
 """
-from __future__ import annotations
 
+import glob
 import math
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from gpgan.studies.figures import metric_figure, sample_tiles, slug
 from gpgan.viz import curves_plot
-from gpgan.studies.results import RunRecord, collect_results, resolve_metrics, write_results_csv
-from gpgan.studies.sweep import IGNORED, Sweep, format_value
+from gpgan.studies.results import collect_results, resolve_metrics, write_results_csv
+from gpgan.studies.sweep import IGNORED, format_value
 
 __all__ = ["SettingStats", "mean_std", "summarize", "write_report"]
 
 ARROW = {"max": "↑", "min": "↓"}
 
 
-def mean_std(values) -> tuple[float | None, float | None, int]:
+def mean_std(values):
     """(mean, sample standard deviation (ddof=1; None for fewer than 2 values), count) over the
     values that are not None or NaN. An infinite value (e.g. the reverse KL of a run with no
     high-quality sample) makes the mean infinite and the deviation None."""
@@ -42,19 +42,19 @@ class SettingStats:
     """Runs sharing the non-seed axis values, and their statistics over seeds."""
 
     values: dict            # setting axis -> value (IGNORED where an ignore rule dropped it)
-    records: list[RunRecord]
+    records: list           # [RunRecord]
     final: dict             # metric -> (mean, std, n)
     best: dict
     wall: tuple
 
     @property
-    def finished(self) -> list[RunRecord]:
+    def finished(self):
         return [r for r in self.records if r.status == "finished"]
 
 
-def summarize(sweep: Sweep, records: list[RunRecord], metrics) -> list[SettingStats]:
+def summarize(sweep, records, metrics):
     """Group runs by setting (sweep order) and take mean/std over the finished seeds."""
-    groups: dict[tuple, list[RunRecord]] = {}
+    groups = {}
     for rec in records:
         groups.setdefault(rec.spec.setting, []).append(rec)
     stats = []
@@ -73,7 +73,7 @@ def summarize(sweep: Sweep, records: list[RunRecord], metrics) -> list[SettingSt
 # ----------------------------------------------------------------------------------------------
 # formatting
 
-def _num(v) -> str:
+def _num(v):
     if v is None:
         return "n/a"
     if math.isnan(v):
@@ -81,35 +81,35 @@ def _num(v) -> str:
     return f"{v:.4g}"
 
 
-def _cell(stat) -> str:
+def _cell(stat):
     mean, std, n = stat
     if n == 0:
         return "n/a"
     return _num(mean) if std is None else f"{_num(mean)} ± {std:.2g}"
 
 
-def _val(v) -> str:
+def _val(v):
     return "(any)" if v is IGNORED else format_value(v).replace("|", "\\|")
 
 
-def _describe(values: dict) -> str:
+def _describe(values):
     return ", ".join(f"{k}={_val(v)}" for k, v in values.items())
 
 
-def _table(header, rows) -> list[str]:
+def _table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
 
 
-def _panel_axes(sweep: Sweep) -> list[str]:
+def _panel_axes(sweep):
     return [k for k in sweep.setting_axes if k not in (sweep.x_axis, sweep.series_axis)]
 
 
-def _panels(sweep: Sweep, stats: list[SettingStats]):
+def _panels(sweep, stats):
     """[(panel values dict, settings in it)] in sweep order; one panel when no other axes."""
     keys = _panel_axes(sweep)
-    panels: dict[tuple, tuple[dict, list]] = {}
+    panels = {}
     for st in stats:
         pv = {k: st.values[k] for k in keys}
         ident = tuple(format_value(v) for v in pv.values())
@@ -117,19 +117,20 @@ def _panels(sweep: Sweep, stats: list[SettingStats]):
     return list(panels.values())
 
 
-def _panel_slug(sweep: Sweep, pv: dict) -> str:
+def _panel_slug(sweep, pv):
     return "".join(f"__{slug(k.rsplit('.', 1)[-1])}-{slug(format_value(v))}" for k, v in pv.items())
 
 
 # ----------------------------------------------------------------------------------------------
 # figures
 
-def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str, str]]]]:
+def _figures(sweep, out_dir, panels, metrics):
     """Write figures/*.png; returns [(panel heading, [(caption, relative path)])]."""
-    fig_dir = out_dir / "figures"
-    fig_dir.mkdir(parents=True, exist_ok=True)
-    for old in list(fig_dir.glob("*.png")) + list(fig_dir.glob("curves/*.png")):
-        old.unlink()  # figures of an earlier report (e.g. of a metric no longer listed)
+    fig_dir = os.path.join(out_dir, "figures")
+    os.makedirs(fig_dir, exist_ok=True)
+    for old in glob.glob(os.path.join(glob.escape(fig_dir), "*.png")) + glob.glob(
+            os.path.join(glob.escape(fig_dir), "curves", "*.png")):
+        os.remove(old)  # figures of an earlier report (e.g. of a metric no longer listed)
     x_values = sweep.axes.get(sweep.x_axis, []) if sweep.x_axis else []
     series_values = sweep.axes.get(sweep.series_axis, [None]) if sweep.series_axis else [None]
     out = []
@@ -154,13 +155,13 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
                          for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
             if off_scale:  # e.g. a reverse KL of inf: marked in a band at the plot's edge, named here
                 caption += "; marked at the edge (mean not finite): " + "; ".join(off_scale)
-            if metric_figure(out_dir / rel, points, sweep.x_axis, sweep.series_axis, x_values,
+            if metric_figure(os.path.join(out_dir, rel), points, sweep.x_axis, sweep.series_axis, x_values,
                              metric, direction, title):
                 items.append((caption, rel))
             curves = _curve_groups(sweep, settings, metric)
             if curves:
                 rel = f"figures/curves/{slug(metric)}{suffix}.png"
-                curves_plot(out_dir / rel, curves, "generator step", metric, title=f"{title}, during training",
+                curves_plot(os.path.join(out_dir, rel), curves, "generator step", metric, title=f"{title}, during training",
                             ncols=min(4, len(curves)))
                 by = f", one panel per {sweep.series_axis}" if sweep.series_axis else ""
                 items.append((f"{metric} against the step (mean ± std over seeds{by}; non-finite means left out)",
@@ -190,7 +191,7 @@ def _figures(sweep, out_dir, panels, metrics) -> list[tuple[str, list[tuple[str,
             cols = sorted({c[1] for c in cells})
             cells = [(rows.index(r), cols.index(c), lab, p) for r, c, lab, p in cells]
             rel = f"figures/samples{suffix}.png"
-            if sample_tiles(out_dir / rel, cells, title=f"final samples, {heading}" if pv else "final samples"):
+            if sample_tiles(os.path.join(out_dir, rel), cells, title=f"final samples, {heading}" if pv else "final samples"):
                 items.append(("final samples per setting", rel))
         out.append((heading, items))
     return out
@@ -229,7 +230,7 @@ def _curve_groups(sweep, settings, metric):
 # ----------------------------------------------------------------------------------------------
 # REPORT.md
 
-def _best_lines(panels, metrics) -> list[str]:
+def _best_lines(panels, metrics):
     lines = []
     for pv, settings in panels:
         for metric, direction in metrics:
@@ -259,14 +260,14 @@ def _best_lines(panels, metrics) -> list[str]:
     return lines
 
 
-def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
+def _markdown(sweep, records, stats, panels, metrics, figures):
     total = len(records)
     count = {}
     for rec in records:
         count[rec.status] = count.get(rec.status, 0) + 1
     title = sweep.title or f"Ablation: {sweep.stem}"
     lines = [f"# {title}", ""]
-    lines.append(f"Written by `gpgan-ablate` from the sweep file `{sweep.path.name}` "
+    lines.append(f"Written by `gpgan-ablate` from the sweep file `{os.path.basename(sweep.path)}` "
                  f"(base config `{sweep.base_text}`).")
     lines.append("")
     order = ["finished", "failed", "interrupted", "unfinished", "not run"]
@@ -345,20 +346,21 @@ def _markdown(sweep: Sweep, records, stats, panels, metrics, figures) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def write_report(sweep: Sweep, out_dir, report_dir=None) -> list[RunRecord]:
+def write_report(sweep, out_dir, report_dir=None):
     """Collect the runs of ``sweep`` under ``out_dir`` and write results.csv, REPORT.md and
     figures/ into ``report_dir`` (default ``out_dir``; another folder keeps the report apart from
     the run folders and their checkpoints, e.g. to commit it). Returns the run records (sweep
     order)."""
-    out_dir = Path(out_dir)
-    report_dir = out_dir if report_dir is None else Path(report_dir)
-    report_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = os.fspath(out_dir)
+    report_dir = out_dir if report_dir is None else os.fspath(report_dir)
+    os.makedirs(report_dir, exist_ok=True)
     metrics = resolve_metrics(sweep, out_dir)
     records = collect_results(sweep, out_dir, metrics)
-    write_results_csv(report_dir / "results.csv", sweep, records, metrics, report_dir)
+    write_results_csv(os.path.join(report_dir, "results.csv"), sweep, records, metrics, report_dir)
     stats = summarize(sweep, records, metrics)
     panels = _panels(sweep, stats)
     figures = _figures(sweep, report_dir, panels, metrics)
     text = _markdown(sweep, records, stats, panels, metrics, figures)
-    (report_dir / "REPORT.md").write_text(text)
+    with open(os.path.join(report_dir, "REPORT.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
     return records

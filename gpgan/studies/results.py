@@ -4,18 +4,16 @@ Everything here reads files only (a run folder's final.json and metrics.jsonl, t
 :class:`gpgan.train.run.RunFolder`, and OUT/logs/<name>/failure.json), so
 ``--report-only`` gives the same rows as the sweep that produced the runs.
 """
-from __future__ import annotations
 
 import csv
 import json
 import math
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gpgan.metrics import direction
 from gpgan.studies.runner import find_run_dir, logs_dir
-from gpgan.studies.sweep import IGNORED, RunSpec, Sweep, expand_runs, format_value
+from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value
 from gpgan.train.run import RunFolder
 
 __all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns"]
@@ -37,17 +35,17 @@ class RunRecord:
 
     spec: RunSpec
     status: str
-    run_dir: Path | None = None
-    final: dict[str, float] = field(default_factory=dict)
-    best: dict[str, float] = field(default_factory=dict)
-    steps: int | None = None
-    wall_time_s: float | None = None
+    run_dir: str = None                          # None: no run folder
+    final: dict = field(default_factory=dict)    # metric -> value
+    best: dict = field(default_factory=dict)
+    steps: int = None
+    wall_time_s: float = None
     error: str = ""
-    sample: Path | None = None
-    curves: dict[str, list] = field(default_factory=dict)
+    sample: str = None                           # samples/final.png, when there is one
+    curves: dict = field(default_factory=dict)   # metric -> [(step, value)]
 
 
-def _aliases(name: str) -> list[str]:
+def _aliases(name):
     """A metric may be spelled with or without its 'eval/' prefix in final.json."""
     if name.startswith("eval/"):
         return [name, name[len("eval/"):]]
@@ -73,7 +71,7 @@ def _read_final(run_dir):
     return RunFolder(run_dir).read_final() if run_dir is not None else None
 
 
-def _curve(rows: list[dict], name: str) -> list[tuple[int, float]]:
+def _curve(rows, name):
     """(step, value) of every record that holds metric ``name``."""
     points = []
     for row in rows:
@@ -90,7 +88,7 @@ def _best(values, direction):
     return max(finite) if direction == "max" else min(finite)
 
 
-def resolve_metrics(sweep: Sweep, out_dir) -> list[tuple[str, str]]:
+def resolve_metrics(sweep, out_dir):
     """The sweep's ``metrics``, or when none are listed every numeric 'eval/' metric found in a
     finished run's final.json (sorted by name), or failing that every numeric final metric."""
     if sweep.metrics:
@@ -107,10 +105,11 @@ def resolve_metrics(sweep: Sweep, out_dir) -> list[tuple[str, str]]:
     return [(n, direction(n)) for n in chosen]
 
 
-def _read_failure(out_dir, name) -> tuple[str, str] | None:
+def _read_failure(out_dir, name):
     """(status, error) of the last unsuccessful attempt, from OUT/logs/<name>/failure.json."""
     try:
-        data = json.loads((logs_dir(out_dir, name) / "failure.json").read_text())
+        with open(os.path.join(logs_dir(out_dir, name), "failure.json")) as fh:
+            data = json.load(fh)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict):
@@ -119,9 +118,9 @@ def _read_failure(out_dir, name) -> tuple[str, str] | None:
     return status, str(data.get("error") or f"exit code {data.get('returncode')}")
 
 
-def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
+def collect_results(sweep, out_dir, metrics=None):
     """One record per run of the sweep, in sweep order."""
-    out_dir = Path(out_dir)
+    out_dir = os.fspath(out_dir)
     metrics = resolve_metrics(sweep, out_dir) if metrics is None else metrics
     records = []
     for spec in expand_runs(sweep):
@@ -159,13 +158,13 @@ def collect_results(sweep: Sweep, out_dir, metrics=None) -> list[RunRecord]:
                     rec.final[name] = last
                 if best is not None:
                     rec.best[name] = best
-            sample = run_dir / "samples" / "final.png"
-            rec.sample = sample if sample.is_file() else None
+            sample = RunFolder(run_dir).sample_path()
+            rec.sample = sample if os.path.isfile(sample) else None
         records.append(rec)
     return records
 
 
-def csv_columns(sweep: Sweep, metrics) -> list[str]:
+def csv_columns(sweep, metrics):
     return (["run", "status"] + list(sweep.axes) + [f"final/{m}" for m, _ in metrics]
             + [f"best/{m}" for m, _ in metrics] + ["steps", "wall_time_s", "run_dir", "error"])
 
@@ -178,11 +177,11 @@ def _cell(value):
     return str(value)
 
 
-def write_results_csv(path, sweep: Sweep, records: list[RunRecord], metrics, relative_to) -> None:
+def write_results_csv(path, sweep, records, metrics, relative_to):
     """results.csv: one row per run (axes, final and best metrics, steps, wall time, status, run
     folder relative to ``relative_to`` (the folder results.csv is in), and the error of a failed
     or interrupted run)."""
-    base = Path(relative_to).resolve()
+    base = os.path.realpath(relative_to)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(csv_columns(sweep, metrics))
@@ -190,7 +189,7 @@ def write_results_csv(path, sweep: Sweep, records: list[RunRecord], metrics, rel
             axes = ["" if rec.spec.values[k] is IGNORED else format_value(rec.spec.values[k]) for k in sweep.axes]
             run_dir = ""
             if rec.run_dir is not None:
-                run_dir = Path(os.path.relpath(rec.run_dir.resolve(), base)).as_posix()
+                run_dir = os.path.relpath(os.path.realpath(rec.run_dir), base).replace(os.sep, "/")
             writer.writerow(
                 [rec.spec.name, rec.status] + axes
                 + [_cell(rec.final.get(m)) for m, _ in metrics]

@@ -11,8 +11,8 @@ A run is skipped when its final.json says ``"status": "finished"``; a run folder
 continued with ``--resume`` when it holds a checkpoint and otherwise cleared and started afresh.
 Failed runs are recorded and retried the next time the sweep runs.
 """
-from __future__ import annotations
 
+import glob
 import json
 import os
 import queue
@@ -25,9 +25,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from pathlib import Path
 
-from gpgan.studies.sweep import RunSpec, Sweep, SweepError, expand_runs, override_text
+from gpgan.studies.sweep import SweepError, expand_runs, override_text
 from gpgan.train.config import load_config
 from gpgan.train.loop import PARENT_ENV
 from gpgan.train.run import RunFolder
@@ -54,7 +53,7 @@ TAIL_LINES = 15
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
-def trainer_command(trainer_cmd=None) -> list[str]:
+def trainer_command(trainer_cmd=None):
     """The command that starts gpgan-train: ``trainer_cmd`` (list or shell-quoted string), else
     the ``GPGAN_TRAIN_CMD`` environment variable, else ``python -m gpgan.cli.train``."""
     if trainer_cmd is None:
@@ -71,31 +70,32 @@ def trainer_command(trainer_cmd=None) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 # inspecting run folders
 
-def runs_root(out_dir) -> Path:
-    return Path(out_dir) / "runs"
+def runs_root(out_dir):
+    return os.path.join(out_dir, "runs")
 
 
-def logs_dir(out_dir, name) -> Path:
-    return Path(out_dir) / "logs" / name
+def logs_dir(out_dir, name):
+    return os.path.join(out_dir, "logs", name)
 
 
-def find_run_dir(out_dir, name) -> Path | None:
+def find_run_dir(out_dir, name):
     """The run folder ``OUT/runs/<config name>/<name>`` (the config name is the trainer's to
     choose, so it is globbed); a finished one wins if several exist."""
-    candidates = sorted(p for p in runs_root(out_dir).glob(f"*/{name}") if p.is_dir())
+    candidates = sorted(p for p in glob.glob(os.path.join(glob.escape(runs_root(out_dir)), "*", glob.escape(name)))
+                        if os.path.isdir(p))
     if not candidates:
         return None
     finished = [p for p in candidates if RunFolder(p).is_finished()]
     return (finished or candidates)[0]
 
 
-def run_state(out_dir, name) -> tuple[str, Path | None]:
+def run_state(out_dir, name):
     """(one of :data:`gpgan.train.run.STATES`, run folder or None) of the sweep's run ``name``."""
     run_dir = find_run_dir(out_dir, name)
     return ("absent", None) if run_dir is None else (RunFolder(run_dir).state(), run_dir)
 
 
-def stderr_tail(path, n=TAIL_LINES) -> list[str]:
+def stderr_tail(path, n=TAIL_LINES):
     """Last ``n`` non-empty lines of a log; progress bars redraw with '\\r', keep the last draw."""
     try:
         with open(path, newline="", errors="replace") as fh:  # newline="": keep the '\r's
@@ -114,7 +114,7 @@ class StaleRunError(SweepError):
     """Existing run folders were made with a config other than the one the sweep asks for."""
 
 
-def config_mismatches(sweep: Sweep, out_dir, specs=None) -> list[tuple[str, list[tuple[str, object, object]]]]:
+def config_mismatches(sweep, out_dir, specs=None):
     """[(run name, [(key, value in the run's config.yaml, value the sweep asks for)])] for every
     existing run folder (finished or resumable) whose config differs from base + set + axes (e.g.
     after ``set:`` was edited: its name alone would make the old run count as done), ignoring the
@@ -138,7 +138,7 @@ def config_mismatches(sweep: Sweep, out_dir, specs=None) -> list[tuple[str, list
     return out
 
 
-def stale_message(out_dir, stale) -> str:
+def stale_message(out_dir, stale):
     name, diffs = stale[0]
     what = "; ".join(f"{k}: run has {old!r}, sweep asks {new!r}" for k, old, new in diffs[:5])
     return (f"{len(stale)} run folder(s) under {runs_root(out_dir)} were made with another config than "
@@ -154,23 +154,23 @@ class JobResult:
     name: str
     action: str          # "start" (no folder), "restart" (stale folder cleared), "resume"
     status: str          # "finished" | "failed" | "interrupted" (exit 130 with a checkpoint)
-    returncode: int | None
+    returncode: int      # None when the trainer never ran
     seconds: float       # wall time of this attempt
     error: str = ""
-    cpu_seconds: float | None = None
+    cpu_seconds: float = None   # None where the OS does not say
 
 
 @dataclass
 class SweepSummary:
     total: int
     skipped: int
-    results: list[JobResult]
+    results: list        # [JobResult]
 
     @property
-    def failed(self) -> list[JobResult]:
+    def failed(self):
         return [r for r in self.results if r.status == "failed"]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self):
         c = {"total": self.total, "skipped": self.skipped}
         for action in ("start", "restart", "resume"):
             c[action] = sum(r.action == action for r in self.results)
@@ -179,7 +179,7 @@ class SweepSummary:
         c["interrupted"] = sum(r.status == "interrupted" for r in self.results)
         return c
 
-    def line(self) -> str:
+    def line(self):
         c = self.counts()
         text = (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
                 f"resumed {c['resume']}; finished {c['finished']}, failed {c['failed']}")
@@ -191,7 +191,7 @@ class SweepSummary:
         return text
 
 
-def wait_for(proc: subprocess.Popen, poll: float | None = None) -> tuple[int, float | None]:
+def wait_for(proc, poll=None):
     """Wait for ``proc``; returns (exit code, its CPU seconds (user + system) where the OS says).
 
     ``poll``: seconds between checks instead of one blocking wait, so that an exception raised
@@ -212,7 +212,7 @@ def wait_for(proc: subprocess.Popen, poll: float | None = None) -> tuple[int, fl
         time.sleep(poll)
 
 
-def start_trainer(cmd, env, logs) -> subprocess.Popen | None:
+def start_trainer(cmd, env, logs):
     """Start the trainer ``cmd`` with its output appended to ``logs``/stdout.log and stderr.log;
     None (with the reason in stderr.log) when it cannot be started.
 
@@ -220,7 +220,7 @@ def start_trainer(cmd, env, logs) -> subprocess.Popen | None:
     exactly one SIGINT. Were the trainers in the terminal's process group they would get two, and
     a second Ctrl-C stops gpgan-train without saving.
     """
-    with open(Path(logs) / "stdout.log", "a") as out, open(Path(logs) / "stderr.log", "a") as err:
+    with open(os.path.join(logs, "stdout.log"), "a") as out, open(os.path.join(logs, "stderr.log"), "a") as err:
         try:
             return subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
@@ -229,14 +229,14 @@ def start_trainer(cmd, env, logs) -> subprocess.Popen | None:
             return None
 
 
-def gpgan_pythonpath(existing="") -> str:
+def gpgan_pythonpath(existing=""):
     """PYTHONPATH that makes this gpgan importable from any folder ("python -m gpgan.cli.train")."""
     import gpgan
-    root = str(Path(gpgan.__file__).resolve().parent.parent)
+    root = os.path.dirname(os.path.dirname(os.path.realpath(gpgan.__file__)))
     return os.pathsep.join([root] + [p for p in existing.split(os.pathsep) if p])
 
 
-def _child_env(device, jobs) -> dict:
+def _child_env(device, jobs):
     env = dict(os.environ)
     env["PYTHONPATH"] = gpgan_pythonpath(env.get("PYTHONPATH", ""))
     # N concurrent trainers should not each spawn one BLAS thread per core.
@@ -256,13 +256,13 @@ class LocalTrainers:
 
     forces_cuda = False
 
-    def __init__(self, jobs: int):
+    def __init__(self, jobs):
         self.jobs = jobs
         self.lock = threading.Lock()
         self.live: set[subprocess.Popen] = set()
         self.stopping = False
 
-    def run(self, cmd, device, logs) -> tuple[int, float | None] | None:
+    def run(self, cmd, device, logs):
         """Run one trainer to its end: (exit code, CPU seconds or None); None: not started (the
         sweep was stopped)."""
         proc = start_trainer(cmd, _child_env(device, self.jobs), logs)
@@ -300,7 +300,7 @@ class LocalTrainers:
 
 
 class _Runner:
-    def __init__(self, sweep: Sweep, out_dir: Path, jobs: int, devices, trainer, log, trainers):
+    def __init__(self, sweep, out_dir, jobs, devices, trainer, log, trainers):
         self.sweep, self.out_dir, self.jobs = sweep, out_dir, jobs
         self.trainer, self.log, self.trainers = trainer, log, trainers
         self.devices = None
@@ -312,19 +312,19 @@ class _Runner:
         self.lock = threading.Lock()
         self.done = 0
 
-    def command(self, spec: RunSpec, action: str, run_dir: Path | None, device) -> list[str]:
+    def command(self, spec, action, run_dir, device):
         if action == "resume":
             cmd = self.trainer + ["--resume", str(run_dir)]
         else:
-            cmd = self.trainer + [str(self.sweep.base.resolve())]
+            cmd = self.trainer + [os.path.realpath(self.sweep.base)]
             for key, value in spec.overrides:
                 cmd += ["--set", f"{key}={override_text(value)}"]
-            cmd += ["--out", str(runs_root(self.out_dir).resolve()), "--name", spec.name]
+            cmd += ["--out", os.path.realpath(runs_root(self.out_dir)), "--name", spec.name]
         if device is not None or self.trainers.forces_cuda:
             cmd += ["--device", "cuda"]
         return cmd
 
-    def run(self, index: int, total: int, spec: RunSpec, action: str, run_dir: Path | None) -> JobResult:
+    def run(self, index, total, spec, action, run_dir):
         device = self.devices.get() if self.devices is not None else None
         try:
             return self._run(index, total, spec, action, run_dir, device)
@@ -332,20 +332,20 @@ class _Runner:
             if self.devices is not None:
                 self.devices.put(device)
 
-    def _run(self, index, total, spec, action, run_dir, device) -> JobResult:
+    def _run(self, index, total, spec, action, run_dir, device):
         if self.trainers.stopping:
             return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
         if action == "restart":
             shutil.rmtree(run_dir)
         logs = logs_dir(self.out_dir, spec.name)
-        logs.mkdir(parents=True, exist_ok=True)
+        os.makedirs(logs, exist_ok=True)
         cmd = self.command(spec, action, run_dir, device)
         where = f" on device {device}" if device is not None else ""
         with self.lock:
             self.log(f"[{index}/{total}] {action} {spec.name}{where}")
         header = f"=== gpgan-ablate {action}: {shlex.join(cmd)}\n"
         for log_name in ("stdout.log", "stderr.log"):
-            with open(logs / log_name, "a") as fh:
+            with open(os.path.join(logs, log_name), "a") as fh:
                 fh.write(header)
         t0 = time.perf_counter()
         outcome = self.trainers.run(cmd, device, logs)
@@ -357,13 +357,14 @@ class _Runner:
         new_dir = find_run_dir(self.out_dir, spec.name)
         if new_dir is not None:
             for log_name in ("stdout.log", "stderr.log"):
-                shutil.copyfile(logs / log_name, new_dir / log_name)
-        failure = logs / "failure.json"
+                shutil.copyfile(os.path.join(logs, log_name), os.path.join(new_dir, log_name))
+        failure = os.path.join(logs, "failure.json")
         if rc == 0 and new_dir is not None and RunFolder(new_dir).is_finished():
-            failure.unlink(missing_ok=True)
+            if os.path.exists(failure):
+                os.remove(failure)
             result = JobResult(spec.name, action, "finished", rc, seconds, cpu_seconds=cpu)
         else:
-            tail = stderr_tail(logs / "stderr.log")
+            tail = stderr_tail(os.path.join(logs, "stderr.log"))
             if rc == 0:
                 tail.append(f"gpgan-ablate: gpgan-train exited 0 but wrote no final.json with status "
                             f"finished under {runs_root(self.out_dir)}/*/{spec.name}")
@@ -371,8 +372,9 @@ class _Runner:
             # Exit 130 (Ctrl-C, train.stop_after) with a checkpoint: stopped, not broken.
             status = ("interrupted" if rc in (130, -signal.SIGINT) and new_dir is not None
                       and RunFolder(new_dir).has_checkpoint() else "failed")
-            failure.write_text(json.dumps({"status": status, "returncode": rc, "command": cmd, "error": error},
-                                          indent=1) + "\n")
+            with open(failure, "w") as fh:
+                fh.write(json.dumps({"status": status, "returncode": rc, "command": cmd, "error": error}, indent=1)
+                         + "\n")
             result = JobResult(spec.name, action, status, rc, seconds, error, cpu_seconds=cpu)
         with self.lock:
             self.done += 1
@@ -385,8 +387,8 @@ class _Runner:
         return result
 
 
-def run_sweep(sweep: Sweep, out_dir, jobs: int | None = 1, devices=None, trainer_cmd=None, log=print,
-              cluster: str = "local", ray_address: str | None = None) -> SweepSummary:
+def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
+              cluster="local", ray_address=None):
     """Run every run of ``sweep`` that has not finished, ``jobs`` at a time.
 
     ``devices``: list of CUDA device ids; each job gets one (``CUDA_VISIBLE_DEVICES=<id>`` and
@@ -406,7 +408,7 @@ def run_sweep(sweep: Sweep, out_dir, jobs: int | None = 1, devices=None, trainer
     """
     if cluster not in ("local", "ray"):
         raise ValueError(f"run_sweep: cluster must be 'local' or 'ray', got {cluster!r}")
-    out_dir = Path(out_dir)
+    out_dir = os.fspath(out_dir)
     trainer = trainer_command(trainer_cmd)
     specs = expand_runs(sweep)
     stale = config_mismatches(sweep, out_dir, specs)
@@ -429,12 +431,12 @@ def run_sweep(sweep: Sweep, out_dir, jobs: int | None = 1, devices=None, trainer
         devices = None  # Ray assigns the GPUs
     else:
         trainers = LocalTrainers(jobs)
-    runs_root(out_dir).mkdir(parents=True, exist_ok=True)
+    os.makedirs(runs_root(out_dir), exist_ok=True)
     if skipped:
         log(f"skipping {skipped} finished run(s)")
 
     runner = _Runner(sweep, out_dir, jobs, list(devices) if devices else None, trainer, log, trainers)
-    results: dict[str, JobResult] = {}
+    results = {}
     pool = ThreadPoolExecutor(max_workers=jobs)
     try:
         futures = {pool.submit(runner.run, i + 1, len(todo), *job): job[0].name for i, job in enumerate(todo)}
@@ -452,7 +454,7 @@ def run_sweep(sweep: Sweep, out_dir, jobs: int | None = 1, devices=None, trainer
     return SweepSummary(total=len(specs), skipped=skipped, results=ordered)
 
 
-def _config_device(sweep: Sweep, spec: RunSpec) -> str | None:
+def _config_device(sweep, spec):
     """The device a run's config asks for (None when the trainer would refuse the config)."""
     try:
         return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])["device"]

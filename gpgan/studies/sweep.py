@@ -45,13 +45,11 @@ with three weights is therefore one run per seed, not three identical ones.
 ``exclude``: each entry is a mapping of axis keys to a value (or a list of values); a combination
 matching every key of an entry is not run.
 """
-from __future__ import annotations
 
 import itertools
+import os
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -116,33 +114,33 @@ class Sweep:
     ``metrics`` is a list of (name, direction) or empty, meaning "every eval/ metric found".
     """
 
-    path: Path
-    base: Path
-    axes: dict[str, list]
-    fixed: dict[str, Any] = field(default_factory=dict)
-    metrics: list[tuple[str, str]] = field(default_factory=list)
-    seed_axis: str | None = DEFAULT_SEED_AXIS
-    x_axis: str | None = DEFAULT_X_AXIS
-    series_axis: str | None = DEFAULT_SERIES_AXIS
-    ignore: list[tuple[dict[str, list], list[str]]] = field(default_factory=list)
-    exclude: list[dict[str, list]] = field(default_factory=list)
-    out: Path | None = None
-    title: str | None = None
+    path: str                    # the sweep file
+    base: str                    # the base config (resolved against the sweep file's folder)
+    axes: dict                   # dotted key or variant axis -> list of values
+    fixed: dict = field(default_factory=dict)
+    metrics: list = field(default_factory=list)      # [(name, "max" | "min")]
+    seed_axis: str = DEFAULT_SEED_AXIS               # or None
+    x_axis: str = DEFAULT_X_AXIS                     # or None
+    series_axis: str = DEFAULT_SERIES_AXIS           # or None
+    ignore: list = field(default_factory=list)       # [({axis: [values]}, [axes dropped])]
+    exclude: list = field(default_factory=list)      # [{axis: [values]}]
+    out: str = None
+    title: str = None
     base_text: str = ""          # ``base`` exactly as written in the file (for the report)
-    variants: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
-    notes: str | None = None     # Markdown placed in REPORT.md under "Findings"
+    variants: dict = field(default_factory=dict)     # axis -> variant -> {dotted key: value}
+    notes: str = None            # Markdown placed in REPORT.md under "Findings"
 
     @property
-    def stem(self) -> str:
-        return self.path.stem
+    def stem(self):
+        return os.path.splitext(os.path.basename(self.path))[0]
 
     @property
-    def setting_axes(self) -> list[str]:
+    def setting_axes(self):
         """Axes that define a setting (all but the seed axis)."""
         return [k for k in self.axes if k != self.seed_axis]
 
-    def default_out(self) -> Path:
-        return self.out if self.out is not None else Path("experiments") / "ablations" / self.stem
+    def default_out(self):
+        return self.out if self.out is not None else os.path.join("experiments", "ablations", self.stem)
 
 
 @dataclass
@@ -155,16 +153,16 @@ class RunSpec:
     """
 
     name: str
-    values: dict[str, Any]
-    overrides: list[tuple[str, Any]]
+    values: dict
+    overrides: list
     setting: tuple
-    seed: Any
+    seed: object
 
 
 # ----------------------------------------------------------------------------------------------
 # value formatting
 
-def format_value(value) -> str:
+def format_value(value):
     """Human/filename-friendly text of an axis value: 0.1 -> '0.1', True -> 'true', None -> 'null'."""
     if value is IGNORED:
         return "-"
@@ -179,7 +177,7 @@ def format_value(value) -> str:
     return str(value)
 
 
-def yaml_scalar(value) -> str:
+def yaml_scalar(value):
     """``value`` as YAML flow text, so ``--set key=<text>`` parses back to the same value."""
     text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
     if text.endswith("\n..."):
@@ -189,20 +187,20 @@ def yaml_scalar(value) -> str:
     return text
 
 
-def override_text(value) -> str:
+def override_text(value):
     """The ``value`` part of ``--set key=value``: gpgan-train takes strings as typed and parses
     numbers, booleans, null and lists itself (YAML flow text for those)."""
     return value if isinstance(value, str) else yaml_scalar(value)
 
 
-def _safe_fragment(text: str) -> str:
+def _safe_fragment(text):
     return re.sub(r"[^A-Za-z0-9._+-]", "_", text)
 
 
 # ----------------------------------------------------------------------------------------------
 # validation helpers
 
-def _err(path, where, message) -> SweepError:
+def _err(path, where, message):
     return SweepError(f"sweep file {path}: {where}: {message}")
 
 
@@ -240,7 +238,7 @@ def _check_axis_values(path, where, axes, mapping):
     return out
 
 
-def _same(a, b) -> bool:
+def _same(a, b):
     """YAML-level equality (1 == 1.0 but True != 1)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
@@ -279,13 +277,14 @@ def _parse_metrics(path, raw):
 # ----------------------------------------------------------------------------------------------
 # loading
 
-def load_sweep(path) -> Sweep:
+def load_sweep(path):
     """Read and validate a sweep file (``yaml.safe_load``); raises :class:`SweepError`."""
-    path = Path(path)
+    path = os.fspath(path)
     try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SweepError(f"cannot read sweep file {path}: {exc.strerror or exc}") from None
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SweepError(f"cannot read sweep file {path}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -293,9 +292,9 @@ def load_sweep(path) -> Sweep:
     return parse_sweep(raw, path)
 
 
-def parse_sweep(raw, path) -> Sweep:
+def parse_sweep(raw, path):
     """Validate an already-parsed sweep mapping; ``path`` locates ``base`` and names errors."""
-    path = Path(path)
+    path = os.fspath(path)
     if not isinstance(raw, dict):
         raise SweepError(f"sweep file {path}: must be a mapping with at least 'base' and 'axes', "
                          f"got {type(raw).__name__}")
@@ -310,8 +309,8 @@ def parse_sweep(raw, path) -> Sweep:
     base_text = raw["base"]
     if not isinstance(base_text, str) or not base_text:
         raise _err(path, "base", f"must be a path to a config file, got {base_text!r}")
-    base = (path.parent / base_text)
-    if not base.is_file():
+    base = os.path.join(os.path.dirname(path), base_text)
+    if not os.path.isfile(base):
         raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
 
     variants = _parse_variants(path, raw.get("variants"))
@@ -425,7 +424,7 @@ def parse_sweep(raw, path) -> Sweep:
     sweep = Sweep(
         path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
-        out=Path(out) if out is not None else None, title=title, base_text=base_text,
+        out=out, title=title, base_text=base_text,
         variants=variants, notes=notes,
     )
     _check_config_keys(sweep)
@@ -435,7 +434,7 @@ def parse_sweep(raw, path) -> Sweep:
     return sweep
 
 
-def _parse_variants(path, raw) -> dict:
+def _parse_variants(path, raw):
     """``variants: {axis name: {variant name: {dotted key: value}}}``: named bundles of
     overrides, used as the values of an axis (e.g. a penalty in its paper's pairing of loss,
     critic steps and optimizer beside the common one)."""
@@ -464,7 +463,7 @@ def _parse_variants(path, raw) -> dict:
     return variants
 
 
-def _check_config_keys(sweep: Sweep) -> None:
+def _check_config_keys(sweep):
     """Reject keys gpgan-train would reject (unknown keys, sections) before any run starts, using
     the trainer's own override parser. Values are left to the trainer: a bad value fails only
     its own runs, which the report then names."""
@@ -486,11 +485,11 @@ def _check_config_keys(sweep: Sweep) -> None:
 # ----------------------------------------------------------------------------------------------
 # expansion
 
-def _matches(values: dict, rule: dict[str, list]) -> bool:
+def _matches(values, rule):
     return all(any(_same(values[k], v) for v in vals) for k, vals in rule.items())
 
 
-def _axis_labels(axes) -> dict[str, str]:
+def _axis_labels(axes):
     """Short label per axis for run names: the last key component unless two axes share it."""
     last = {k: k.rsplit(".", 1)[-1] for k in axes}
     counts = {}
@@ -499,7 +498,7 @@ def _axis_labels(axes) -> dict[str, str]:
     return {k: (lab if counts[lab] == 1 else k.replace(".", "-")) for k, lab in last.items()}
 
 
-def expand_runs(sweep: Sweep) -> list[RunSpec]:
+def expand_runs(sweep):
     """Every combination of the axes (file order, last axis fastest), after ``exclude`` and
     ``ignore``; duplicates produced by ``ignore`` are kept once (first occurrence)."""
     keys = list(sweep.axes)
