@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from gpgan.studies.runner import gpgan_pythonpath, start_trainer, wait_for
+from gpgan.studies.trainers import gpgan_pythonpath, start_trainer, wait_for
 from gpgan.studies.sweep import SweepError
 from gpgan.train.loop import PARENT_ENV
 
@@ -107,7 +107,7 @@ def _check_reachable(address, timeout=10.0):
 
 
 class RayTrainers:
-    """Runs trainers as Ray tasks (the interface of :class:`gpgan.studies.runner.LocalTrainers`).
+    """Runs trainers as Ray tasks (the interface of :class:`gpgan.studies.trainers.LocalTrainers`).
 
     Args:
         address: ``HOST:PORT`` of the cluster's head; None: ``RAY_ADDRESS``, else "auto" (a
