@@ -1,13 +1,21 @@
 """Normalization: batch_norm and layer_norm (torch semantics).
 
-Both are composed from differentiable functions (mean, sub, mul, pow), so their first and second
-derivatives come from the engine and stay correct to any order; each costs a handful of
-elementwise passes, which is cheap next to the convolutions around them.
+Both normalize with the batch (or layer) statistics through one node, :class:`Normalize`:
+``y = (x - mean) / sqrt(var + eps) * weight + bias`` over a set of axes, with the biased variance.
+Its forward is a few fused passes over ``x``. Its backward has two forms:
+
+* when no graph is recorded (``create_graph=False``, a first-order step), the closed-form
+  gradients computed on raw arrays in a few passes;
+* when a graph is recorded (a gradient penalty through a normalized critic), the same formulas
+  written with differentiable functions (mean, mul, sub, pow), so the engine differentiates them
+  again, to any order.
+
+Eval-mode batch norm (fixed running statistics) is an affine map composed from mul and sub.
 """
-from gpgan.autograd import Variable
+from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
 from gpgan.functions.array import reshape
-from gpgan.functions.reduction import mean
+from gpgan.functions.reduction import mean, sum as _sum
 
 
 __all__ = ['batch_norm', 'layer_norm']
@@ -17,12 +25,129 @@ def _raw(v):
     return v.data if isinstance(v, Variable) else v
 
 
-def _normalize(x, axes, eps):
-    """``(x - mean) / sqrt(var + eps)`` over ``axes`` with the biased variance; also returns mean, var."""
-    mu = mean(x, axes, keepdims=True)
-    xc = x - mu
-    var = mean(xc * xc, axes, keepdims=True)
-    return xc * (var + eps) ** -0.5, mu, var
+def _count(shape, axes):
+    n = 1
+    for a in axes:
+        n *= shape[a]
+    return n
+
+
+class Normalize(FunctionNode):
+    """``(x - mean) / sqrt(var + eps) [* weight] [+ bias]``, statistics over ``axes``.
+
+    Inputs ``(x, [weight], [bias])`` as flagged. ``weight`` and ``bias`` (both of shape
+    ``own_shape``) are reshaped to ``param_shape`` (broadcastable to ``x``) and their gradients
+    summed over ``param_axes``. After the forward, ``self.mean`` and ``self.var`` hold the
+    statistics (raw arrays, kept dims).
+    """
+
+    def __init__(self, axes, eps, has_weight, has_bias, own_shape, param_shape, param_axes):
+        self.axes, self.eps = axes, eps
+        self.has_weight, self.has_bias = has_weight, has_bias
+        self.own_shape, self.param_shape, self.param_axes = own_shape, param_shape, param_axes
+
+    def _params(self, inputs):
+        k = 1
+        w = b = None
+        if self.has_weight:
+            w, k = inputs[k], k + 1
+        if self.has_bias:
+            b = inputs[k]
+        return w, b
+
+    def forward(self, inputs):
+        x = inputs[0]
+        w, b = self._params(inputs)
+        xp = get_array_module(x)
+        self.retain_inputs(tuple(range(len(inputs))))
+        mu = x.mean(axis=self.axes, keepdims=True)
+        xc = x - mu
+        y = xp.square(xc)  # the output's buffer, first holding the squares
+        var = y.mean(axis=self.axes, keepdims=True)
+        inv = 1 / xp.sqrt(var + x.dtype.type(self.eps))
+        self.mean, self.var, self.inv = mu, var, inv
+        scale = inv if w is None else inv * w.reshape(self.param_shape)
+        xp.multiply(xc, scale, out=y)
+        if b is not None:
+            y += b.reshape(self.param_shape)
+        return (y,)
+
+    def backward(self, indexes, grad_outputs):
+        gy, = grad_outputs
+        retained = self.get_retained_inputs()
+        x = retained[0]
+        w, b = self._params(retained)
+        if is_grad_enabled():
+            grads = self._recorded_gradients(x, w, gy)
+        else:
+            grads = [Variable._from_node(g, None) for g in
+                     self._raw_gradients(x.data, None if w is None else w.data, gy.data)]
+        return tuple(grads[i] for i in indexes)
+
+    def _raw_gradients(self, x, w, gy):
+        """The closed form on arrays: ``gx = inv * (g - mean(g) - xhat * mean(g * xhat))`` with
+        ``g = gy * weight`` (means over the statistics' axes), ``gweight = sum(gy * xhat)``,
+        ``gbias = sum(gy)`` (sums over ``param_axes``)."""
+        xhat = x - self.mean
+        xhat *= self.inv
+        n = x.dtype.type(1.0 / _count(x.shape, self.axes))
+        out = [None]
+        wb = w.reshape(self.param_shape) if w is not None else None
+        if self.param_axes == self.axes:
+            # Per-channel parameters (batch norm): the sums of gy and gy*xhat over the statistics'
+            # axes are the parameter gradients too, and weight * inv is one coefficient.
+            g_sum = gy.sum(axis=self.axes, keepdims=True)
+            gx_sum = (gy * xhat).sum(axis=self.axes, keepdims=True)
+            coef = self.inv if wb is None else self.inv * wb
+            gx = gy * coef
+            xhat *= coef * gx_sum * n
+            gx -= xhat
+            gx -= coef * g_sum * n
+            out[0] = gx
+            if self.has_weight:
+                out.append(gx_sum.reshape(self.own_shape))
+            if self.has_bias:
+                out.append(g_sum.reshape(self.own_shape))
+            return out
+        g = gy if wb is None else gy * wb
+        g_mean = g.sum(axis=self.axes, keepdims=True) * n
+        gx_mean = (g * xhat).sum(axis=self.axes, keepdims=True) * n
+        gx = g - g_mean
+        gx -= xhat * gx_mean
+        gx *= self.inv
+        out[0] = gx
+        if self.has_weight:
+            out.append((gy * xhat).sum(axis=self.param_axes).reshape(self.own_shape))
+        if self.has_bias:
+            out.append(gy.sum(axis=self.param_axes).reshape(self.own_shape))
+        return out
+
+    def _recorded_gradients(self, x, w, gy):
+        """The same formulas with differentiable functions: recorded, differentiable again."""
+        xhat, inv = _standardize(x, self.axes, self.eps)
+        g = gy if w is None else gy * reshape(w, self.param_shape)
+        gx = (g - mean(g, self.axes, keepdims=True) - xhat * mean(g * xhat, self.axes, keepdims=True)) * inv
+        out = [gx]
+        if self.has_weight:
+            out.append(reshape(_sum(gy * xhat, self.param_axes), self.own_shape))
+        if self.has_bias:
+            out.append(reshape(_sum(gy, self.param_axes), self.own_shape))
+        return out
+
+
+def _standardize(x, axes, eps):
+    """``(x - mean) * inv`` and ``inv = (var + eps) ** -0.5`` over ``axes``, with differentiable
+    functions."""
+    xc = x - mean(x, axes, keepdims=True)
+    inv = (mean(xc * xc, axes, keepdims=True) + eps) ** -0.5
+    return xc * inv, inv
+
+
+def _normalize(x, axes, eps, weight, bias, own_shape, param_shape, param_axes):
+    """Apply :class:`Normalize`; returns the output Variable and the node (for its statistics)."""
+    inputs = [x] + [v for v in (weight, bias) if v is not None]
+    node = Normalize(axes, eps, weight is not None, bias is not None, own_shape, param_shape, param_axes)
+    return node.apply(tuple(inputs))[0], node
 
 
 def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
@@ -55,22 +180,22 @@ def batch_norm(x, running_mean, running_var, weight=None, bias=None, training=Fa
         if count < 2:
             raise ValueError(f"{fn}: training needs more than one value per channel, got x of shape "
                              f"{tuple(x.shape)}")
-        y, mu, var = _normalize(x, axes, eps)
+        y, node = _normalize(x, axes, eps, weight, bias, (C,), stat_shape, axes)
         if running_mean is not None:
             running_mean *= 1.0 - momentum
-            running_mean += momentum * mu.data.reshape(C).astype(running_mean.dtype, copy=False)
+            running_mean += momentum * node.mean.reshape(C).astype(running_mean.dtype, copy=False)
         if running_var is not None:
-            unbiased = var.data.reshape(C) * (count / (count - 1))
+            unbiased = node.var.reshape(C) * (count / (count - 1))
             running_var *= 1.0 - momentum
             running_var += momentum * unbiased.astype(running_var.dtype, copy=False)
-    else:
-        if running_mean is None or running_var is None:
-            raise ValueError(f"{fn}: eval mode (training=False) needs running_mean and running_var")
-        xd = _raw(x)
-        xp = get_array_module(xd)
-        rm = xp.asarray(_raw(running_mean), dtype=xd.dtype).reshape(stat_shape)
-        inv = (1.0 / xp.sqrt(xp.asarray(_raw(running_var), dtype=xd.dtype) + eps)).reshape(stat_shape)
-        y = (x - Variable._from_node(rm, None)) * Variable._from_node(inv, None)
+        return y
+    if running_mean is None or running_var is None:
+        raise ValueError(f"{fn}: eval mode (training=False) needs running_mean and running_var")
+    xd = _raw(x)
+    xp = get_array_module(xd)
+    rm = xp.asarray(_raw(running_mean), dtype=xd.dtype).reshape(stat_shape)
+    inv = (1.0 / xp.sqrt(xp.asarray(_raw(running_var), dtype=xd.dtype) + eps)).reshape(stat_shape)
+    y = (x - Variable._from_node(rm, None)) * Variable._from_node(inv, None)
     if weight is not None:
         y = y * reshape(weight, stat_shape)
     if bias is not None:
@@ -96,9 +221,5 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
         if v is not None and tuple(v.shape) != shape:
             raise ValueError(f"{fn}: {name} must have shape {shape}, got {tuple(v.shape)}")
     axes = tuple(range(len(x.shape) - k, len(x.shape)))
-    y, _, _ = _normalize(x, axes, eps)
-    if weight is not None:
-        y = y * weight
-    if bias is not None:
-        y = y + bias
+    y, _ = _normalize(x, axes, eps, weight, bias, shape, shape, tuple(range(len(x.shape) - k)))
     return y
