@@ -22,9 +22,14 @@ formulas written with torch. With ``--torch`` the two engines' steps are timed i
 gpgan step, one PyTorch step, ..., alternating which goes first), so load from other processes
 hits both alike; PyTorch runs with TF32 off and ``torch.set_num_threads`` = the cores this process
 may use. Reported per workload: median and min over ``--steps`` timed steps (after ``--warmup``),
-the ratio gpgan / PyTorch of the medians (and of the mins), the loss of both, the relative error
-of both engines' gradients against gpgan's float64 gradients (same weights and inputs), peak
-memory, and the slowest/fastest spread.
+quartiles, process CPU time, the ratio gpgan / PyTorch of the medians (and of the mins), the loss
+of both, the relative error of both engines' gradients against gpgan's float64 gradients (same
+weights and inputs), and peak memory.
+
+On a machine shared with other work, each step's run-queue wait (time its threads were runnable
+but had no core, from Linux's schedstat) tells the steps slowed by other processes from the clean
+ones; the median of the clean steps and their ratio are reported too, and ``--budget S`` keeps
+sampling (up to S seconds) until each engine has ``--steps`` clean steps.
 
 Peak memory: tracemalloc's peak over one gpgan step (NumPy reports its buffers to tracemalloc;
 weights and inputs, allocated before, are not counted), and, per engine, the peak resident set of
@@ -236,33 +241,76 @@ def _synchronizer(device, torch=None):
     return cupy.cuda.Device().synchronize
 
 
-def time_interleaved(runners, steps, warmup):
-    """Wall and process-CPU milliseconds of each runner's steps, interleaved: the runners' order
-    alternates every round. CPU time counts all the process's threads; with one thread per engine
-    (OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1) it is a figure that other load barely moves."""
+def run_queue_wait_ms():
+    """Milliseconds this process's threads have spent runnable but waiting for a core, or None.
+
+    Linux's per-thread schedstat (second field). A step during which this grows was slowed by
+    other processes (or by more runnable threads of ours than cores): on a shared machine such
+    steps are told apart from clean ones instead of being averaged in.
+    """
+    total = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
+                total += int(f.read().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return total / 1e6
+
+
+def time_interleaved(runners, steps, warmup, clean_fraction=0.03, budget_s=0.0):
+    """Wall and process-CPU milliseconds of each runner's steps, interleaved (the runners' order
+    alternates every round), with the run-queue wait of each step.
+
+    A step is *clean* when its threads waited for a core less than ``clean_fraction`` of its wall
+    time. With ``budget_s`` > 0, rounds go on past ``steps`` until every runner has ``steps``
+    clean steps or the budget is spent (for a machine shared with other work).
+    """
     for step, sync in runners.values():
         for _ in range(warmup):
             step()
         sync()
-    times = {name: ([], []) for name in runners}
+    times = {name: ([], [], []) for name in runners}
     names = list(runners)
-    for k in range(steps):
+    start = time.perf_counter()
+    k = 0
+    while True:
         for name in (names if k % 2 == 0 else names[::-1]):
             step, sync = runners[name]
+            w0 = run_queue_wait_ms()
             t0, c0 = time.perf_counter(), time.process_time()
             step()
             sync()
-            times[name][0].append((time.perf_counter() - t0) * 1e3)
+            wall = (time.perf_counter() - t0) * 1e3
+            times[name][0].append(wall)
             times[name][1].append((time.process_time() - c0) * 1e3)
-    return times
+            times[name][2].append(None if w0 is None else run_queue_wait_ms() - w0)
+        k += 1
+        if k < steps:
+            continue
+        clean = min(len(_clean(t, clean_fraction)) for t in times.values())
+        if budget_s <= 0 or clean >= steps or time.perf_counter() - start > budget_s:
+            return times
 
 
-def summary(times):
-    t, cpu = (numpy.asarray(v) for v in times)
-    return {"median_ms": float(numpy.median(t)), "min_ms": float(t.min()), "max_ms": float(t.max()),
-            "q25_ms": float(numpy.percentile(t, 25)), "q75_ms": float(numpy.percentile(t, 75)),
-            "cpu_median_ms": float(numpy.median(cpu)), "cpu_min_ms": float(cpu.min()),
-            "times_ms": [round(float(v), 3) for v in t]}
+def _clean(t, fraction):
+    """Indexes of the steps whose run-queue wait stayed under ``fraction`` of their wall time."""
+    return [i for i, (wall, wait) in enumerate(zip(t[0], t[2])) if wait is not None and wait < fraction * wall]
+
+
+def summary(times, clean_fraction=0.03):
+    t, cpu = (numpy.asarray(v) for v in times[:2])
+    out = {"median_ms": float(numpy.median(t)), "min_ms": float(t.min()), "max_ms": float(t.max()),
+           "q25_ms": float(numpy.percentile(t, 25)), "q75_ms": float(numpy.percentile(t, 75)),
+           "cpu_median_ms": float(numpy.median(cpu)), "cpu_min_ms": float(cpu.min()),
+           "times_ms": [round(float(v), 3) for v in t]}
+    if times[2] and times[2][0] is not None:
+        clean = _clean(times, clean_fraction)
+        out["wait_ms"] = [round(float(v), 3) for v in times[2]]
+        out["clean_steps"] = len(clean)
+        if clean:
+            out["clean_median_ms"] = float(numpy.median(t[clean]))
+    return out
 
 
 def tracemalloc_peak(step):
@@ -388,7 +436,8 @@ def bench_device(args, device, torch):
         print(f"  node overhead: {oh['recorded_us']:.2f} us per recorded call, {oh['no_grad_us']:.2f} us under "
               f"no_grad, {oh['numpy_us']:.2f} us for NumPy's bare a + b")
     print(f"  {args.warmup} warmup + {args.steps} timed steps each, {args.dtype}; ms per step: median (min) "
-          "[25%-75%] and the median process CPU time")
+          "[25%-75%], median process CPU time, and the median of the clean steps (their count), those whose "
+          f"threads waited for a core < {args.clean_fraction:.0%} of the step")
 
     runners = {}
     checks = {}
@@ -414,14 +463,16 @@ def bench_device(args, device, torch):
             ref = [numpy.asarray(g, numpy.float64) for g in grads[1]]
             entry["grad_difference_gpgan_torch"] = relative_error([_host(g) for g in grads[0]], ref)
 
-    times = time_interleaved(runners, args.steps, args.warmup)
+    times = time_interleaved(runners, args.steps, args.warmup, args.clean_fraction, args.budget)
     for name, work in works.items():
         entry = report["workloads"][name]
-        entry["gpgan"] = summary(times[(name, "gpgan")])
+        entry["gpgan"] = summary(times[(name, "gpgan")], args.clean_fraction)
         if torch is not None:
-            entry["torch"] = summary(times[(name, "torch")])
+            entry["torch"] = summary(times[(name, "torch")], args.clean_fraction)
             entry["ratio_median"] = entry["gpgan"]["median_ms"] / entry["torch"]["median_ms"]
             entry["ratio_min"] = entry["gpgan"]["min_ms"] / entry["torch"]["min_ms"]
+            if "clean_median_ms" in entry["gpgan"] and "clean_median_ms" in entry["torch"]:
+                entry["ratio_clean_median"] = entry["gpgan"]["clean_median_ms"] / entry["torch"]["clean_median_ms"]
         if device == "cpu":
             entry["tracemalloc_peak_mib"] = tracemalloc_peak(work.step) / 2 ** 20
             if not args.no_memory:
@@ -444,14 +495,18 @@ def bench_device(args, device, torch):
 
 
 def _ms(s):
-    return (f"{s['median_ms']:7.1f} ({s['min_ms']:.1f}) [{s['q25_ms']:.1f}-{s['q75_ms']:.1f}] "
+    text = (f"{s['median_ms']:7.1f} ({s['min_ms']:.1f}) [{s['q25_ms']:.1f}-{s['q75_ms']:.1f}] "
             f"cpu {s['cpu_median_ms']:.0f}")
+    if "clean_steps" in s:
+        text += f" clean {s.get('clean_median_ms', float('nan')):.1f} ({s['clean_steps']})"
+    return text
 
 
 def print_entry(name, e):
     line = f"  {name:10s} gpgan {_ms(e['gpgan'])}"
     if "torch" in e:
-        line += f" | torch {_ms(e['torch'])} | ratio {e['ratio_median']:.2f} (min {e['ratio_min']:.2f})"
+        line += f" | torch {_ms(e['torch'])} | ratio {e['ratio_median']:.2f} (min {e['ratio_min']:.2f}"
+        line += f", clean {e['ratio_clean_median']:.2f})" if "ratio_clean_median" in e else ")"
     print(line)
     details = [f"loss {' / '.join(f'{v:.6g}' for v in e['loss'].values())}"]
     if "grad_error_vs_float64" in e:
@@ -478,6 +533,10 @@ def main(argv=None):
                         help=f"comma-separated, of {', '.join(WORKLOADS)} (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=10, help="timed steps per workload and engine (median of these)")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--budget", type=float, default=0.0, metavar="SECONDS",
+                        help="go on past --steps until each engine has --steps clean steps (threads that "
+                             "waited for a core under --clean-fraction of the step), for at most SECONDS")
+    parser.add_argument("--clean-fraction", type=float, default=0.03)
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--torch", action="store_true",
