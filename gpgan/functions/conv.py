@@ -29,7 +29,7 @@ weight gradient run on the data-lighter side too.
 import numbers
 
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module
+from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
 
@@ -76,6 +76,15 @@ def _nchw(y):
 
 
 # -- raw array kernels (NumPy or CuPy by the same code) -----------------------------------------
+def _over_batch(xp, fn, n, nbytes):
+    """``fn(start, stop)`` over batch slices: split over the cores for NumPy (its copies and adds
+    run on one core each), one call for CuPy."""
+    if xp.__name__ == "numpy":
+        parallel_range(fn, n, nbytes)
+    else:
+        fn(0, n)
+
+
 def _as_strided(xp, x, shape, strides):
     if xp.__name__ == "numpy":
         return xp.lib.stride_tricks.as_strided(x, shape, strides, writeable=False)
@@ -95,11 +104,16 @@ def _padded_nhwc(xp, x, pads):
         return xp.ascontiguousarray(xh)
     N, H, W, C = xh.shape
     out = xp.empty((N, top + H + bottom, left + W + right, C), dtype=x.dtype)
-    out[:, :top] = 0
-    out[:, top + H:] = 0
-    out[:, top:top + H, :left] = 0
-    out[:, top:top + H, left + W:] = 0
-    out[:, top:top + H, left:left + W] = xh
+
+    def fill(a, b):
+        o = out[a:b]
+        o[:, :top] = 0
+        o[:, top + H:] = 0
+        o[:, top:top + H, :left] = 0
+        o[:, top:top + H, left + W:] = 0
+        o[:, top:top + H, left:left + W] = xh[a:b]
+
+    _over_batch(xp, fill, N, out.nbytes)
     return out
 
 
@@ -117,12 +131,16 @@ def _windows(xp, xpad, origin, out_hw, taps, tap_step, s, groups):
         if origin[axis] < 0 or last >= size:
             raise AssertionError("im2col window exceeds the padded input")
     sN, sH, sW, sC = xpad.strides
-    view = _as_strided(
-        xp, xpad[:, origin[0]:, origin[1]:],
-        (groups, N, Ho, Wo, tH, tW, Cg),
-        (Cg * sC, sN, s[0] * sH, s[1] * sW, tap_step[0] * sH, tap_step[1] * sW, sC),
-    )
-    return xp.ascontiguousarray(view).reshape(groups, N * Ho * Wo, tH * tW * Cg)
+    shape = (groups, N, Ho, Wo, tH, tW, Cg)
+    view = _as_strided(xp, xpad[:, origin[0]:, origin[1]:], shape,
+                       (Cg * sC, sN, s[0] * sH, s[1] * sW, tap_step[0] * sH, tap_step[1] * sW, sC))
+    col = xp.empty(shape, dtype=xpad.dtype)
+
+    def copy(a, b):
+        col[:, a:b] = view[:, a:b]
+
+    _over_batch(xp, copy, N, col.nbytes)
+    return col.reshape(groups, N * Ho * Wo, tH * tW * Cg)
 
 
 def _im2col(xp, x, ksize, out_hw, s, p, d, groups):
@@ -234,18 +252,28 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
     rows = _group_rows(xp, x, groups)  # (G, N*H*W, Cig)
     if groups == 1 and Cog < _CHANNELS_FIRST_BELOW:
         cols = xp.matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
-        ypad = xp.zeros((Cog, N, Hp, Wp), dtype=cols.dtype)
+        ypad = xp.empty((Cog, N, Hp, Wp), dtype=cols.dtype)
+
+        def col2im_planes(a, b):
+            ypad[:, a:b] = 0
+            for i in range(kH):
+                for j in range(kW):
+                    h0, w0 = i * d[0], j * d[1]
+                    ypad[:, a:b, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[i, j, :, a:b]
+
+        _over_batch(xp, col2im_planes, N, cols.nbytes)
+        return ypad[:, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(1, 0, 2, 3)
+    cols = _gemm(xp, rows, w2).reshape(groups, N, H, W, kH, kW, Cog)
+    ypad = xp.empty((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
+
+    def col2im(a, b):
+        ypad[a:b] = 0
         for i in range(kH):
             for j in range(kW):
                 h0, w0 = i * d[0], j * d[1]
-                ypad[:, :, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[i, j]
-        return ypad[:, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(1, 0, 2, 3)
-    cols = _gemm(xp, rows, w2).reshape(groups, N, H, W, kH, kW, Cog)
-    ypad = xp.zeros((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
-    for i in range(kH):
-        for j in range(kW):
-            h0, w0 = i * d[0], j * d[1]
-            ypad[:, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)
+                ypad[a:b, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, a:b, :, :, i, j].transpose(1, 2, 3, 0, 4)
+
+    _over_batch(xp, col2im, N, cols.nbytes)
     # The crop is a view: the next operation reads it in place (no copy of the output).
     return _nchw(ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].reshape(N, Ho, Wo, groups * Cog))
 
@@ -309,8 +337,12 @@ def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
                            groups)
             wp = wk[taps_h][:, taps_w].transpose(2, 0, 1, 3, 4)  # (G, tH, tW, Cig, Cog)
             wp = wp.reshape(groups, len(taps_h) * len(taps_w) * Cig, Cog)
-            res = _gemm(xp, col, wp)  # (G, N*nh*nw, Cog)
-            out[...] = res.reshape(groups, N, nh, nw, Cog).transpose(1, 2, 3, 0, 4)
+            res = _gemm(xp, col, wp).reshape(groups, N, nh, nw, Cog)
+
+            def place(a, b, out=out, res=res):
+                out[a:b] = res[:, a:b].transpose(1, 2, 3, 0, 4)
+
+            _over_batch(xp, place, N, res.nbytes)
     return _nchw(y.reshape(N, Ho, Wo, groups * Cog))
 
 
