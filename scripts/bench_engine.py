@@ -26,10 +26,10 @@ quartiles, process CPU time, the ratio gpgan / PyTorch of the medians (and of th
 of both, the relative error of both engines' gradients against gpgan's float64 gradients (same
 weights and inputs), and peak memory.
 
-On a machine shared with other work, each step's run-queue wait (time its threads were runnable
-but had no core, from Linux's schedstat) tells the steps slowed by other processes from the clean
-ones; the median of the clean steps and their ratio are reported too, and ``--budget S`` keeps
-sampling (up to S seconds) until each engine has ``--steps`` clean steps.
+On a machine shared with other work, the CPU time other processes used during each step (Linux's
+/proc/stat less this process's own) tells the steps they slowed from the clean ones; the median of
+the clean steps and their ratio are reported too, and ``--budget S`` keeps sampling (up to S
+seconds) until each engine has ``--steps`` clean steps.
 
 Peak memory: tracemalloc's peak over one gpgan step (NumPy reports its buffers to tracemalloc;
 weights and inputs, allocated before, are not counted), and, per engine, the peak resident set of
@@ -241,30 +241,35 @@ def _synchronizer(device, torch=None):
     return cupy.cuda.Device().synchronize
 
 
-def run_queue_wait_ms():
-    """Milliseconds this process's threads have spent runnable but waiting for a core, or None.
-
-    Linux's per-thread schedstat (second field). A step during which this grows was slowed by
-    other processes (or by more runnable threads of ours than cores): on a shared machine such
-    steps are told apart from clean ones instead of being averaged in.
-    """
-    total = 0
+def _jiffies():
+    """(busy jiffies of the whole machine, jiffies of this process), from /proc; None elsewhere."""
     try:
-        for tid in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{tid}/schedstat", encoding="ascii") as f:
-                total += int(f.read().split()[1])
-    except (OSError, IndexError, ValueError):
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        with open("/proc/self/stat", encoding="ascii") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
         return None
-    return total / 1e6
+    busy = sum(fields[:3]) + sum(fields[5:8])  # user nice system, irq softirq steal
+    return busy, int(own[11]) + int(own[12])    # utime + stime
 
 
-def time_interleaved(runners, steps, warmup, clean_fraction=0.03, budget_s=0.0):
+def foreign_load(before, after, wall_ms):
+    """Share of the machine's cores that other processes used between two :func:`_jiffies` readings
+    (0: this process had the machine alone). Jiffies are 10 ms, so short steps read coarsely."""
+    if before is None or after is None:
+        return None
+    foreign = (after[0] - before[0]) - (after[1] - before[1])
+    return max(foreign, 0) * 10.0 / (wall_ms * (os.cpu_count() or 1))
+
+
+def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0):
     """Wall and process-CPU milliseconds of each runner's steps, interleaved (the runners' order
-    alternates every round), with the run-queue wait of each step.
+    alternates every round), with the share of the machine other processes used during each step.
 
-    A step is *clean* when its threads waited for a core less than ``clean_fraction`` of its wall
-    time. With ``budget_s`` > 0, rounds go on past ``steps`` until every runner has ``steps``
-    clean steps or the budget is spent (for a machine shared with other work).
+    A step is *clean* when other processes used less than ``clean_fraction`` of the machine's
+    cores during it. With ``budget_s`` > 0, rounds go on past ``steps`` until every runner has
+    ``steps`` clean steps or the budget is spent (for a machine shared with other work).
     """
     for step, sync in runners.values():
         for _ in range(warmup):
@@ -277,14 +282,14 @@ def time_interleaved(runners, steps, warmup, clean_fraction=0.03, budget_s=0.0):
     while True:
         for name in (names if k % 2 == 0 else names[::-1]):
             step, sync = runners[name]
-            w0 = run_queue_wait_ms()
+            j0 = _jiffies()
             t0, c0 = time.perf_counter(), time.process_time()
             step()
             sync()
             wall = (time.perf_counter() - t0) * 1e3
             times[name][0].append(wall)
             times[name][1].append((time.process_time() - c0) * 1e3)
-            times[name][2].append(None if w0 is None else run_queue_wait_ms() - w0)
+            times[name][2].append(foreign_load(j0, _jiffies(), wall))
         k += 1
         if k < steps:
             continue
@@ -294,11 +299,11 @@ def time_interleaved(runners, steps, warmup, clean_fraction=0.03, budget_s=0.0):
 
 
 def _clean(t, fraction):
-    """Indexes of the steps whose run-queue wait stayed under ``fraction`` of their wall time."""
-    return [i for i, (wall, wait) in enumerate(zip(t[0], t[2])) if wait is not None and wait < fraction * wall]
+    """Indexes of the steps during which other processes used less than ``fraction`` of the cores."""
+    return [i for i, load in enumerate(t[2]) if load is not None and load < fraction]
 
 
-def summary(times, clean_fraction=0.03):
+def summary(times, clean_fraction=0.05):
     t, cpu = (numpy.asarray(v) for v in times[:2])
     out = {"median_ms": float(numpy.median(t)), "min_ms": float(t.min()), "max_ms": float(t.max()),
            "q25_ms": float(numpy.percentile(t, 25)), "q75_ms": float(numpy.percentile(t, 75)),
@@ -306,7 +311,7 @@ def summary(times, clean_fraction=0.03):
            "times_ms": [round(float(v), 3) for v in t]}
     if times[2] and times[2][0] is not None:
         clean = _clean(times, clean_fraction)
-        out["wait_ms"] = [round(float(v), 3) for v in times[2]]
+        out["foreign_load"] = [round(float(v), 3) for v in times[2]]
         out["clean_steps"] = len(clean)
         if clean:
             out["clean_median_ms"] = float(numpy.median(t[clean]))
@@ -436,8 +441,8 @@ def bench_device(args, device, torch):
         print(f"  node overhead: {oh['recorded_us']:.2f} us per recorded call, {oh['no_grad_us']:.2f} us under "
               f"no_grad, {oh['numpy_us']:.2f} us for NumPy's bare a + b")
     print(f"  {args.warmup} warmup + {args.steps} timed steps each, {args.dtype}; ms per step: median (min) "
-          "[25%-75%], median process CPU time, and the median of the clean steps (their count), those whose "
-          f"threads waited for a core < {args.clean_fraction:.0%} of the step")
+          "[25%-75%], median process CPU time, and the median of the clean steps (their count), those during "
+          f"which other processes used < {args.clean_fraction:.0%} of the cores")
 
     runners = {}
     checks = {}
@@ -534,9 +539,9 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=10, help="timed steps per workload and engine (median of these)")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--budget", type=float, default=0.0, metavar="SECONDS",
-                        help="go on past --steps until each engine has --steps clean steps (threads that "
-                             "waited for a core under --clean-fraction of the step), for at most SECONDS")
-    parser.add_argument("--clean-fraction", type=float, default=0.03)
+                        help="go on past --steps until each engine has --steps clean steps (other processes "
+                             "used under --clean-fraction of the cores), for at most SECONDS")
+    parser.add_argument("--clean-fraction", type=float, default=0.05)
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--torch", action="store_true",
