@@ -263,13 +263,17 @@ def foreign_load(before, after, wall_ms):
     return max(foreign, 0) * 10.0 / (wall_ms * (os.cpu_count() or 1))
 
 
-def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0):
+def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0, settle_s=0.0):
     """Wall and process-CPU milliseconds of each runner's steps, interleaved (the runners' order
     alternates every round), with the share of the machine other processes used during each step.
 
     A step is *clean* when other processes used less than ``clean_fraction`` of the machine's
     cores during it. With ``budget_s`` > 0, rounds go on past ``steps`` until every runner has
     ``steps`` clean steps or the budget is spent (for a machine shared with other work).
+
+    ``settle_s``: a pause before every timed step. BLAS and OpenMP worker threads spin for a while
+    after their last parallel region (OpenBLAS up to about 0.1 s) before they sleep; without the
+    pause the threads of the engine that ran last would compete for the cores with the next one.
     """
     for step, sync in runners.values():
         for _ in range(warmup):
@@ -282,6 +286,8 @@ def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0):
     while True:
         for name in (names if k % 2 == 0 else names[::-1]):
             step, sync = runners[name]
+            if settle_s:
+                time.sleep(settle_s)
             j0 = _jiffies()
             t0, c0 = time.perf_counter(), time.process_time()
             step()
@@ -468,7 +474,9 @@ def bench_device(args, device, torch):
             ref = [numpy.asarray(g, numpy.float64) for g in grads[1]]
             entry["grad_difference_gpgan_torch"] = relative_error([_host(g) for g in grads[0]], ref)
 
-    times = time_interleaved(runners, args.steps, args.warmup, args.clean_fraction, args.budget)
+    settle = args.settle if args.settle is not None else (0.2 if device == "cpu" and torch is not None else 0.0)
+    report["settle_s"] = settle
+    times = time_interleaved(runners, args.steps, args.warmup, args.clean_fraction, args.budget, settle)
     for name, work in works.items():
         entry = report["workloads"][name]
         entry["gpgan"] = summary(times[(name, "gpgan")], args.clean_fraction)
@@ -542,6 +550,9 @@ def main(argv=None):
                         help="go on past --steps until each engine has --steps clean steps (other processes "
                              "used under --clean-fraction of the cores), for at most SECONDS")
     parser.add_argument("--clean-fraction", type=float, default=0.05)
+    parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
+                        help="pause before every timed step so the other engine's spinning worker threads "
+                             "go to sleep first (default: 0.2 on the CPU with --torch, else 0)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--torch", action="store_true",
