@@ -88,16 +88,18 @@ def test_environment_variable_sets_the_default(monkeypatch):
 def test_split_kernels_give_the_serial_results(split_everything, rng):
     # Split over 3 threads, every kernel gives exactly the one-thread result: conv2d (padding,
     # im2col), the transposed convolution's channels-first scatter (6 -> 2 channels), channels-last
-    # scatter (24 -> 17) and gather form (6 -> 20), and the gradients through all of them.
+    # scatter (24 -> 17) and gather form (6 -> 20), batch norm on channels-last rows (its sums
+    # run over fixed blocks, whatever the thread count), and the gradients through all of them.
     x = rng.standard_normal((5, 6, 7, 7))
     weights = {"conv": rng.standard_normal((24, 6, 4, 4)), "few": rng.standard_normal((6, 2, 4, 4)),
-               "many": rng.standard_normal((24, 17, 3, 3)), "wide": rng.standard_normal((6, 20, 3, 3))}
+               "many": rng.standard_normal((24, 17, 3, 3)), "wide": rng.standard_normal((6, 20, 3, 3)),
+               "gamma": rng.standard_normal(24), "beta": rng.standard_normal(24)}
 
     def run():
         xv = gpgan.Variable(x, requires_grad=True)
         ws = {k: gpgan.Variable(v, requires_grad=True) for k, v in weights.items()}
         h = F.conv2d(xv, ws["conv"], stride=2, padding=1)
-        outs = [h, F.conv_transpose2d(xv, ws["few"], stride=2, padding=1),
+        outs = [F.batch_norm(h, None, None, ws["gamma"], ws["beta"], training=True), F.conv_transpose2d(xv, ws["few"], stride=2, padding=1),
                 F.conv_transpose2d(h, ws["many"], stride=2, padding=1, output_padding=1),
                 F.conv_transpose2d(xv, ws["wide"], stride=2, padding=1, output_padding=1)]
         loss = sum((o * o).sum() for o in outs)

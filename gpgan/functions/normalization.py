@@ -13,7 +13,7 @@ Its forward is a few fused passes over ``x``. Its backward has two forms:
 Eval-mode batch norm (fixed running statistics) is an affine map composed from mul and sub.
 """
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
-from gpgan.backend import get_array_module
+from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean, sum as _sum
 
@@ -30,6 +30,50 @@ def _count(shape, axes):
     for a in axes:
         n *= shape[a]
     return n
+
+
+def _channel_rows(a):
+    """The (M, C) view of an (N, C, ...) array whose channel axis is last and contiguous in memory
+    (channels-last, or a C-contiguous (N, C)), else None. Batch norm then works on pixel rows."""
+    moved = a if a.ndim == 2 else a.transpose((0,) + tuple(range(2, a.ndim)) + (1,))
+    if not moved.flags.c_contiguous:
+        return None
+    return moved.reshape(-1, a.shape[1])
+
+
+def _from_rows(rows, like):
+    """``rows`` (M, C) as an array shaped like ``like`` (N, C, ...), channels-last in memory."""
+    if like.ndim == 2:
+        return rows
+    moved = rows.reshape((like.shape[0],) + like.shape[2:] + (like.shape[1],))
+    return moved.transpose((0, like.ndim - 1) + tuple(range(1, like.ndim - 1)))
+
+
+# Row passes work on this many blocks of rows, whatever the number of threads, and add the
+# per-channel partial sums of the blocks in order: the results do not depend on the thread count.
+_ROW_BLOCKS = 8
+
+
+def _row_passes(xp, fn, rows, nbytes):
+    """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows (the
+    blocks split over the cores for NumPy) and return the partials summed in block order."""
+    blocks = max(1, min(_ROW_BLOCKS, rows))
+    bounds = [rows * k // blocks for k in range(blocks + 1)]
+    parts = [None] * blocks
+
+    def run(first, last):
+        for k in range(first, last):
+            parts[k] = fn(bounds[k], bounds[k + 1])
+
+    if xp.__name__ == "numpy":
+        parallel_range(run, blocks, nbytes)
+    else:
+        run(0, blocks)
+    total = list(parts[0])
+    for part in parts[1:]:
+        for k, v in enumerate(part):
+            total[k] = total[k] + v
+    return total
 
 
 class Normalize(FunctionNode):
@@ -60,6 +104,9 @@ class Normalize(FunctionNode):
         w, b = self._params(inputs)
         xp = get_array_module(x)
         self.retain_inputs(tuple(range(len(inputs))))
+        x2 = _channel_rows(x) if self._per_channel(x) else None
+        if x2 is not None:
+            return (self._forward_rows(xp, x, x2, w, b),)
         mu = x.mean(axis=self.axes, keepdims=True)
         xc = x - mu
         y = xp.square(xc)  # the output's buffer, first holding the squares
@@ -71,6 +118,35 @@ class Normalize(FunctionNode):
         if b is not None:
             y += b.reshape(self.param_shape)
         return (y,)
+
+    def _per_channel(self, x):
+        """Batch norm's case: statistics over every axis but the channel axis 1."""
+        return self.axes == (0,) + tuple(range(2, x.ndim))
+
+    def _forward_rows(self, xp, x, x2, w, b):
+        """Batch norm on the (M, C) pixel rows of a channels-last ``x``: three passes over row
+        chunks split over the cores (sum; centre and sum of squares; scale and shift)."""
+        M, C = x2.shape
+        y2 = xp.empty_like(x2)
+        mu = _row_passes(xp, lambda a, c: (x2[a:c].sum(axis=0),), M, x2.nbytes)[0] / x.dtype.type(M)
+
+        def centre(a, c):
+            xc = xp.subtract(x2[a:c], mu, out=y2[a:c])
+            return (xp.einsum("mc,mc->c", xc, xc),)
+
+        var = _row_passes(xp, centre, M, x2.nbytes)[0] / x.dtype.type(M)
+        inv = 1 / xp.sqrt(var + x.dtype.type(self.eps))
+        scale = inv if w is None else inv * w.reshape(C)
+
+        def affine(a, c):
+            y2[a:c] *= scale
+            if b is not None:
+                y2[a:c] += b.reshape(C)
+            return ()
+
+        _row_passes(xp, affine, M, x2.nbytes)
+        self.mean, self.var, self.inv = (v.reshape(self.param_shape) for v in (mu, var, inv))
+        return _from_rows(y2, x)
 
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs
@@ -88,6 +164,10 @@ class Normalize(FunctionNode):
         """The closed form on arrays: ``gx = inv * (g - mean(g) - xhat * mean(g * xhat))`` with
         ``g = gy * weight`` (means over the statistics' axes), ``gweight = sum(gy * xhat)``,
         ``gbias = sum(gy)`` (sums over ``param_axes``)."""
+        if self._per_channel(x):
+            x2, gy2 = _channel_rows(x), _channel_rows(gy)
+            if x2 is not None and gy2 is not None:
+                return self._raw_gradients_rows(get_array_module(x), x, x2, w, gy2)
         xhat = x - self.mean
         xhat *= self.inv
         n = x.dtype.type(1.0 / _count(x.shape, self.axes))
@@ -120,6 +200,40 @@ class Normalize(FunctionNode):
             out.append((gy * xhat).sum(axis=self.param_axes).reshape(self.own_shape))
         if self.has_bias:
             out.append(gy.sum(axis=self.param_axes).reshape(self.own_shape))
+        return out
+
+    def _raw_gradients_rows(self, xp, x, x2, w, gy2):
+        """Batch norm's closed form on (M, C) pixel rows, in two passes over row chunks split over
+        the cores: the sums of gy and gy * xhat, then ``gx = coef * gy - k1 * x + k0`` with
+        per-channel coefficients (``xhat = (x - mean) * inv`` folded in)."""
+        M, C = x2.shape
+        mu, inv = self.mean.reshape(C), self.inv.reshape(C)
+        gx2 = xp.empty_like(x2)
+
+        def sums(a, c):
+            xhat = xp.subtract(x2[a:c], mu, out=gx2[a:c])
+            xhat *= inv
+            return gy2[a:c].sum(axis=0), xp.einsum("mc,mc->c", gy2[a:c], xhat)
+
+        g_sum, gx_sum = _row_passes(xp, sums, M, x2.nbytes + gy2.nbytes)
+        n = x.dtype.type(1.0 / M)
+        coef = inv if w is None else inv * w.reshape(C)
+        k1 = coef * gx_sum * n * inv
+        k0 = k1 * mu - coef * g_sum * n
+
+        def combine(a, c):
+            out = gx2[a:c]
+            xp.multiply(x2[a:c], k1, out=out)
+            xp.subtract(k0, out, out=out)
+            out += gy2[a:c] * coef
+            return ()
+
+        _row_passes(xp, combine, M, x2.nbytes + gy2.nbytes)
+        out = [_from_rows(gx2, x)]
+        if self.has_weight:
+            out.append(gx_sum.reshape(self.own_shape))
+        if self.has_bias:
+            out.append(g_sum.reshape(self.own_shape))
         return out
 
     def _recorded_gradients(self, x, w, gy):
