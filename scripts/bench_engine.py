@@ -61,7 +61,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import gpgan  # noqa: E402
 import gpgan.functions as F  # noqa: E402
-from gpgan.backend import cupy_available, device_description, to_device  # noqa: E402
+from gpgan.backend import cupy_available, device_description, get_num_threads, to_device  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 
@@ -435,7 +435,8 @@ def bench_device(args, device, torch):
         machine = f"{device_description('cuda')}, CuPy {cupy.__version__}"
     else:
         machine = (f"{device_description('cpu')}, {cpu_cores()} available to this process; "
-                   f"NumPy {numpy.__version__}, {blas_description()}")
+                   f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
+                   f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}}
     print(f"\n[{device}] {machine}")

@@ -16,8 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 __all__ = ["get_num_threads", "set_num_threads", "parallel_range"]
 
 # Below this many bytes of work per thread, splitting costs more than it saves (waking a pool
-# thread takes tens of microseconds; NumPy copies about a megabyte in that time).
-MIN_BYTES_PER_THREAD = 1 << 20
+# thread and handing the GIL back and forth takes tens of microseconds, about what NumPy needs to
+# copy a megabyte; the margin keeps the overhead under a few percent).
+MIN_BYTES_PER_THREAD = 4 << 20
 
 
 def _default_threads():
