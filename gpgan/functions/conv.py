@@ -16,7 +16,8 @@ are ``ConvTranspose2d(gy, ggW)`` for ``x`` and ``Conv2d(x, ggW)`` for ``gy``. Ea
 computes only the gradients asked for (an R1 penalty's image gradient computes no weight gradient).
 
 Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory;
-every kernel returns channels-last (see "layouts" below). A convolution is im2col (a copy of a
+the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
+are split over the cores (``gpgan.backend.threads``). A convolution is im2col (a copy of a
 strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
 GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
 scatter form (one GEMM to ``kH*kW*Cout`` values per input pixel, then col2im adds; used when
@@ -61,10 +62,11 @@ def _convt_out_size(size, k, s, p, d, op):
 
 # -- layouts ------------------------------------------------------------------------------------
 # An activation is an (N, C, H, W) array whose memory may be NCHW or channels-last (NHWC strides,
-# as torch's ``channels_last``). Every kernel below reads either layout and returns channels-last:
-# a GEMM's output rows are pixels and its columns channels, which is that layout already, so no
-# transposing copy follows a convolution, and the next one's im2col reads contiguous runs of
-# channels. NumPy's and CuPy's elementwise functions keep the layout of their operands.
+# as torch's ``channels_last``), or any other order. Every kernel below reads any layout and returns
+# channels-last (the scatter form with a few output channels excepted, see there): a GEMM's output
+# rows are pixels and its columns channels, which is that layout already, so no transposing copy
+# follows a convolution, and the next one's im2col reads contiguous runs of channels. NumPy's and
+# CuPy's elementwise functions keep the layout of their operands.
 def _nhwc(x):
     """The (N, H, W, C) view of an (N, C, H, W) array; contiguous when ``x`` is channels-last."""
     return x.transpose(0, 2, 3, 1)
