@@ -78,6 +78,8 @@ def test_set_num_threads_refuses_bad_values():
 
 
 def test_environment_variable_sets_the_default(monkeypatch):
+    monkeypatch.delenv("GPGAN_NUM_THREADS", raising=False)
+    assert threads._default_threads() == 1
     monkeypatch.setenv("GPGAN_NUM_THREADS", "3")
     assert threads._default_threads() == 3
     monkeypatch.setenv("GPGAN_NUM_THREADS", "zero")
