@@ -1,40 +1,56 @@
 #!/usr/bin/env python3
-"""Time the engine on a DCGAN critic step with an R1 penalty (double backward), CPU and CUDA.
+"""Time gpgan's training steps, side by side with PyTorch on the same weights and inputs.
 
-The critic (32x32x3 images): conv(3->64, k4 s2 p1), leaky_relu(0.2), conv(64->128, k4 s2 p1),
-leaky_relu, conv(128->256, k4 s2 p1), leaky_relu, flatten, linear(4096->1); plain Variables as
-weights (no gpgan.nn). One R1 step is
+Workloads (``--workloads``, default the first four; batch and widths as below, float32 unless
+``--dtype``). A *step* is the forward pass, the loss and the gradients of the loss with respect to
+the weights being trained, taken as gpgan's trainer takes them (``gpgan.grad(loss, params)``; in
+PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are fixed arrays.
 
-    loss = mean(softplus(-D(x_real))) + mean(softplus(D(x_fake)))
-           + 5 * mean_i ||d sum(D(x_real)) / d x_real_i||^2
+  r1         DCGAN critic (gpgan.models.DCGANCritic, width 64: conv 3->64->128->256, k4 s2 p1,
+             leaky ReLU 0.2, linear 4096->1), batch 64 of 32x32x3: non-saturating loss on a real
+             and a fake batch + R1 (weight 10: 5 * mean ||grad_x D(x_real)||^2), a double backward.
+  wgangp     the same critic: WGAN loss + WGAN-GP penalty (lambda 10) on random interpolates.
+  generator  DCGAN generator (gpgan.models.DCGANGenerator: latent 128, width 64, BatchNorm in
+             training mode, 3 transposed convs) then the critic; non-saturating generator loss,
+             first order, gradients w.r.t. the generator's weights.
+  toy_r1     MLP critic 2-512-512-512-1 (gpgan.models.MLPCritic, ReLU), batch 256: non-saturating
+             loss + R1 (weight 1), as configs/quickstart.yaml at width 512.
+  plain      the DCGAN critic's first-order step (non-saturating loss, no penalty).
 
-with the image gradient taken by ``gpgan.grad(create_graph=True)``, then ``loss.backward()`` to all
-critic weights. The plain step is the same without the penalty (first order only).
+gpgan's penalties and losses are gpgan.losses' (what training runs); PyTorch's are the same
+formulas written with torch. With ``--torch`` the two engines' steps are timed interleaved (one
+gpgan step, one PyTorch step, ..., alternating which goes first), so load from other processes
+hits both alike; PyTorch runs with TF32 off and ``torch.set_num_threads`` = the cores this process
+may use. Reported per workload: median and min over ``--steps`` timed steps (after ``--warmup``),
+quartiles, process CPU time, the ratio gpgan / PyTorch of the medians (and of the mins), the loss
+of both, the relative error of both engines' gradients against gpgan's float64 gradients (same
+weights and inputs), and peak memory.
 
-Also reported: the engine's own cost per function call, from 200,000 additions of one-element
-float32 Variables: recorded (requires_grad, a node kept for backward), under no_grad, and NumPy's
-bare ``a + b`` for scale.
+On a machine shared with other work, the CPU time other processes used during each step (Linux's
+/proc/stat less this process's own) tells the steps they slowed from the clean ones; the median of
+the clean steps and their ratio are reported too, and ``--budget S`` keeps sampling (up to S
+seconds) until each engine has ``--steps`` clean steps.
 
-Reported: wall milliseconds per step (mean and min over ``--steps`` after ``--warmup``), the
-smallest process CPU time of a step (all threads; with ``OPENBLAS_NUM_THREADS=1`` a figure that
-other load on the machine barely moves), and peak memory. CPU memory is the tracemalloc peak of
-the allocations made during one extra step (NumPy reports its array buffers to tracemalloc;
-weights and input batches, allocated before, are not counted); CUDA memory is the peak of the CuPy memory pool's used bytes, tracked by an
-allocator wrapper, and the pool's total reserved bytes.
+Peak memory: tracemalloc's peak over one gpgan step (NumPy reports its buffers to tracemalloc;
+weights and inputs, allocated before, are not counted), and, per engine, the peak resident set of
+a separate process that builds the workload and runs ``--memory-steps`` steps (``VmHWM``; also
+its rise over the resident set before the first step). On CUDA: the peak of CuPy's pool.
 
-    python scripts/bench_engine.py                    # CPU, and CUDA when CuPy sees a GPU
-    python scripts/bench_engine.py --device cpu --profile
-    python scripts/bench_engine.py --torch            # also PyTorch's autograd on the same step
+    python scripts/bench_engine.py --torch                         # CPU, all four, with PyTorch
+    python scripts/bench_engine.py --torch --steps 20 --json out.json
+    python scripts/bench_engine.py --device cpu --workloads r1 --profile
+    python scripts/bench_engine.py --device cuda --torch
 
-``--torch`` (optional; PyTorch is never a dependency of gpgan) runs the same two steps with the same
-weights and inputs in PyTorch (``torch.autograd.grad(create_graph=True)``), on the same device and
-thread count, checks that both engines give the same loss and weight gradients, and times it.
+Also reported on the CPU: the engine's own cost per function call, from 200,000 additions of
+one-element float32 Variables (recorded, under no_grad, and NumPy's bare ``a + b``).
 """
 import argparse
 import cProfile
+import json
 import operator
 import os
 import pstats
+import subprocess
 import sys
 import time
 import tracemalloc
@@ -45,214 +61,348 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import gpgan  # noqa: E402
 import gpgan.functions as F  # noqa: E402
-from gpgan.backend import cupy_available, device_description, to_device  # noqa: E402
+from gpgan.backend import cupy_available, device_description, get_num_threads, to_device  # noqa: E402
+from gpgan.losses import make_loss, make_penalty  # noqa: E402
+from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
+
+WORKLOADS = ("r1", "wgangp", "generator", "toy_r1", "plain")
+DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
 
 
 def cpu_cores():
-    """Cores this process may run on, of all the machine's."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cores} available to this process"
+    """Cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def blas_description():
+    """numpy's BLAS: from threadpoolctl when installed (library and threads), else numpy's config."""
     try:
-        info = numpy.show_config(mode="dicts")
-        blas = info["Build Dependencies"]["blas"]
+        import threadpoolctl
+
+        for info in threadpoolctl.threadpool_info():
+            if info.get("user_api") == "blas" and "numpy" in info.get("filepath", ""):
+                return f"{info['internal_api']} {info.get('version')} ({info['num_threads']} threads)"
+    except ImportError:
+        pass
+    try:
+        blas = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
         return f"{blas.get('name')} {blas.get('version')}"
     except Exception:
         return "unknown BLAS"
 
 
-def make_critic(rng, dtype, device):
-    """Weights (DCGAN-style N(0, 0.02)) as plain Variables on ``device``."""
-    shapes = [(64, 3, 4, 4), (64,), (128, 64, 4, 4), (128,), (256, 128, 4, 4), (256,), (1, 4096), (1,)]
-    params = []
-    for shape in shapes:
-        data = (rng.standard_normal(shape) * 0.02).astype(dtype)
-        params.append(gpgan.Variable(to_device(data, device), requires_grad=True))
-    return params
+# -- the workloads, in gpgan ----------------------------------------------------------------------
+class Workload:
+    """One workload's models, inputs and step in gpgan; ``torch_step`` builds PyTorch's twin.
+
+    ``step()`` returns ``(loss, gradients)`` as arrays; ``self.modules`` maps names to the gpgan
+    modules (copied into PyTorch by state_dict), ``self.trained`` names the one whose weights get
+    gradients.
+    """
+
+    def __init__(self, name, dtype, device, batch=None, seed=0):
+        self.name, self.dtype, self.device = name, numpy.dtype(dtype), device
+        rng = numpy.random.default_rng(seed)
+        if name == "toy_r1":
+            self.batch = batch or 256
+            self.modules = {"critic": MLPCritic(width=512, depth=3, rng=rng)}
+            shape = (self.batch, 2)
+        else:
+            self.batch = batch or 64
+            self.modules = {"critic": DCGANCritic(width=64, rng=rng)}
+            if name == "generator":
+                self.modules["generator"] = DCGANGenerator(latent_dim=128, width=64, rng=rng)
+            shape = (self.batch, 3, 32, 32)
+        self.trained = "generator" if name == "generator" else "critic"
+        for m in self.modules.values():
+            m.to(device, self.dtype)
+        self.real = to_device(rng.uniform(-1, 1, shape).astype(self.dtype), device)
+        self.fake = to_device(rng.uniform(-1, 1, shape).astype(self.dtype), device)
+        self.z = to_device(rng.standard_normal((self.batch, 128)).astype(self.dtype), device)
+        self.params = list(self.modules[self.trained].parameters())
+        self.loss = make_loss("wgan" if name == "wgangp" else "non_saturating")
+        self.penalty = {"r1": make_penalty("r1", weight=10.0), "toy_r1": make_penalty("r1", weight=1.0),
+                        "wgangp": make_penalty("wgan_gp", weight=10.0)}.get(name)
+
+    def penalty_rng(self):
+        """The penalty's generator, reset every step so both engines draw the same interpolates."""
+        return numpy.random.default_rng(1)
+
+    def step(self):
+        critic = self.modules["critic"]
+        if self.name == "generator":
+            fake = self.modules["generator"](gpgan.Variable(self.z))
+            loss = self.loss.generator_loss(critic(fake))
+        else:
+            loss = self.loss.critic_loss(critic(gpgan.Variable(self.real)), critic(gpgan.Variable(self.fake)))
+            if self.penalty is not None:
+                value, _ = self.penalty(critic, self.real, self.fake, rng=self.penalty_rng())
+                loss = loss + value
+        grads = gpgan.grad(loss, self.params)
+        return loss.data, [g.data for g in grads]
 
 
-def critic(params, x):
-    w1, b1, w2, b2, w3, b3, w4, b4 = params
-    h = F.leaky_relu(F.conv2d(x, w1, b1, stride=2, padding=1), 0.2)
-    h = F.leaky_relu(F.conv2d(h, w2, b2, stride=2, padding=1), 0.2)
-    h = F.leaky_relu(F.conv2d(h, w3, b3, stride=2, padding=1), 0.2)
-    return F.linear(F.flatten(h), w4, b4)
+# -- the same workloads in PyTorch ------------------------------------------------------------------
+def _torch_twin(module, torch):
+    """A torch.nn module with the same architecture, parameter names and values as gpgan's ``module``."""
+    import gpgan.nn as gnn
+
+    nn = torch.nn
+
+    def convert(m):
+        if isinstance(m, gnn.Sequential):
+            return nn.Sequential(*[convert(c) for c in m])
+        if isinstance(m, gnn.Linear):
+            return nn.Linear(m.in_features, m.out_features, bias=m.bias is not None)
+        if isinstance(m, gnn.Conv2d):
+            return nn.Conv2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding, m.dilation,
+                             m.groups, bias=m.bias is not None)
+        if isinstance(m, gnn.ConvTranspose2d):
+            return nn.ConvTranspose2d(m.in_channels, m.out_channels, m.kernel_size, m.stride, m.padding,
+                                      m.output_padding, m.groups, bias=m.bias is not None, dilation=m.dilation)
+        if isinstance(m, (gnn.BatchNorm1d, gnn.BatchNorm2d)):
+            cls = nn.BatchNorm1d if isinstance(m, gnn.BatchNorm1d) else nn.BatchNorm2d
+            return cls(m.num_features, m.eps, m.momentum, m.affine)
+        if isinstance(m, gnn.LeakyReLU):
+            return nn.LeakyReLU(m.negative_slope)
+        if isinstance(m, gnn.Flatten):
+            return nn.Flatten(m.start_dim, m.end_dim)
+        simple = {gnn.ReLU: nn.ReLU, gnn.Tanh: nn.Tanh, gnn.Identity: nn.Identity}
+        if type(m) in simple:
+            return simple[type(m)]()
+        raise TypeError(f"no PyTorch twin for {type(m).__name__}")
+
+    class Twin(nn.Module):
+        def __init__(self):
+            super().__init__()
+            for name, child in module.named_children():
+                setattr(self, name, convert(child))
+
+        def forward(self, x):
+            if isinstance(module, DCGANGenerator):
+                h = torch.relu(self.bn0(self.linear(x)))
+                return self.main(h.reshape(h.shape[0], module.top_channels, module.bottom, module.bottom))
+            return (self.main if hasattr(self, "main") else self.net)(x)
+
+    twin = Twin()
+    twin.load_state_dict({k: torch.as_tensor(numpy.asarray(to_device(v, "cpu")).copy())
+                          for k, v in module.state_dict().items()})
+    return twin
 
 
-def r1_step(params, x_real_data, x_fake_data, gamma=5.0):
-    for p in params:
-        p.grad = None
-    x_real = gpgan.Variable(x_real_data, requires_grad=True)
-    x_fake = gpgan.Variable(x_fake_data)
-    d_real = critic(params, x_real)
-    d_fake = critic(params, x_fake)
-    g, = gpgan.grad(d_real.sum(), [x_real], create_graph=True)
-    penalty = F.mean(F.sum(g * g, axis=(1, 2, 3)))
-    loss = F.mean(F.softplus(-d_real)) + F.mean(F.softplus(d_fake)) + gamma * penalty
-    loss.backward()
-    return loss
+def torch_step(work, torch):
+    """PyTorch's step for ``work``, on copies of its weights and inputs, on the same device."""
+    import torch.nn.functional as TF
+
+    device = "cuda" if work.device == "cuda" else "cpu"
+    dtype = {numpy.dtype("float32"): torch.float32, numpy.dtype("float64"): torch.float64}[work.dtype]
+    modules = {k: _torch_twin(m, torch).to(device=device, dtype=dtype) for k, m in work.modules.items()}
+    for m in modules.values():
+        m.train()
+
+    def tensor(a):
+        return torch.as_tensor(numpy.asarray(to_device(a, "cpu"))).to(device)
+
+    real, fake, z = tensor(work.real), tensor(work.fake), tensor(work.z)
+    critic = modules["critic"]
+    params = list(modules[work.trained].parameters())
+
+    def input_gradient(x):
+        x = x.detach().requires_grad_(True)
+        g, = torch.autograd.grad(critic(x).sum(), [x], create_graph=True)
+        return g.pow(2).flatten(1).sum(1)
+
+    def step():
+        if work.name == "generator":
+            loss = TF.softplus(-critic(modules["generator"](z))).mean()
+        elif work.name == "wgangp":
+            loss = critic(fake).mean() - critic(real).mean()
+            eps = tensor(work.penalty_rng().random((work.batch, 1, 1, 1)).astype(work.dtype))
+            sq = input_gradient(eps * real + (1 - eps) * fake)
+            loss = loss + 10.0 * ((sq + 1e-12).sqrt() - 1.0).pow(2).mean()
+        else:
+            loss = TF.softplus(-critic(real)).mean() + TF.softplus(critic(fake)).mean()
+            if work.name in ("r1", "toy_r1"):
+                loss = loss + work.penalty.scale * input_gradient(real).mean()
+        grads = torch.autograd.grad(loss, params)
+        return loss, grads
+
+    return step
 
 
-def plain_step(params, x_real_data, x_fake_data):
-    for p in params:
-        p.grad = None
-    d_real = critic(params, gpgan.Variable(x_real_data))
-    d_fake = critic(params, gpgan.Variable(x_fake_data))
-    loss = F.mean(F.softplus(-d_real)) + F.mean(F.softplus(d_fake))
-    loss.backward()
-    return loss
+# -- measuring ----------------------------------------------------------------------------------------
+def _synchronizer(device, torch=None):
+    if device != "cuda":
+        return lambda: None
+    if torch is not None:
+        return torch.cuda.synchronize
+    import cupy
+
+    return cupy.cuda.Device().synchronize
 
 
-def _synchronize(device):
-    if device == "cuda":
-        import cupy
-
-        cupy.cuda.Device().synchronize()
-
-
-def time_step(step, args, device, inputs):
-    for _ in range(args.warmup):
-        step(*inputs)
-    _synchronize(device)
-    times, cpu_times = [], []
-    for _ in range(args.steps):
-        t0, c0 = time.perf_counter(), time.process_time()
-        step(*inputs)
-        _synchronize(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-        cpu_times.append((time.process_time() - c0) * 1e3)
-    return float(numpy.mean(times)), float(numpy.min(times)), float(numpy.min(cpu_times))
+def _jiffies():
+    """(busy jiffies of the whole machine, jiffies of this process), from /proc; None elsewhere."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        with open("/proc/self/stat", encoding="ascii") as f:
+            own = f.read().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, IndexError):
+        return None
+    busy = sum(fields[:3]) + sum(fields[5:8])  # user nice system, irq softirq steal
+    return busy, int(own[11]) + int(own[12])    # utime + stime
 
 
-def peak_memory_cpu(step, inputs):
+def foreign_load(before, after, wall_ms):
+    """Share of the machine's cores that other processes used between two :func:`_jiffies` readings
+    (0: this process had the machine alone). Jiffies are 10 ms, so short steps read coarsely."""
+    if before is None or after is None:
+        return None
+    foreign = (after[0] - before[0]) - (after[1] - before[1])
+    return max(foreign, 0) * 10.0 / (wall_ms * (os.cpu_count() or 1))
+
+
+def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0, settle_s=0.0):
+    """Wall and process-CPU milliseconds of each runner's steps, interleaved (the runners' order
+    alternates every round), with the share of the machine other processes used during each step.
+
+    A step is *clean* when other processes used less than ``clean_fraction`` of the machine's
+    cores during it. With ``budget_s`` > 0, rounds go on past ``steps`` until every runner has
+    ``steps`` clean steps or the budget is spent (for a machine shared with other work).
+
+    ``settle_s``: a pause before every timed step. BLAS and OpenMP worker threads spin for a while
+    after their last parallel region (OpenBLAS up to about 0.1 s) before they sleep; without the
+    pause the threads of the engine that ran last would compete for the cores with the next one.
+    """
+    for step, sync in runners.values():
+        for _ in range(warmup):
+            step()
+        sync()
+    times = {name: ([], [], []) for name in runners}
+    names = list(runners)
+    start = time.perf_counter()
+    k = 0
+    while True:
+        for name in (names if k % 2 == 0 else names[::-1]):
+            step, sync = runners[name]
+            if settle_s:
+                time.sleep(settle_s)
+            j0 = _jiffies()
+            t0, c0 = time.perf_counter(), time.process_time()
+            step()
+            sync()
+            wall = (time.perf_counter() - t0) * 1e3
+            times[name][0].append(wall)
+            times[name][1].append((time.process_time() - c0) * 1e3)
+            times[name][2].append(foreign_load(j0, _jiffies(), wall))
+        k += 1
+        if k < steps:
+            continue
+        clean = min(len(_clean(t, clean_fraction)) for t in times.values())
+        if budget_s <= 0 or clean >= steps or time.perf_counter() - start > budget_s:
+            return times
+
+
+def _clean(t, fraction):
+    """Indexes of the steps during which other processes used less than ``fraction`` of the cores."""
+    return [i for i, load in enumerate(t[2]) if load is not None and load < fraction]
+
+
+def summary(times, clean_fraction=0.05):
+    t, cpu = (numpy.asarray(v) for v in times[:2])
+    out = {"median_ms": float(numpy.median(t)), "min_ms": float(t.min()), "max_ms": float(t.max()),
+           "q25_ms": float(numpy.percentile(t, 25)), "q75_ms": float(numpy.percentile(t, 75)),
+           "cpu_median_ms": float(numpy.median(cpu)), "cpu_min_ms": float(cpu.min()),
+           "times_ms": [round(float(v), 3) for v in t]}
+    if times[2] and times[2][0] is not None:
+        clean = _clean(times, clean_fraction)
+        out["foreign_load"] = [round(float(v), 3) for v in times[2]]
+        out["clean_steps"] = len(clean)
+        if clean:
+            out["clean_median_ms"] = float(numpy.median(t[clean]))
+    return out
+
+
+def tracemalloc_peak(step):
     tracemalloc.start()
     tracemalloc.reset_peak()
-    step(*inputs)
+    step()
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     return peak
 
 
-class _PeakAllocator:
-    """CuPy allocator that records the peak of the default pool's used bytes."""
-
-    def __init__(self, cupy):
-        self.pool = cupy.get_default_memory_pool()
-        self.peak = 0
-
-    def __call__(self, size):
-        mem = self.pool.malloc(size)
-        used = self.pool.used_bytes()
-        if used > self.peak:
-            self.peak = used
-        return mem
-
-
-def peak_memory_cuda(step, inputs):
+def cuda_pool_peak(step):
+    """Peak of CuPy's default pool's used bytes during one step, through an allocator wrapper."""
     import cupy
 
-    allocator = _PeakAllocator(cupy)
-    cupy.cuda.set_allocator(allocator)
+    pool = cupy.get_default_memory_pool()
+    peak = [pool.used_bytes()]
+
+    def malloc(size):
+        mem = pool.malloc(size)
+        peak[0] = max(peak[0], pool.used_bytes())
+        return mem
+
+    cupy.cuda.set_allocator(malloc)
     try:
-        base = allocator.pool.used_bytes()
-        allocator.peak = base
-        step(*inputs)
+        step()
         cupy.cuda.Device().synchronize()
     finally:
-        cupy.cuda.set_allocator(allocator.pool.malloc)
-    return allocator.peak, base, allocator.pool.total_bytes()
+        cupy.cuda.set_allocator(pool.malloc)
+    return peak[0]
 
 
-def torch_steps(params, x_real_data, x_fake_data, device, gamma=5.0):
-    """The R1 and plain steps in PyTorch, on copies of gpgan's weights and inputs."""
-    import torch
-    import torch.nn.functional as TF
-
-    def tensor(a):
-        return torch.as_tensor(numpy.asarray(to_device(a, "cpu"))).to(device)
-
-    weights = [tensor(p.data).requires_grad_(True) for p in params]
-    x_real, x_fake = tensor(x_real_data), tensor(x_fake_data)
-
-    def critic_t(x):
-        w1, b1, w2, b2, w3, b3, w4, b4 = weights
-        h = TF.leaky_relu(TF.conv2d(x, w1, b1, stride=2, padding=1), 0.2)
-        h = TF.leaky_relu(TF.conv2d(h, w2, b2, stride=2, padding=1), 0.2)
-        h = TF.leaky_relu(TF.conv2d(h, w3, b3, stride=2, padding=1), 0.2)
-        return TF.linear(h.flatten(1), w4, b4)
-
-    def r1():
-        for w in weights:
-            w.grad = None
-        x = x_real.detach().requires_grad_(True)
-        d_real, d_fake = critic_t(x), critic_t(x_fake)
-        g, = torch.autograd.grad(d_real.sum(), [x], create_graph=True)
-        loss = TF.softplus(-d_real).mean() + TF.softplus(d_fake).mean() + gamma * g.pow(2).sum((1, 2, 3)).mean()
-        loss.backward()
-        return loss
-
-    def plain():
-        for w in weights:
-            w.grad = None
-        loss = TF.softplus(-critic_t(x_real)).mean() + TF.softplus(critic_t(x_fake)).mean()
-        loss.backward()
-        return loss
-
-    return weights, r1, plain
+def _status_kib(field):
+    with open("/proc/self/status", encoding="ascii") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
 
 
-def _float64_reference(step, inputs):
-    """Weight gradients of ``step`` computed by gpgan on the CPU in float64 from the same data."""
-    params, x_real, x_fake = inputs
-    params64 = [gpgan.Variable(numpy.asarray(to_device(p.data, "cpu"), numpy.float64), requires_grad=True)
-                for p in params]
-    step(params64, *(numpy.asarray(to_device(a, "cpu"), numpy.float64) for a in (x_real, x_fake)))
-    return [p.grad.data for p in params64]
-
-
-def _relative_error(grads, reference):
-    """||g - ref|| / ||ref|| over all weight gradients taken as one vector (a per-weight maximum
-    is dominated by float32 cancellation in small bias gradients, in both engines alike)."""
-    diff = sum(float(numpy.sum((g - r) ** 2)) for g, r in zip(grads, reference))
-    return (diff / sum(float(numpy.sum(r ** 2)) for r in reference)) ** 0.5
-
-
-def bench_torch(args, device, inputs):
-    try:
+def memory_child(args):
+    """Run in a fresh process: build one workload for one engine, run steps, print resident sizes."""
+    work = Workload(args.memory_child[0], args.dtype, "cpu", args.batch)
+    if args.memory_child[1] == "torch":
         import torch
-    except ImportError:
-        print("  (PyTorch not installed: --torch skipped)")
-        return
-    if device == "cpu":
-        torch.set_num_threads(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count())
-    # TF32 off: PyTorch's CUDA convolutions default to TF32 (10-bit mantissa), gpgan's CuPy GEMMs
-    # compute in full float32.
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    weights, r1, plain = torch_steps(*inputs, device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    print(f"  PyTorch {torch.__version__} ({torch.get_num_threads()} threads, TF32 off), same weights and inputs;")
-    print("  gradient error = ||g - g64|| / ||g64|| over all weights, g64 from gpgan in float64 on the CPU:")
-    for label, step, ours in (("R1 step (double backward)", r1, r1_step), ("plain step (first order)", plain, plain_step)):
-        loss_t = step()
-        loss_g = ours(*inputs)
-        reference = _float64_reference(ours, inputs)
-        err_t = _relative_error([w.grad.cpu().numpy() for w in weights], reference)
-        err_g = _relative_error([numpy.asarray(to_device(p.grad.data, "cpu")) for p in inputs[0]], reference)
-        for _ in range(args.warmup):
-            step()
-        sync()
-        times = []
-        for _ in range(args.steps):
-            t0 = time.perf_counter()
-            step()
-            sync()
-            times.append((time.perf_counter() - t0) * 1e3)
-        print(f"  {label:28s} {numpy.mean(times):8.1f} ms/step (min {numpy.min(times):.1f}); "
-              f"loss {loss_t.item():.6g} vs gpgan {loss_g.item():.6g}; gradient error PyTorch {err_t:.1e}, "
-              f"gpgan {err_g:.1e}")
+
+        torch.set_num_threads(cpu_cores())
+        step = torch_step(work, torch)
+    else:
+        step = work.step
+    before = _status_kib("VmRSS")
+    for _ in range(args.memory_steps):
+        step()
+    print(json.dumps({"peak_rss_mib": _status_kib("VmHWM") / 1024, "rise_mib": (_status_kib("VmHWM") - before) / 1024}))
+
+
+def resident_peaks(name, args, engines):
+    out = {}
+    for engine in engines:
+        cmd = [sys.executable, os.path.abspath(__file__), "--memory-child", name, engine, "--dtype", args.dtype,
+               "--memory-steps", str(args.memory_steps)]
+        if args.batch:
+            cmd += ["--batch", str(args.batch)]
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode:
+            out[engine] = {"error": result.stderr.strip().splitlines()[-1:]}
+        else:
+            out[engine] = json.loads(result.stdout.strip().splitlines()[-1])
+    return out
+
+
+def float64_reference(name, args, device):
+    """gpgan's gradients in float64 on the CPU, from the same weights and inputs."""
+    _, grads = Workload(name, numpy.float64, "cpu", args.batch).step()
+    return grads
+
+
+def relative_error(grads, reference):
+    """||g - ref|| / ||ref|| over all weight gradients taken as one vector."""
+    diff = sum(float(numpy.sum((numpy.asarray(g, numpy.float64) - r) ** 2)) for g, r in zip(grads, reference))
+    return (diff / sum(float(numpy.sum(r ** 2)) for r in reference)) ** 0.5
 
 
 def node_overhead(n=200_000):
@@ -266,79 +416,187 @@ def node_overhead(n=200_000):
             add(x, y)
         return (time.perf_counter() - t0) / n * 1e6
 
-    add = operator.add
-    recorded = per_call(add, a, b)
+    recorded = per_call(operator.add, a, b)
     with gpgan.no_grad():
-        unrecorded = per_call(add, a, b)
-    bare = per_call(add, a.data, b.data)
-    print(f"  node overhead: {recorded:.2f} us per recorded call, {unrecorded:.2f} us under no_grad, "
-          f"{bare:.2f} us for NumPy's bare a + b")
+        unrecorded = per_call(operator.add, a, b)
+    bare = per_call(operator.add, a.data, b.data)
+    return {"recorded_us": recorded, "no_grad_us": unrecorded, "numpy_us": bare}
 
 
-def bench_device(args, device):
-    dtype = numpy.dtype(args.dtype)
-    rng = numpy.random.default_rng(0)
-    params = make_critic(rng, dtype, device)
-    shape = (args.batch, 3, 32, 32)
-    x_real = to_device(rng.uniform(-1, 1, shape).astype(dtype), device)
-    x_fake = to_device(rng.uniform(-1, 1, shape).astype(dtype), device)
-    inputs = (params, x_real, x_fake)
+def _host(a):
+    return numpy.asarray(to_device(a, "cpu"))
+
+
+def bench_device(args, device, torch):
+    works = {name: Workload(name, args.dtype, device, args.batch) for name in args.workloads}
     if device == "cuda":
         import cupy
 
-        print(f"\n[cuda] {device_description('cuda')}, CuPy {cupy.__version__}")
+        machine = f"{device_description('cuda')}, CuPy {cupy.__version__}"
     else:
-        print(f"\n[cpu] {device_description('cpu')}, {cpu_cores()}; NumPy {numpy.__version__}, "
-              f"{blas_description()}")
-    if device == "cpu":
-        node_overhead()
-    print(f"batch {args.batch} x 3x32x32, {dtype}, {args.warmup} warmup + {args.steps} timed steps")
-    for label, step in (("R1 step (double backward)", r1_step), ("plain step (first order)", plain_step)):
-        mean_ms, min_ms, cpu_ms = time_step(step, args, device, inputs)
+        machine = (f"{device_description('cpu')}, {cpu_cores()} available to this process; "
+                   f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
+                   f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS)")
+    report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
+              "steps": args.steps, "warmup": args.warmup, "workloads": {}}
+    print(f"\n[{device}] {machine}")
+    if torch is not None:
+        report["torch"] = f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, TF32 off"
+        print(f"  {report['torch']}; steps timed interleaved with gpgan's")
+    if device == "cpu" and not args.no_overhead:
+        report["node_overhead"] = oh = node_overhead()
+        print(f"  node overhead: {oh['recorded_us']:.2f} us per recorded call, {oh['no_grad_us']:.2f} us under "
+              f"no_grad, {oh['numpy_us']:.2f} us for NumPy's bare a + b")
+    print(f"  {args.warmup} warmup + {args.steps} timed steps each, {args.dtype}; ms per step: median (min) "
+          "[25%-75%], median process CPU time, and the median of the clean steps (their count), those during "
+          f"which other processes used < {args.clean_fraction:.0%} of the cores")
+
+    runners = {}
+    checks = {}
+    for name, work in works.items():
+        runners[(name, "gpgan")] = (work.step, _synchronizer(device))
+        entry = report["workloads"][name] = {"batch": work.batch}
+        loss_g, grads_g = work.step()
+        entry["loss"] = {"gpgan": float(_host(loss_g))}
+        checks[name] = [grads_g]
+        if torch is not None:
+            step_t = torch_step(work, torch)
+            runners[(name, "torch")] = (step_t, _synchronizer(device, torch))
+            loss_t, grads_t = step_t()
+            entry["loss"]["torch"] = float(loss_t.item())
+            checks[name].append([g.detach().cpu().numpy() for g in grads_t])
+    for name, grads in checks.items():
+        entry = report["workloads"][name]
+        if args.dtype == "float32":
+            ref = float64_reference(name, args, device)
+            entry["grad_error_vs_float64"] = {engine: relative_error([_host(g) for g in gs], ref)
+                                              for engine, gs in zip(("gpgan", "torch"), grads)}
+        if len(grads) == 2:
+            ref = [numpy.asarray(g, numpy.float64) for g in grads[1]]
+            entry["grad_difference_gpgan_torch"] = relative_error([_host(g) for g in grads[0]], ref)
+
+    settle = args.settle if args.settle is not None else (0.2 if device == "cpu" and torch is not None else 0.0)
+    report["settle_s"] = settle
+    times = time_interleaved(runners, args.steps, args.warmup, args.clean_fraction, args.budget, settle)
+    for name, work in works.items():
+        entry = report["workloads"][name]
+        entry["gpgan"] = summary(times[(name, "gpgan")], args.clean_fraction)
+        if torch is not None:
+            entry["torch"] = summary(times[(name, "torch")], args.clean_fraction)
+            entry["ratio_median"] = entry["gpgan"]["median_ms"] / entry["torch"]["median_ms"]
+            entry["ratio_min"] = entry["gpgan"]["min_ms"] / entry["torch"]["min_ms"]
+            if "clean_median_ms" in entry["gpgan"] and "clean_median_ms" in entry["torch"]:
+                entry["ratio_clean_median"] = entry["gpgan"]["clean_median_ms"] / entry["torch"]["clean_median_ms"]
         if device == "cpu":
-            peak = peak_memory_cpu(step, inputs)
-            mem = f"peak {peak / 2**20:.1f} MiB (tracemalloc, one step)"
+            entry["tracemalloc_peak_mib"] = tracemalloc_peak(work.step) / 2 ** 20
+            if not args.no_memory:
+                entry["resident"] = resident_peaks(name, args, ["gpgan"] + (["torch"] if torch is not None else []))
         else:
-            peak, base, total = peak_memory_cuda(step, inputs)
-            mem = (f"peak used {peak / 2**20:.1f} MiB (pool used bytes, {base / 2**20:.1f} MiB before the step), "
-                   f"pool total {total / 2**20:.1f} MiB")
-        print(f"  {label:28s} {mean_ms:8.1f} ms/step (min {min_ms:.1f}; process CPU time min {cpu_ms:.1f} ms); {mem}")
-    if args.torch:
-        bench_torch(args, device, inputs)
+            entry["cuda_pool_peak_mib"] = cuda_pool_peak(work.step) / 2 ** 20
+        print_entry(name, entry)
     if args.profile:
-        # On CUDA the host's time is what bounds a step (kernels are queued asynchronously), so
-        # the profile of the host shows where a CUDA step goes too.
+        name = args.workloads[0]
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(args.steps):
-            r1_step(*inputs)
-        _synchronize(device)
+            works[name].step()
+        _synchronizer(device)()
         profiler.disable()
-        print(f"\n  cProfile of {args.steps} R1 steps (top {args.profile_top} by own time):")
+        print(f"\n  cProfile of {args.steps} gpgan {name} steps (top {args.profile_top} by own time; on CUDA the "
+              "host side, which bounds it):")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
+    return report
+
+
+def _ms(s):
+    text = (f"{s['median_ms']:7.1f} ({s['min_ms']:.1f}) [{s['q25_ms']:.1f}-{s['q75_ms']:.1f}] "
+            f"cpu {s['cpu_median_ms']:.0f}")
+    if "clean_steps" in s:
+        text += f" clean {s.get('clean_median_ms', float('nan')):.1f} ({s['clean_steps']})"
+    return text
+
+
+def print_entry(name, e):
+    line = f"  {name:10s} gpgan {_ms(e['gpgan'])}"
+    if "torch" in e:
+        line += f" | torch {_ms(e['torch'])} | ratio {e['ratio_median']:.2f} (min {e['ratio_min']:.2f}"
+        line += f", clean {e['ratio_clean_median']:.2f})" if "ratio_clean_median" in e else ")"
+    print(line)
+    details = [f"loss {' / '.join(f'{v:.6g}' for v in e['loss'].values())}"]
+    if "grad_error_vs_float64" in e:
+        details.append("grad error vs float64 " + ", ".join(f"{k} {v:.1e}" for k, v in e["grad_error_vs_float64"].items()))
+    if "grad_difference_gpgan_torch" in e:
+        details.append(f"gpgan-torch {e['grad_difference_gpgan_torch']:.1e}")
+    if "tracemalloc_peak_mib" in e:
+        details.append(f"tracemalloc peak {e['tracemalloc_peak_mib']:.1f} MiB")
+    if "cuda_pool_peak_mib" in e:
+        details.append(f"CuPy pool peak {e['cuda_pool_peak_mib']:.1f} MiB")
+    for engine, r in e.get("resident", {}).items():
+        if "error" in r:
+            details.append(f"{engine} resident: failed {r['error']}")
+        else:
+            details.append(f"{engine} resident peak {r['peak_rss_mib']:.0f} MiB (+{r['rise_mib']:.0f} in steps)")
+    print("             " + "; ".join(details))
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
                         help="'all' (default): the CPU, and CUDA when CuPy sees a GPU")
-    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+                        help=f"comma-separated, of {', '.join(WORKLOADS)} (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per workload and engine (median of these)")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--budget", type=float, default=0.0, metavar="SECONDS",
+                        help="go on past --steps until each engine has --steps clean steps (other processes "
+                             "used under --clean-fraction of the cores), for at most SECONDS")
+    parser.add_argument("--clean-fraction", type=float, default=0.05)
+    parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
+                        help="pause before every timed step so the other engine's spinning worker threads "
+                             "go to sleep first (default: 0.2 on the CPU with --torch, else 0)")
+    parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--profile", action="store_true", help="cProfile the R1 step (on CUDA: the host side, which bounds it)")
-    parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--torch", action="store_true",
-                        help="also time PyTorch on the same step and compare its gradients (optional)")
+                        help="also run PyTorch on the same steps, interleaved (optional; never a gpgan dependency)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-': stdout)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the first workload's gpgan step")
+    parser.add_argument("--profile-top", type=int, default=25)
+    parser.add_argument("--no-memory", action="store_true", help="skip the resident-memory child processes")
+    parser.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead measurement")
+    parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
+    parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.memory_child:
+        return memory_child(args)
+    args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
+    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    if unknown or not args.workloads:
+        parser.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; accepted: {', '.join(WORKLOADS)}")
     devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else ["cpu"]
     if args.device == "all" and cupy_available():
         devices.append("cuda")
     if "cuda" in devices and not cupy_available():
         parser.error("--device cuda: CuPy with a CUDA GPU is not available")
-    for device in devices:
-        bench_device(args, device)
+    torch = None
+    if args.torch:
+        try:
+            import torch
+        except ImportError:
+            print("PyTorch is not installed: --torch skipped")
+        else:
+            torch.set_num_threads(cpu_cores())
+            torch.backends.cudnn.allow_tf32 = False
+            torch.backends.cuda.matmul.allow_tf32 = False
+    reports = [bench_device(args, device, torch) for device in devices]
+    if args.json:
+        text = json.dumps(reports, indent=1)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w", encoding="utf-8") as f:
+                f.write(text + "\n")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -95,12 +95,16 @@ CONVT_CASES = [
     (2, 2, 3, 4, 4, 3, 2, 1, 1, 2, 1),
     (1, 2, 3, 3, 3, (2, 3), (2, 3), (0, 1), (1, 2), 1, 1),
     (2, 4, 3, 2, 2, 2, 1, 1, 1, 2, 2),   # output_padding >= stride, allowed below dilation
-    # col2im adds kernel offsets in blocks of `stride` (see conv._phase_blocks): whole blocks,
-    # a partial last block, kernels smaller than the stride, and dilation with stride.
+    # whole stride blocks of the kernel, a partial last block, kernels smaller than the stride,
+    # and dilation with stride.
     (2, 3, 4, 4, 2, 4, 2, 1, 0, 1, 1),   # DCGAN's k4 s2 p1
     (1, 2, 3, 3, 2, 1, 2, 0, 1, 1, 1),   # k1 s2
     (1, 2, 3, 2, 2, (5, 2), (2, 3), (2, 0), (1, 2), 1, 1),  # k5 s2 (partial block), k2 s3
     (1, 2, 3, 3, 2, 3, 2, 1, 1, 1, 2),   # dilation 2 with stride 2
+    # fewer input than output channels: the gather (sub-pixel) kernel runs
+    (2, 2, 4, 5, 5, 3, 1, 1, 0, 1, 1),   # stride 1
+    (1, 2, 3, 3, 4, 4, 2, 1, 1, 1, 1),   # k4 s2 p1, output_padding
+    (1, 2, 3, 2, 6, (3, 2), (3, 2), (1, 0), (2, 1), 2, 1),  # groups, stride 3
 ]
 
 
@@ -206,6 +210,113 @@ def test_input_gradient_alone_computes_no_weight_gradient(rng, monkeypatch):
     assert calls == []
     (gx * gx).sum().backward()
     assert w.grad is not None and w.grad.shape == w.shape
+
+
+# -- the kernels behind the public functions ----------------------------------------------------
+def _in_layout(x, layout):
+    """The values of ``x`` (N, C, H, W) in NCHW, channels-last (NHWC) or (C, N, H, W) memory."""
+    if layout == "channels_last":
+        return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    if layout == "cnhw":
+        return np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
+    return np.ascontiguousarray(x)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "cnhw"])
+def test_conv_family_reads_every_memory_layout(layout, rng):
+    x = rng.standard_normal((2, 4, 7, 6))
+    w = rng.standard_normal((6, 2, 3, 3))
+    y_ref = naive_conv2d(x, w, None, 2, 1, 1, 2)
+    gy = rng.standard_normal(y_ref.shape)
+    xl, gyl = _in_layout(x, layout), _in_layout(gy, layout)
+    assert (layout == "nchw") == xl.flags.c_contiguous
+    y = F.conv2d(gpgan.Variable(xl), gpgan.Variable(w), stride=2, padding=1, groups=2)
+    np.testing.assert_allclose(y.data, y_ref, rtol=1e-10, atol=1e-10)
+    gw = F.conv2d_grad_weight(gpgan.Variable(xl), gpgan.Variable(gyl), 3, stride=2, padding=1, groups=2)
+    gw_ref = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2, padding=1, groups=2)
+    np.testing.assert_allclose(gw.data, gw_ref.data, rtol=1e-10, atol=1e-10)
+    wt = rng.standard_normal((4, 3, 4, 4))
+    xt = F.conv_transpose2d(gpgan.Variable(xl), gpgan.Variable(wt), stride=2, padding=1, output_padding=1)
+    np.testing.assert_allclose(xt.data, naive_conv_transpose2d(x, wt, None, 2, 1, 1), rtol=1e-10, atol=1e-10)
+
+
+# Transposed convolutions for the two kernels, each called directly: strides 1 to 3, paddings,
+# output paddings, odd sizes, groups, dilation, and kernels smaller than the stride (output
+# phases that no tap reaches).
+KERNEL_CASES = [
+    # (N, Cin, H, W, Cout, k, stride, padding, output_padding, groups, dilation)
+    (2, 3, 4, 4, 5, 4, 2, 1, 0, 1, 1),          # DCGAN's k4 s2 p1
+    (1, 2, 3, 5, 3, 4, 2, 1, 1, 1, 1),          # odd width, output_padding
+    (1, 2, 3, 3, 2, 3, 1, 1, 0, 1, 1),          # stride 1: the flipped-kernel convolution
+    (1, 2, 4, 3, 3, 3, 1, 2, 0, 1, 1),          # stride 1, padding k - 1: no padding left
+    (1, 2, 3, 4, 2, (3, 5), (3, 2), (1, 2), (2, 1), 1, 1),
+    (1, 2, 3, 3, 2, 1, 2, 0, 1, 1, 1),          # k1 s2: a phase without taps
+    (1, 2, 2, 3, 2, (2, 1), (3, 3), (0, 1), (2, 0), 1, 1),   # k < stride on both axes
+    (2, 4, 3, 3, 6, 4, 2, 1, 1, 2, 1),          # groups
+    (1, 2, 3, 3, 2, 3, 2, 1, 1, 1, 2),          # dilation 2, stride 2
+    (1, 3, 3, 2, 2, 3, 3, 2, 1, 1, 2),          # dilation 2, stride 3 (taps of a phase 2 apart)
+    (1, 4, 5, 5, 17, 3, 2, 0, 0, 1, 1),         # 17 output channels: the channels-last scatter
+]
+
+
+@pytest.mark.parametrize("kernel", ["_conv_transpose2d_gather", "_conv_transpose2d_scatter"])
+@pytest.mark.parametrize("case", KERNEL_CASES)
+def test_transposed_convolution_kernels_match_naive(kernel, case, rng):
+    from gpgan.functions import conv as conv_module
+
+    N, Cin, H, W, Cout, k, s, p, op, g, d = case
+    k, s, p, op, d = _pair(k), _pair(s), _pair(p), _pair(op), _pair(d)
+    x = rng.standard_normal((N, Cin, H, W))
+    w = rng.standard_normal((Cin, Cout // g, k[0], k[1]))
+    ref = naive_conv_transpose2d(x, w, None, s, p, op, g, d)
+    for layout in ("nchw", "channels_last"):
+        y = getattr(conv_module, kernel)(np, _in_layout(x, layout), w, s, p, d, g, ref.shape[2:])
+        assert y.shape == ref.shape
+        np.testing.assert_allclose(y, ref, rtol=1e-10, atol=1e-10)
+
+
+# Stride-1 convolutions with few output channels run on the other kernel (the scatter form for
+# conv2d, the windows of grad_output for its weight gradient); the last case's padding exceeds
+# dilation * (k - 1), where that identity does not hold and the direct kernels run.
+FEW_OUTPUTS_CASES = [
+    # (N, C, H, W, O, k, padding, dilation)
+    (2, 5, 6, 5, 2, 3, 1, 1),
+    (1, 7, 5, 6, 3, (3, 2), (2, 0), 1),
+    (2, 5, 7, 6, 2, 3, 1, 2),
+    (1, 5, 4, 4, 2, 3, 3, 1),
+]
+
+
+@pytest.mark.parametrize("case", FEW_OUTPUTS_CASES)
+def test_stride1_convolution_with_few_outputs(case, rng, monkeypatch):
+    from gpgan.functions import conv as conv_module
+
+    N, C, H, W, O, k, p, d = case
+    kH, kW = _pair(k)
+    x = rng.standard_normal((N, C, H, W))
+    w = rng.standard_normal((O, C, kH, kW))
+    b = rng.standard_normal(O)
+    scatter_calls = []
+    original = conv_module._conv_transpose2d_scatter
+    monkeypatch.setattr(conv_module, "_conv_transpose2d_scatter",
+                        lambda *a: scatter_calls.append(1) or original(*a))
+    y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), gpgan.Variable(b), padding=p, dilation=d)
+    np.testing.assert_allclose(y.data, naive_conv2d(x, w, b, 1, p, d), rtol=1e-10, atol=1e-10)
+    assert len(scatter_calls) == (0 if _pair(p)[0] > d * (kH - 1) else 1)
+    gy = rng.standard_normal(y.shape)
+    gw = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), k, padding=p, dilation=d)
+    ref = np.zeros_like(w)
+    for idx in np.ndindex(*w.shape):
+        e = np.zeros_like(w)
+        e[idx] = 1.0
+        ref[idx] = (gy * naive_conv2d(x, e, None, 1, p, d)).sum()
+    np.testing.assert_allclose(gw.data, ref, rtol=1e-10, atol=1e-10)
+
+    def fn(*v):
+        return F.conv2d(*v, padding=p, dilation=d)
+
+    gradcheck(fn, [x, w, b])
+    gradgradcheck(fn, [x, w, b])
 
 
 def test_float32_stays_float32(rng):

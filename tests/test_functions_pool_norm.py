@@ -152,6 +152,39 @@ def test_layer_norm_values_and_gradients(normalized_shape, rng):
         F.layer_norm(gpgan.Variable(x), (5,))
 
 
+# The normalization node's backward has a raw-array form (no graph recorded) and a recorded form
+# (create_graph=True); gradcheck checks the first and gradgradcheck the second. Here the two agree
+# on every combination of affine parameters, for a channels-last batch too.
+NORM_CASES = [
+    ("batch", (5, 3, 4, 2), "nchw"), ("batch", (5, 3, 4, 2), "channels_last"), ("batch", (6, 4), "nchw"),
+    ("layer", (2, 3, 4), "nchw"), ("layer", (3, 2, 4, 5), "channels_last"),
+]
+
+
+@pytest.mark.parametrize("kind, shape, layout", NORM_CASES)
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, True), (False, False)])
+def test_normalization_backward_forms_agree(kind, shape, layout, affine, rng):
+    x = rng.standard_normal(shape) * 2 + 0.5
+    if layout == "channels_last":
+        x = np.ascontiguousarray(np.moveaxis(x, 1, -1)).transpose(0, 3, 1, 2)
+    own = (shape[1],) if kind == "batch" else shape[-2:]
+    params = [gpgan.Variable(rng.standard_normal(own), requires_grad=True) if on else None for on in affine]
+    xv = gpgan.Variable(x, requires_grad=True)
+
+    def fn():
+        if kind == "batch":
+            return F.batch_norm(xv, None, None, params[0], params[1], training=True)
+        return F.layer_norm(xv, own, params[0], params[1])
+
+    targets = [xv] + [p for p in params if p is not None]
+    gy = rng.standard_normal(shape)
+    raw = gpgan.grad(fn(), targets, grad_outputs=gy)
+    recorded = gpgan.grad(fn(), targets, grad_outputs=gy, create_graph=True)
+    assert recorded[0].requires_grad and not raw[0].requires_grad
+    for a, b in zip(raw, recorded):
+        np.testing.assert_allclose(a.data, b.data, rtol=1e-10, atol=1e-12)
+
+
 def test_dropout_seeded_mask_scaling_and_gradient(rng):
     x = gpgan.Variable(np.ones((200, 50)), requires_grad=True)
     y1 = F.dropout(x, 0.3, rng=np.random.default_rng(7))

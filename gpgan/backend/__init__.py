@@ -16,6 +16,7 @@ from gpgan.backend.array_module import (
     to_device,
 )
 from gpgan.backend.random import get_rng, manual_seed
+from gpgan.backend.threads import get_num_threads, parallel_range, set_num_threads
 
 __all__ = [
     "DEVICES",
@@ -27,4 +28,7 @@ __all__ = [
     "to_device",
     "get_rng",
     "manual_seed",
+    "get_num_threads",
+    "set_num_threads",
+    "parallel_range",
 ]

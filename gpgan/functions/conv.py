@@ -4,9 +4,8 @@ Three linear operations close the family under differentiation:
 
 * ``Conv2d(x, W) -> y``: im2col of the padded input (a strided view, copied once) times the
   weight, one GEMM.
-* ``ConvTranspose2d(x, W) -> y``: the adjoint of ``Conv2d`` in its input: one GEMM of the
-  transposed weight with ``x``, then col2im, which adds the columns back into the padded output
-  with one strided add per kernel offset (no atomics, so it is deterministic on CuPy too).
+* ``ConvTranspose2d(x, W) -> y``: the adjoint of ``Conv2d`` in its input (scatter or gather form,
+  below; no atomics either way, so it is deterministic on CuPy too).
 * ``Conv2dGradWeight(x, gy) -> gW``: the weight gradient of ``Conv2d``: the im2col of ``x``
   contracted with ``gy`` over batch and pixels, one GEMM.
 
@@ -16,13 +15,20 @@ weight and its weight gradient is ``Conv2dGradWeight``; ``ConvTranspose2d``'s in
 are ``ConvTranspose2d(gy, ggW)`` for ``x`` and ``Conv2d(x, ggW)`` for ``gy``. Each backward
 computes only the gradients asked for (an R1 penalty's image gradient computes no weight gradient).
 
-Internally the kernels work channels-last: the column matrix is ``(G, N*Ho*Wo, kH*kW*Cg)``
-(groups ``G``), copied from a channels-last padded input so the copy moves contiguous runs of
-channels, and col2im adds runs of channels too. The GEMM is a single (batched over groups)
-matrix product; NCHW layout is restored with one transposing copy of each result.
+Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory;
+the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
+are split over the cores (``gpgan.backend.threads``). A convolution is im2col (a copy of a
+strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
+GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
+scatter form (one GEMM to ``kH*kW*Cout`` values per input pixel, then col2im adds; used when
+``Cin > Cout``) and the gather form (the sub-pixel decomposition: each of the ``sH*sW`` output
+phases is a stride-1 correlation of the input with the kernel taps that reach it, one window copy
+and one GEMM each, no adds). With stride 1 a convolution equals a transposed convolution with the
+flipped kernel, so a convolution with few output channels (an image-producing layer) and its
+weight gradient run on the data-lighter side too.
 """
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module
+from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import check_4d, check_int, pair
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
@@ -40,70 +46,186 @@ def _convt_out_size(size, k, s, p, d, op):
     return (size - 1) * s - 2 * p + d * (k - 1) + 1 + op
 
 
+# -- layouts ------------------------------------------------------------------------------------
+# An activation is an (N, C, H, W) array whose memory may be NCHW or channels-last (NHWC strides,
+# as torch's ``channels_last``), or any other order. Every kernel below reads any layout and returns
+# channels-last (the scatter form with a few output channels excepted, see there): a GEMM's output
+# rows are pixels and its columns channels, which is that layout already, so no transposing copy
+# follows a convolution, and the next one's im2col reads contiguous runs of channels. NumPy's and
+# CuPy's elementwise functions keep the layout of their operands.
+def _nhwc(x):
+    """The (N, H, W, C) view of an (N, C, H, W) array; contiguous when ``x`` is channels-last."""
+    return x.transpose(0, 2, 3, 1)
+
+
+def _nchw(y):
+    """The (N, C, H, W) view of an (N, H, W, C) array."""
+    return y.transpose(0, 3, 1, 2)
+
+
 # -- raw array kernels (NumPy or CuPy by the same code) -----------------------------------------
+def _over_batch(xp, fn, n, nbytes):
+    """``fn(start, stop)`` over batch slices: split over the cores for NumPy (its copies and adds
+    run on one core each), one call for CuPy."""
+    if xp.__name__ == "numpy":
+        parallel_range(fn, n, nbytes)
+    else:
+        fn(0, n)
+
+
 def _as_strided(xp, x, shape, strides):
     if xp.__name__ == "numpy":
         return xp.lib.stride_tricks.as_strided(x, shape, strides, writeable=False)
     return xp.lib.stride_tricks.as_strided(x, shape, strides)
 
 
-def _pad_channels_last(xp, x, p):
-    """``x`` (N, C, H, W) as a zero-padded channels-last copy (N, H + 2pH, W + 2pW, C)."""
-    N, C, H, W = x.shape
-    pH, pW = p
-    alloc = xp.zeros if (pH or pW) else xp.empty  # only the border needs zeros
-    out = alloc((N, H + 2 * pH, W + 2 * pW, C), dtype=x.dtype)
-    out[:, pH:pH + H, pW:pW + W, :] = x.transpose(0, 2, 3, 1)
+def _padded_nhwc(xp, x, pads):
+    """``x`` (N, C, H, W) as a contiguous zero-padded channels-last array.
+
+    ``pads`` is ``((top, bottom), (left, right))``. Without padding a channels-last ``x`` is
+    returned as it is (a view, no copy). With padding only the border is zeroed, and the interior
+    is one copy (of contiguous runs of channels when ``x`` is channels-last).
+    """
+    xh = _nhwc(x)
+    (top, bottom), (left, right) = pads
+    if not (top or bottom or left or right):
+        return xp.ascontiguousarray(xh)
+    N, H, W, C = xh.shape
+    out = xp.empty((N, top + H + bottom, left + W + right, C), dtype=x.dtype)
+
+    def fill(a, b):
+        o = out[a:b]
+        o[:, :top] = 0
+        o[:, top + H:] = 0
+        o[:, top:top + H, :left] = 0
+        o[:, top:top + H, left + W:] = 0
+        o[:, top:top + H, left:left + W] = xh[a:b]
+
+    _over_batch(xp, fill, N, out.nbytes)
     return out
 
 
-def _im2col(xp, x, ksize, out_hw, s, p, d, groups):
-    """Columns ``(G, N*Ho*Wo, kH*kW*Cg)`` of ``x`` (N, C, H, W): one copy of a strided view.
+def _windows(xp, xpad, origin, out_hw, taps, tap_step, s, groups):
+    """Copy of the windows of ``xpad`` (N, Hp, Wp, C) as columns ``(G, N*Ho*Wo, tH*tW*Cg)``.
 
-    The view reads a channels-last copy of the padded input, so each row of the copy is a run of
-    contiguous channels (``kW*Cg`` of them when ``dilation == 1``), which copies several times
-    faster than gathering strided pixels from NCHW.
+    Output pixel (h, w) reads ``xpad[origin + (h*s + a*tap_step)]`` for taps (a, b) < taps, per
+    axis; the copy moves runs of contiguous channels (``tW*Cg`` of them when ``tap_step == 1``).
+    """
+    N, Hp, Wp, C = xpad.shape
+    (Ho, Wo), (tH, tW), Cg = out_hw, taps, C // groups
+    # as_strided does no bounds check: make sure every window lies inside the padded input.
+    for axis, size in ((0, Hp), (1, Wp)):
+        last = origin[axis] + (out_hw[axis] - 1) * s[axis] + (taps[axis] - 1) * tap_step[axis]
+        if origin[axis] < 0 or last >= size:
+            raise AssertionError("im2col window exceeds the padded input")
+    sN, sH, sW, sC = xpad.strides
+    shape = (groups, N, Ho, Wo, tH, tW, Cg)
+    view = _as_strided(xp, xpad[:, origin[0]:, origin[1]:], shape,
+                       (Cg * sC, sN, s[0] * sH, s[1] * sW, tap_step[0] * sH, tap_step[1] * sW, sC))
+    col = xp.empty(shape, dtype=xpad.dtype)
+
+    def copy(a, b):
+        col[:, a:b] = view[:, a:b]
+
+    _over_batch(xp, copy, N, col.nbytes)
+    return col.reshape(groups, N * Ho * Wo, tH * tW * Cg)
+
+
+def _im2col(xp, x, ksize, out_hw, s, p, d, groups):
+    """Columns ``(G, N*Ho*Wo, kH*kW*Cg)`` of ``x`` (N, C, H, W) for a convolution.
+
+    The windows are read from a channels-last copy of the padded input. A 1x1 convolution with
+    stride 1 and no padding of a channels-last input needs no copy at all.
     """
     N, C, H, W = x.shape
-    kH, kW = ksize
     Ho, Wo = out_hw
-    xpad = _pad_channels_last(xp, x, p)
-    # as_strided does no bounds check: make sure the last window ends inside the padded input.
-    if (Ho - 1) * s[0] + d[0] * (kH - 1) >= xpad.shape[1] or (Wo - 1) * s[1] + d[1] * (kW - 1) >= xpad.shape[2]:
-        raise AssertionError("im2col window exceeds the padded input")
-    sN, sH, sW, sC = xpad.strides
-    Cg = C // groups
-    view = _as_strided(
-        xp, xpad,
-        (groups, N, Ho, Wo, kH, kW, Cg),
-        (Cg * sC, sN, s[0] * sH, s[1] * sW, d[0] * sH, d[1] * sW, sC),
-    )
-    return xp.ascontiguousarray(view).reshape(groups, N * Ho * Wo, kH * kW * Cg)
+    xpad = _padded_nhwc(xp, x, ((p[0], p[0]), (p[1], p[1])))
+    if tuple(ksize) == (1, 1) and s == (1, 1) and groups == 1 and (Ho, Wo) == xpad.shape[1:3]:
+        return xpad.reshape(1, N * Ho * Wo, C)
+    return _windows(xp, xpad, (0, 0), out_hw, ksize, d, s, groups)
 
 
 def _gemm(xp, a, b):
-    """``a @ b`` for stacks of matrices; one plain 2-D product when there is one group (BLAS)."""
+    """``a @ b`` for stacks of matrices; one plain 2-D product when there is one group (BLAS).
+
+    Operands may be transposed views of contiguous matrices: BLAS reads them as they are.
+    """
     if a.shape[0] == 1:
         return xp.matmul(a[0], b[0])[None]
     return xp.matmul(a, b)
 
 
+def _group_rows(xp, x, groups):
+    """``x`` (N, C, H, W) as ``(G, N*H*W, C/G)`` pixel rows per group: a view for one group of a
+    channels-last ``x``, else one copy."""
+    N, C, H, W = x.shape
+    if groups == 1:
+        return _nhwc(x).reshape(1, N * H * W, C)
+    return xp.ascontiguousarray(_nhwc(x).reshape(N * H * W, groups, C // groups).transpose(1, 0, 2))
+
+
+def _ungroup_rows(xp, y, nhw):
+    """The inverse of :func:`_group_rows`: ``(G, N*H*W, Cg)`` -> channels-last (N, G*Cg, H, W)."""
+    G, M, Cg = y.shape
+    if G == 1:
+        return _nchw(y.reshape(nhw + (Cg,)))
+    return _nchw(xp.ascontiguousarray(y.transpose(1, 0, 2)).reshape(nhw + (G * Cg,)))
+
+
+def _flipped_adjoint(w):
+    """The kernel of the other direction for stride 1: ``(A, B, kH, kW) -> (B, A, kH, kW)`` flipped.
+
+    With stride 1, ``conv2d(x, W, padding=p, dilation=d)`` equals
+    ``conv_transpose2d(x, _flipped_adjoint(W), padding=d*(k-1)-p, dilation=d)`` and the other way
+    round, so either can run on the kernel that moves less data (a view, no copy).
+    """
+    return w[:, :, ::-1, ::-1].transpose(1, 0, 2, 3)
+
+
+def _adjoint_padding(k, p, d):
+    return tuple(d[a] * (k[a] - 1) - p[a] for a in range(2))
+
+
 def _conv2d_forward(xp, x, w, s, p, d, groups):
-    N = x.shape[0]
+    N, C = x.shape[:2]
     O, Cg, kH, kW = w.shape
     Og = O // groups
     Ho = _conv_out_size(x.shape[2], kH, s[0], p[0], d[0])
     Wo = _conv_out_size(x.shape[3], kW, s[1], p[1], d[1])
+    q = _adjoint_padding((kH, kW), p, d)
+    if s == (1, 1) and groups == 1 and 2 * O < C and min(q) >= 0:
+        # Few output channels (an image-producing layer): gathering windows of the wide input
+        # would copy kH*kW*C values per pixel; the scatter form writes kH*kW*O instead.
+        return _conv_transpose2d_scatter(xp, x, _flipped_adjoint(w), s, q, d, 1, (Ho, Wo))
     col = _im2col(xp, x, (kH, kW), (Ho, Wo), s, p, d, groups)  # (G, M, K)
-    # The weight's rows in the columns' (kH, kW, Cg) order: a small copy.
-    w2 = w.reshape(groups, Og, Cg, kH, kW).transpose(0, 3, 4, 2, 1).reshape(groups, kH * kW * Cg, Og)
-    y = _gemm(xp, col, w2)  # (G, M, Og)
-    y = y.reshape(groups, N, Ho, Wo, Og).transpose(1, 0, 4, 2, 3)
-    return xp.ascontiguousarray(y).reshape(N, O, Ho, Wo)
+    # The weight as (G, Og, K) rows in the columns' (kH, kW, Cg) order, a cheap copy (runs of
+    # kH*kW), read transposed by BLAS.
+    w2 = xp.ascontiguousarray(w.reshape(groups, Og, Cg, kH, kW).transpose(0, 1, 3, 4, 2))
+    return _ungroup_rows(xp, _gemm(xp, col, w2.reshape(groups, Og, kH * kW * Cg).transpose(0, 2, 1)), (N, Ho, Wo))
 
 
 def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
-    """``x`` (N, Cin, H, W), ``w`` (Cin, Cog, kH, kW) -> (N, Cog*G, *out_hw)."""
+    """``x`` (N, Cin, H, W), ``w`` (Cin, Cog, kH, kW) -> (N, Cog*G, *out_hw).
+
+    Two kernels compute it: the scatter form (one GEMM to ``kH*kW*Cog`` values per input pixel,
+    then col2im adds) and the gather form (per output phase, a GEMM of gathered input windows,
+    ``kH*kW*Cin / (sH*sW)`` values per output pixel, no adds). The one that moves less data runs.
+    """
+    Cin, Cog = w.shape[:2]
+    Cig = Cin // groups
+    if Cig < Cog or (Cig == Cog and s == (1, 1)):
+        return _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw)
+    return _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw)
+
+
+def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
+    """The scatter form: ``cols = x @ W`` for every input pixel, then col2im adds.
+
+    Channels-last (runs of Cog contiguous values per strided add, result channels-last), or, for
+    a few output channels and one group, channels-first: the GEMM then writes one (N, H, W) plane
+    per (tap, channel), so the adds move runs of W values instead of Cog, and the result's memory
+    is (Cog, N, Ho, Wo).
+    """
     N, Cin, H, W = x.shape
     _, Cog, kH, kW = w.shape
     Cig = Cin // groups
@@ -111,30 +233,123 @@ def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
     # Rows past the last window (output_padding) receive nothing; no window passes the end.
     Hp = max(Ho + 2 * p[0], (H - 1) * s[0] + d[0] * (kH - 1) + 1)
     Wp = max(Wo + 2 * p[1], (W - 1) * s[1] + d[1] * (kW - 1) + 1)
-    x2 = xp.ascontiguousarray(x.reshape(N, groups, Cig, H, W).transpose(1, 0, 3, 4, 2))
-    w2 = xp.ascontiguousarray(w.reshape(groups, Cig, Cog, kH, kW).transpose(0, 1, 3, 4, 2))
-    cols = _gemm(xp, x2.reshape(groups, N * H * W, Cig), w2.reshape(groups, Cig, kH * kW * Cog))
-    cols = cols.reshape(groups, N, H, W, kH, kW, Cog)
-    # col2im, channels last so every strided add moves runs of Cog contiguous values.
-    ypad = xp.zeros((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
     hs, ws = (H - 1) * s[0] + 1, (W - 1) * s[1] + 1
-    for i in range(kH):
-        for j in range(kW):
-            h0, w0 = i * d[0], j * d[1]
-            ypad[:, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, :, :, :, i, j].transpose(1, 2, 3, 0, 4)
-    y = ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(0, 3, 4, 1, 2)  # crop + NCHW: one copy
-    return xp.ascontiguousarray(y).reshape(N, groups * Cog, Ho, Wo)
+    # (G, Cig, kH*kW*Cog): the cheap weight copy (runs of kH*kW).
+    w2 = xp.ascontiguousarray(w.reshape(groups, Cig, Cog, kH, kW).transpose(0, 1, 3, 4, 2))
+    w2 = w2.reshape(groups, Cig, kH * kW * Cog)
+    rows = _group_rows(xp, x, groups)  # (G, N*H*W, Cig)
+    if groups == 1 and Cog < _CHANNELS_FIRST_BELOW:
+        cols = xp.matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
+        ypad = xp.empty((Cog, N, Hp, Wp), dtype=cols.dtype)
+
+        def col2im_planes(a, b):
+            ypad[:, a:b] = 0
+            for i in range(kH):
+                for j in range(kW):
+                    h0, w0 = i * d[0], j * d[1]
+                    ypad[:, a:b, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[i, j, :, a:b]
+
+        _over_batch(xp, col2im_planes, N, cols.nbytes)
+        return ypad[:, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(1, 0, 2, 3)
+    cols = _gemm(xp, rows, w2).reshape(groups, N, H, W, kH, kW, Cog)
+    ypad = xp.empty((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
+
+    def col2im(a, b):
+        ypad[a:b] = 0
+        for i in range(kH):
+            for j in range(kW):
+                h0, w0 = i * d[0], j * d[1]
+                ypad[a:b, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, a:b, :, :, i, j].transpose(1, 2, 3, 0, 4)
+
+    _over_batch(xp, col2im, N, cols.nbytes)
+    # The crop is a view: the next operation reads it in place (no copy of the output).
+    return _nchw(ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].reshape(N, Ho, Wo, groups * Cog))
+
+
+# Below this many output channels the scatter form works channels-first (see above).
+_CHANNELS_FIRST_BELOW = 16
+
+
+def _phase(n_in, n_out, k, s, p, d, r):
+    """One axis of one output phase of a transposed convolution (sub-pixel decomposition).
+
+    Output index ``o = h*s - p + i*d`` (input h, tap i); phase ``r`` holds the outputs with
+    ``(o + p) % s == r``, i.e. ``o = s*m + r - p``, which receive exactly the taps ``i`` with
+    ``i*d % s == r``, from inputs ``h = m - (i*d - r) // s``. Returns the taps in decreasing order
+    (their input offsets then increase by a constant step), the first and count of ``m``, the
+    offset ``m - h`` of the first tap, and that step.
+    """
+    taps = [i for i in range(k - 1, -1, -1) if (i * d) % s == r]
+    shifts = [(i * d - r) // s for i in taps]
+    m0 = -((r - p) // s)  # the first m with o >= 0
+    count = max(0, (n_out - 1 + p - r) // s - m0 + 1)
+    step = shifts[0] - shifts[1] if len(shifts) > 1 else 1
+    return taps, m0, count, (shifts[0] if taps else 0), step
+
+
+def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
+    """The gather form: each of the ``sH*sW`` output phases is a stride-1 correlation of ``x`` with
+    the kernel taps that reach it; one window copy and one GEMM per phase, written into its
+    strided slice of the channels-last output (phases partition the output: no adds, no zeros
+    except where a phase has no taps). With stride 1 this is the convolution with the flipped
+    kernel.
+    """
+    N, Cin, H, W = x.shape
+    _, Cog, kH, kW = w.shape
+    Cig = Cin // groups
+    Ho, Wo = out_hw
+    phases_h = [_phase(H, Ho, kH, s[0], p[0], d[0], r) for r in range(s[0])]
+    phases_w = [_phase(W, Wo, kW, s[1], p[1], d[1], r) for r in range(s[1])]
+    # One padded copy of x serves every phase: input index m - shift must exist for each of them.
+    pads = []
+    for phases, n_in in ((phases_h, H), (phases_w, W)):
+        lo = max([shift - m0 for taps, m0, count, shift, _ in phases if taps and count] + [0])
+        hi = max([m0 + count - 1 - (shift - step * (len(taps) - 1)) - (n_in - 1)
+                  for taps, m0, count, shift, step in phases if taps and count] + [0])
+        pads.append((lo, hi))
+    xpad = _padded_nhwc(xp, x, pads)
+    # (kH, kW, G, Cig, Cog): one cheap copy (runs of kH*kW); a phase's weight rows, in the
+    # columns' (tap, tap, channel) order, are then a gather of whole (G, Cig, Cog) blocks.
+    wk = xp.ascontiguousarray(w.reshape(groups, Cig, Cog, kH, kW).transpose(3, 4, 0, 1, 2))
+    y = xp.empty((N, Ho, Wo, groups, Cog), dtype=x.dtype)
+    for rh, (taps_h, m0h, nh, shift_h, step_h) in enumerate(phases_h):
+        for rw, (taps_w, m0w, nw, shift_w, step_w) in enumerate(phases_w):
+            if not (nh and nw):
+                continue
+            out = y[:, s[0] * m0h + rh - p[0]::s[0], s[1] * m0w + rw - p[1]::s[1]][:, :nh, :nw]
+            if not (taps_h and taps_w):
+                out[...] = 0
+                continue
+            origin = (m0h - shift_h + pads[0][0], m0w - shift_w + pads[1][0])
+            col = _windows(xp, xpad, origin, (nh, nw), (len(taps_h), len(taps_w)), (step_h, step_w), (1, 1),
+                           groups)
+            wp = wk[taps_h][:, taps_w].transpose(2, 0, 1, 3, 4)  # (G, tH, tW, Cig, Cog)
+            wp = wp.reshape(groups, len(taps_h) * len(taps_w) * Cig, Cog)
+            res = _gemm(xp, col, wp).reshape(groups, N, nh, nw, Cog)
+
+            def place(a, b, out=out, res=res):
+                out[a:b] = res[:, a:b].transpose(1, 2, 3, 0, 4)
+
+            _over_batch(xp, place, N, res.nbytes)
+    return _nchw(y.reshape(N, Ho, Wo, groups * Cog))
 
 
 def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
     """d<gy, conv2d(x, W)>/dW: (O, C/G, kH, kW)."""
-    N, C, _, _ = x.shape
+    N, C, H, W = x.shape
     _, O, Ho, Wo = gy.shape
     kH, kW = ksize
     Og, Cg = O // groups, C // groups
+    q = _adjoint_padding(ksize, p, d)
+    if (s == (1, 1) and groups == 1 and 2 * O < C and min(q) >= 0
+            and (H, W) == (_conv_out_size(Ho, kH, 1, q[0], d[0]), _conv_out_size(Wo, kW, 1, q[1], d[1]))):
+        # Few output channels: the windows of gy (O channels) instead of those of x (C): with
+        # stride 1 the weight gradient is the same correlation with the roles of x and gy
+        # exchanged and the kernel flipped.
+        return xp.ascontiguousarray(_flipped_adjoint(_conv2d_grad_weight(xp, gy, x, ksize, s, q, d, 1)))
     col = _im2col(xp, x, ksize, (Ho, Wo), s, p, d, groups)  # (G, M, K)
-    gy2 = xp.ascontiguousarray(gy.reshape(N, groups, Og, Ho * Wo).transpose(1, 2, 0, 3))
-    gw = _gemm(xp, gy2.reshape(groups, Og, N * Ho * Wo), col)  # (G, Og, kH*kW*Cg)
+    # gy's pixel rows, transposed as a view: BLAS reads the (M, Og) matrix as (Og, M).
+    gw = _gemm(xp, _group_rows(xp, gy, groups).transpose(0, 2, 1), col)  # (G, Og, kH*kW*Cg)
     gw = gw.reshape(groups, Og, kH, kW, Cg).transpose(0, 1, 4, 2, 3)
     return xp.ascontiguousarray(gw).reshape(O, Cg, kH, kW)
 

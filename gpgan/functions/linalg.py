@@ -1,12 +1,17 @@
 """Matrix products: matmul (batched, NumPy semantics) and linear (``x @ W.T + b``)."""
 import numpy
 
-from gpgan.autograd import FunctionNode
+from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
 from gpgan.functions.array import reshape, sum_to, transpose
 
 
 __all__ = ['matmul', 'linear']
+
+
+def _const(array):
+    return Variable._from_node(array, None)
+
 
 def _swap_last(x):
     axes = list(range(x.ndim))
@@ -32,6 +37,9 @@ class MatMul(FunctionNode):
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
         gy, = grad_outputs
+        if a.ndim == 2 and b.ndim == 2 and not is_grad_enabled():
+            # No graph recorded (first order): the two products on arrays, without building nodes.
+            return tuple(_const(gy.data @ b.data.T if i == 0 else a.data.T @ gy.data) for i in indexes)
         # Promote vectors to matrices so one rule covers every case.
         a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
         b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
@@ -81,6 +89,13 @@ class Linear(FunctionNode):
         x, w = self.get_retained_inputs()
         gy, = grad_outputs
         out_features, in_features = w.shape
+        if not is_grad_enabled():
+            # No graph recorded (first order): the products on arrays, without building nodes.
+            g = gy.data.reshape(-1, out_features)
+            raw = {0: lambda: (g @ w.data).reshape(x.shape),
+                   1: lambda: g.T @ x.data.reshape(-1, in_features),
+                   2: lambda: g.sum(axis=0)}
+            return tuple(_const(raw[i]()) for i in indexes)
         gy2 = reshape(gy, (-1, out_features))
         out = []
         for i in indexes:
