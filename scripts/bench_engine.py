@@ -60,7 +60,6 @@ import numpy
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import gpgan  # noqa: E402
-import gpgan.functions as F  # noqa: E402
 from gpgan.backend import cupy_available, device_description, get_num_threads, to_device  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402

@@ -47,17 +47,10 @@ def torch_runner(state, batch_size, threads):
     import torch
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from compare_inception import import_pytorch_fid
+    from compare_inception import pytorch_fid_model
 
     torch.set_num_threads(threads)
-    fid_inception = import_pytorch_fid()
-    tensors = {k: torch.as_tensor(numpy.asarray(v)) for k, v in state.items()}
-    original = fid_inception.load_state_dict_from_url
-    fid_inception.load_state_dict_from_url = lambda *args, **kwargs: tensors
-    try:
-        model = fid_inception.InceptionV3([3]).eval()
-    finally:
-        fid_inception.load_state_dict_from_url = original
+    model = pytorch_fid_model(state)
 
     def run(images):
         with torch.no_grad():

@@ -58,8 +58,9 @@ def import_pytorch_fid():
     return import_with_torchvision("pytorch_fid.inception")
 
 
-def pytorch_fid_features(state_dict, images, dtype="float32", batch_size=50):
-    """pool3 and bias-free logits of pytorch-fid's network with ``state_dict`` (name -> array)."""
+def pytorch_fid_model(state_dict):
+    """pytorch-fid's InceptionV3 (pool3 block) in eval mode with the weights ``state_dict`` (name ->
+    array) instead of the ones it would download."""
     import torch
 
     fid_inception = import_pytorch_fid()
@@ -67,9 +68,16 @@ def pytorch_fid_features(state_dict, images, dtype="float32", batch_size=50):
     original = fid_inception.load_state_dict_from_url
     fid_inception.load_state_dict_from_url = lambda *args, **kwargs: tensors
     try:
-        model = fid_inception.InceptionV3([3]).eval()
+        return fid_inception.InceptionV3([3]).eval()
     finally:
         fid_inception.load_state_dict_from_url = original
+
+
+def pytorch_fid_features(state_dict, images, dtype="float32", batch_size=50):
+    """pool3 and bias-free logits of pytorch-fid's network with ``state_dict`` (name -> array)."""
+    import torch
+
+    model = pytorch_fid_model(state_dict)
     torch_dtype = getattr(torch, dtype)
     model = model.to(torch_dtype)
     pool3 = []

@@ -16,6 +16,8 @@ import time
 import numpy as np
 import pytest
 
+from test_cli_train import metrics, sets
+
 from gpgan.data import make_loader
 from gpgan.losses import make_penalty
 from gpgan.parallel import LocalCommunicator, connect
@@ -76,13 +78,6 @@ def train(n, *args, check=None, program=None, timeout=180):
     return proc
 
 
-def sets(items):
-    return [a for item in items for a in ("--set", item)]
-
-
-def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if k != "time_per_step"} for line in f]
 
 
 def checkpoint_arrays(path):
