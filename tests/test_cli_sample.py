@@ -86,7 +86,7 @@ def test_interpolation_rows_end_at_their_latents(runs):
     generator, _, _ = sample_cli.load_generator(run, ckpt)
     rng = np.random.default_rng(4)
     z0, z1 = rng.standard_normal((2, 8)), rng.standard_normal((2, 8))
-    ends = sample_cli._generate(generator, np.concatenate([z0, z1]), "cpu")
+    ends = sample_cli.generate(generator, np.concatenate([z0, z1]), "cpu")
     grid = _pixels(out)
     for row in range(2):
         for col, image in ((0, ends[row]), (4, ends[2 + row])):

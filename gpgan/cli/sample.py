@@ -12,6 +12,8 @@ import sys
 
 import numpy
 
+from gpgan.train.sampling import batches, generate, load_generator, resolve_source
+
 EPILOG = """\
 examples:
   gpgan-sample experiments/r1_cifar/run1 --out samples.png
@@ -93,26 +95,6 @@ def slerp(z0, z1, t):
     return w0 * z0[:, None, :] + w1 * z1[:, None, :]
 
 
-def resolve_source(source):
-    """(run folder, checkpoint path) for a run folder or a checkpoint file."""
-    from gpgan.train.sampling import resolve_source as resolve
-
-    return resolve(source)
-
-
-def load_generator(run, checkpoint, use_ema=None, device="cpu"):
-    """(generator in eval mode, config, whether the EMA weights are in it)."""
-    from gpgan.train.sampling import load_generator as load
-
-    return load(run, checkpoint, use_ema, device)
-
-
-def _generate(generator, z, device, batch_size=500):
-    from gpgan.train.sampling import generate
-
-    return generate(generator, z, device, batch_size)
-
-
 def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -173,7 +155,7 @@ def _toy(args, generator, config, rng, latent, many):
 
     data = config["data"]
     n = args.n or config["train"]["eval_samples"]
-    points = _generate(generator, rng.standard_normal((n, latent)), args.device, args.batch_size)
+    points = generate(generator, rng.standard_normal((n, latent)), args.device, args.batch_size)
     _make_parent(args.out)
     if many:
         from gpgan.files import atomic_write
@@ -206,7 +188,7 @@ def _grid(args, generator, rng, latent):
     else:
         z = rng.standard_normal((n, latent))
     _make_parent(args.out)
-    save_image_grid(args.out, _generate(generator, z, args.device, args.batch_size), nrow=cols)
+    save_image_grid(args.out, generate(generator, z, args.device, args.batch_size), nrow=cols)
     return args.out
 
 
@@ -216,7 +198,6 @@ def _many_images(args, generator, rng, latent):
 
     from gpgan.files import atomic_write
     from gpgan.data import to_uint8
-    from gpgan.train.sampling import batches
 
     if args.interpolate or args.grid:
         raise ValueError("--interpolate and --grid make a picture: use --out FILE.png")

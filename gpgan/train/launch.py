@@ -58,6 +58,13 @@ def make_trainer(config, run, quiet=False, comm=None):
     return DataParallelTrainer(config, run, comm, quiet=quiet)
 
 
+def _prepare(config_path, overrides, out, name, quiet, comm):
+    """``(config, run folder, trainer)`` of a new run, every check done and nothing written."""
+    config = load_config(config_path, overrides)
+    run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
+    return config, run, make_trainer(config, run, quiet, comm)  # data and models first: fail before writing
+
+
 def start_run(config_path, overrides=(), out="experiments", name=None, quiet=False, argv=None, comm=None):
     """A new run of the config at ``config_path`` (with ``--set`` ``overrides``) in
     ``out/<config name>/<name or timestamp>``; ``comm``: the processes of a data-parallel run.
@@ -67,9 +74,7 @@ def start_run(config_path, overrides=(), out="experiments", name=None, quiet=Fal
         (FileNotFoundError, ValueError, ...): missing data, unusable models (before writing).
     """
     comm = comm or LocalCommunicator()
-    config = load_config(config_path, overrides)
-    run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
-    trainer = make_trainer(config, run, quiet, comm)  # data and models first: fail before writing
+    config, run, trainer = _prepare(config_path, overrides, out, name, quiet, comm)
 
     def initialize():
         run.initialize(config, argv, **trainer.manifest_entries())
@@ -81,10 +86,7 @@ def start_run(config_path, overrides=(), out="experiments", name=None, quiet=Fal
 def plan_run(config_path, overrides=(), out="experiments", name=None, comm=None):
     """``(config, run folder)`` that :func:`start_run` would use, checked as it would check them
     (the data included), with nothing written (``--dry-run``)."""
-    comm = comm or LocalCommunicator()
-    config = load_config(config_path, overrides)
-    run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
-    make_trainer(config, run, True, comm)
+    config, run, _ = _prepare(config_path, overrides, out, name, True, comm or LocalCommunicator())
     return config, run
 
 
