@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gpgan.metrics import images, reference
+from gpgan.metrics import images
 from gpgan.metrics.images import check_metrics, metric_keys, needs_features, score_features
 from gpgan.metrics.reference import (
     Reference,
