@@ -142,9 +142,11 @@ def _fit(launch):
 def _dry_run(args, overrides, comm):
     from gpgan.train.launch import plan_run
 
-    config, run = plan_run(args.config, overrides, args.out or "experiments", args.name, comm=comm)
+    config, run, notes = plan_run(args.config, overrides, args.out or "experiments", args.name, comm=comm)
     if _console.speaks():
         sys.stdout.write(dump_config(config))
+    for note in notes:
+        _say(note)
     _say(f"dry run: the config is valid and the data are readable; a run would write {run.path}")
     return 0
 

@@ -48,14 +48,15 @@ def config_name(path):
     return os.path.splitext(os.path.basename(os.fspath(path)))[0]
 
 
-def make_trainer(config, run, quiet=False, comm=None):
+def make_trainer(config, run, quiet=False, comm=None, dry_run=False):
     """The trainer of ``config`` into ``run``: a :class:`~gpgan.train.loop.Trainer`, or with a
-    ``comm`` of several processes a :class:`~gpgan.train.parallel.DataParallelTrainer`."""
+    ``comm`` of several processes a :class:`~gpgan.train.parallel.DataParallelTrainer`
+    (``dry_run``: checked, not for training; see :class:`~gpgan.train.loop.Trainer`)."""
     if comm is None or comm.size == 1:
-        return Trainer(config, run, quiet=quiet)
+        return Trainer(config, run, quiet=quiet, dry_run=dry_run)
     from gpgan.train.parallel import DataParallelTrainer
 
-    return DataParallelTrainer(config, run, comm, quiet=quiet)
+    return DataParallelTrainer(config, run, comm, quiet=quiet, dry_run=dry_run)
 
 
 def start_run(config_path, overrides=(), out="experiments", name=None, quiet=False, argv=None, comm=None):
@@ -79,13 +80,16 @@ def start_run(config_path, overrides=(), out="experiments", name=None, quiet=Fal
 
 
 def plan_run(config_path, overrides=(), out="experiments", name=None, comm=None):
-    """``(config, run folder)`` that :func:`start_run` would use, checked as it would check them
-    (the data included), with nothing written (``--dry-run``)."""
+    """``(config, run folder, notes)`` that :func:`start_run` would use, checked as it would check
+    them (the data, the models, the Inception weights and the image metrics' reference included,
+    without computing the reference's features), with nothing written (``--dry-run``); ``notes``:
+    lines worth telling the user."""
     comm = comm or LocalCommunicator()
     config = load_config(config_path, overrides)
     run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
-    make_trainer(config, run, True, comm)
-    return config, run
+    trainer = make_trainer(config, run, True, comm, dry_run=True)
+    notes = [f"image metrics: {trainer.image_metrics.note}"] if trainer.image_metrics is not None else []
+    return config, run, notes
 
 
 def _new_folder(out, config_name_, name):
