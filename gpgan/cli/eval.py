@@ -26,7 +26,11 @@ The scores are printed as a table and written to eval_<step>.json in the run fol
 images are quantized to 8 bits (as data sets store them) before Inception takes their features.
 Reference statistics and features are computed once and cached in ~/.cache/gpgan/fid_stats; the
 Inception weights (pytorch-fid's pt_inception-2015-12-05-6726825d.pth) are downloaded once into
-~/.cache/gpgan, or read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS.
+~/.cache/gpgan, or read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS; offline, the
+error says where to put them.
+
+Exit status: 0 success, 1 error (a missing run, weights or reference), 2 bad command line,
+130 interrupted.
 """
 
 LABELS = {"eval/fid": "FID", "eval/kid": "KID", "eval/is": "Inception Score", "eval/precision": "precision",
@@ -41,8 +45,8 @@ def default_cifar_root():
     return os.path.join(cache_dir(), "cifar-10-batches-py")
 
 
-def _common(p):
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where Inception runs (cpu)")
+def _common(p, device_help):
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help=device_help)
     p.add_argument("--inception-weights", metavar="PATH",
                    help="pytorch-fid's FID Inception weights (default: $GPGAN_INCEPTION_WEIGHTS, else "
                         "~/.cache/gpgan/, downloaded once)")
@@ -58,8 +62,8 @@ def build_parser():
         prog="gpgan-eval",
         usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
               "[options]",
-        description="Score a trained generator with image metrics: FID, KID, Inception Score, precision "
-                    "and recall, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a "
+        description="Score a trained generator with image metrics: FID, KID, Inception Score, precision\n"
+                    "and recall, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
                     "data set's reference statistics (see `gpgan-eval stats --help`).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
@@ -77,15 +81,15 @@ def build_parser():
     p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                    help="score the generator's exponential moving average (default: when the run kept one)")
     p.add_argument("--seed", type=int, default=0, help="seed of the latent noise (default 0)")
-    _common(p)
+    _common(p, "where the generator and Inception run (cpu)")
     return p
 
 
 def build_stats_parser():
     p = argparse.ArgumentParser(
         prog="gpgan-eval stats",
-        description="Reference statistics of a data set: the mean and covariance of its Inception pool3 "
-                    "features, written in pytorch-fid's .npz layout (arrays mu and sigma). They are "
+        description="Reference statistics of a data set: the mean and covariance of its Inception pool3\n"
+                    "features, written in pytorch-fid's .npz layout (arrays mu and sigma). They are\n"
                     "computed once and cached in ~/.cache/gpgan/fid_stats, per data set and weights.",
         epilog="examples:\n  gpgan-eval stats --data cifar10 --split train --out cifar10_train.npz\n"
                "  gpgan-eval stats --data image_folder --root ~/data/faces --out faces.npz",
@@ -96,7 +100,7 @@ def build_stats_parser():
                         "images of an image folder (required)")
     p.add_argument("--split", choices=["train", "test"], default="train", help="CIFAR-10's split (train)")
     p.add_argument("--out", metavar="FILE.npz", help="also write the statistics there")
-    _common(p)
+    _common(p, "where Inception runs (cpu)")
     return p
 
 
