@@ -202,3 +202,65 @@ def test_unknown_model_option_names_closest_option():
     assert "unknown key 'model.generator_options.widht'" in msg
     assert "did you mean 'model.generator_options.width'" in msg
     assert "model.critic_options.zzz" in msg and "accepted options:" in msg
+
+
+# -- the eval section: image metrics --------------------------------------------------------------
+IMAGES = {"data": {"name": "cifar10", "root": "/data/cifar"}}
+
+
+def test_metric_lists_are_typed_by_the_schema():
+    assert parse_override("eval.metrics=fid,kid") == ("eval.metrics", ["fid", "kid"])
+    assert parse_override("eval.metrics=[is, pr]") == ("eval.metrics", ["is", "pr"])
+    assert parse_override("eval.metrics=") == ("eval.metrics", [])
+    config = validate_config(apply_overrides(IMAGES, ["eval.metrics=fid,kid"]))
+    assert config["eval"]["metrics"] == ["fid", "kid"]
+    assert validate_config(IMAGES)["eval"] == {"metrics": [], "samples": 10000, "reference": None,
+                                               "inception_weights": None, "batch_size": 50}
+    field = Field("strs", [], "x", choices=["a", "b"])
+    assert field.type_name() == "list[str]" and field.accepted() == "a list of distinct values, each one of 'a', 'b'"
+
+
+@pytest.mark.parametrize("metrics, reason", [
+    (["fid", "fdi"], "entry 'fdi': not one of the accepted values"),
+    (["fid", "fid"], "'fid' is listed twice"),
+    ("fid", "str is not a list"),
+])
+def test_bad_metric_lists_name_the_entry_and_what_is_accepted(metrics, reason):
+    with pytest.raises(ConfigError) as info:
+        validate_config({**IMAGES, "eval": {"metrics": metrics}})
+    message = str(info.value)
+    assert f"eval.metrics: got {metrics!r} ({reason}); accepted: a list of distinct values, each one of " \
+           "'fid', 'kid', 'is', 'pr'" in message
+
+
+@pytest.mark.parametrize("raw, expected", [
+    ({"eval": {"metrics": ["fid"]}},
+     "eval.metrics ['fid'] are image metrics, but data.name 'grid25' is 2-D points"),
+    ({"train": {"best_metric": "eval/fid"}},
+     "train.best_metric 'eval/fid' is an image metric, but data.name 'grid25' is 2-D points; accepted: "
+     "eval/high_quality, eval/modes, eval/reverse_kl, or null"),
+    ({**IMAGES, "train": {"best_metric": "eval/kid"}, "eval": {"metrics": ["fid"]}},
+     "train.best_metric 'eval/kid' is not computed by this run (eval.metrics: ['fid']); add 'kid' to eval.metrics"),
+    ({**IMAGES, "train": {"best_metric": "eval/modes"}},
+     "train.best_metric 'eval/modes' is not computed by this run (eval.metrics: []); on images the accepted"),
+    ({**IMAGES, "eval": {"metrics": ["fid", "pr"], "reference": "stats.npz"}},
+     "eval.reference 'stats.npz' is a statistics file (mu and sigma only), but pr compare features"),
+    ({"data": {"name": "image_folder", "root": "/faces"}, "eval": {"metrics": ["fid"], "reference": "cifar10:test"}},
+     "eval.reference 'cifar10:test' reads CIFAR-10 from data.root, but data.name is 'image_folder'"),
+    ({**IMAGES, "eval": {"metrics": ["fid"], "reference": "cifar10:valid"}},
+     "eval.reference: reference 'cifar10:valid': CIFAR-10's split is train or test"),
+    ({**IMAGES, "eval": {"metrics": ["pr"], "samples": 3}},
+     "eval.samples 3: precision and recall (pr) need more than 3 samples"),
+])
+def test_evaluation_settings_that_cannot_work_are_refused(raw, expected):
+    with pytest.raises(ConfigError, match="invalid config") as info:
+        validate_config(raw)
+    assert expected in str(info.value)
+
+
+def test_evaluation_settings_that_work_are_accepted():
+    config = validate_config({**IMAGES, "train": {"best_metric": "eval/precision"},
+                              "eval": {"metrics": ["fid", "is", "pr"], "reference": "cifar10:test", "samples": 4}})
+    assert config["eval"]["metrics"] == ["fid", "is", "pr"]
+    validate_config({**IMAGES, "eval": {"metrics": ["fid", "is"], "reference": "~/stats/cifar.npz"}})
+    validate_config({"train": {"best_metric": "eval/modes"}})  # toy data: mode metrics

@@ -1,3 +1,3 @@
-"""The command lines: ``gpgan-train``, ``gpgan-sample`` and ``gpgan-ablate``. Each parses its
-arguments, calls the library, and turns errors into one-line messages and exit statuses; nothing
-in gpgan imports this package."""
+"""The command lines: ``gpgan-train``, ``gpgan-sample``, ``gpgan-eval`` and ``gpgan-ablate``. Each
+parses its arguments, calls the library, and turns errors into one-line messages and exit
+statuses; nothing in gpgan imports this package."""

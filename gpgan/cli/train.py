@@ -62,8 +62,8 @@ def build_parser():
                    help="continue the run in RUN_DIR from its newest readable checkpoint, or start a new "
                         "run (--name, --out) from RUN_DIR/checkpoints/ckpt_N.npz")
     p.add_argument("--dry-run", action="store_true",
-                   help="print the resolved config and the run folder it would write, check the data, and "
-                        "exit without training")
+                   help="print the resolved config and the run folder it would write, check the data (and for "
+                        "image metrics the Inception weights and the reference), and exit without training")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -142,9 +142,11 @@ def _fit(launch):
 def _dry_run(args, overrides, comm):
     from gpgan.train.launch import plan_run
 
-    config, run = plan_run(args.config, overrides, args.out or "experiments", args.name, comm=comm)
+    config, run, notes = plan_run(args.config, overrides, args.out or "experiments", args.name, comm=comm)
     if _console.speaks():
         sys.stdout.write(dump_config(config))
+    for note in notes:
+        _say(note)
     _say(f"dry run: the config is valid and the data are readable; a run would write {run.path}")
     return 0
 

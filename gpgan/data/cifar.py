@@ -22,7 +22,7 @@ import numpy
 from gpgan.files import DownloadError, RefusedPickle, RestrictedUnpickler, digest, download
 
 __all__ = [
-    "CIFAR10_URL", "CIFAR10_MD5", "TRAIN_FILES", "TEST_FILES", "CifarUnpickler", "RefusedPickle",
+    "CIFAR10_URL", "CIFAR10_MD5", "CIFAR10_FILE_MD5", "TRAIN_FILES", "TEST_FILES", "CifarUnpickler", "RefusedPickle",
     "restricted_load", "load_cifar10", "download_cifar10", "safe_extract",
 ]
 
@@ -30,6 +30,13 @@ CIFAR10_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR10_MD5 = "c58f30108f718f92721af3b95e74349a"
 TRAIN_FILES = tuple(f"data_batch_{i}" for i in range(1, 6))
 TEST_FILES = ("test_batch",)
+# The md5 of each batch file of the official archive (as torchvision lists them): how a folder is
+# recognized as the whole official data set rather than a subset or another copy.
+CIFAR10_FILE_MD5 = {
+    "data_batch_1": "c99cafc152244af753f735de768cd75f", "data_batch_2": "d4bba439e000b95fd0a9bffe97cbabec",
+    "data_batch_3": "54ebc095f3ab1f0389bbae665268c751", "data_batch_4": "634d18415352ddfa80567beed471001a",
+    "data_batch_5": "482c414d41f54cd18b22e5b47cb7c3cb", "test_batch": "40351d587109b95175f43aff81a1287e",
+}
 _FOLDER = "cifar-10-batches-py"
 
 

@@ -8,12 +8,23 @@ gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scor
     fake = net.features(gpgan.data.to_uint8(generated))      # {"pool3", "logits"}
     mu, sigma = dataset_statistics(net, "cifar10", root="~/data/cifar-10-batches-py")
     score = frechet_distance(*feature_statistics(fake["pool3"]), mu, sigma)
+
+or by name, against a reference as users name it (:mod:`gpgan.metrics.images`)::
+
+    ref = load_reference(net, "cifar10:train", cifar_root="~/data/cifar-10-batches-py", features=True)
+    scores = score_features(["fid", "kid", "is"], fake, ref)   # {"eval/fid": ..., "eval/kid": ...}
 """
 from gpgan.metrics.direction import direction, is_better
+from gpgan.metrics.images import IMAGE_METRICS, METRIC_KEYS, check_metrics, metric_keys, needs_features, score_features
 from gpgan.metrics.inception import InceptionV3, InceptionWeightsError
 from gpgan.metrics.reference import (
+    Reference,
+    dataset_features,
     dataset_statistics,
+    features_path,
+    load_reference,
     load_statistics,
+    parse_reference,
     save_statistics,
     statistics_path,
 )
@@ -25,4 +36,6 @@ __all__ = [
     "InceptionV3", "InceptionWeightsError",
     "feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
     "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
+    "dataset_features", "features_path", "Reference", "parse_reference", "load_reference",
+    "IMAGE_METRICS", "METRIC_KEYS", "check_metrics", "metric_keys", "needs_features", "score_features",
 ]

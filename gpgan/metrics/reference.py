@@ -1,11 +1,17 @@
-"""Reference statistics of data sets, and statistics files.
+"""Reference statistics and features of data sets, statistics files, and the reference a metric
+compares generated images with.
 
 FID compares the Gaussian of generated features with the data set's, which is computed once and
 kept: :func:`dataset_statistics` reads a data set through :mod:`gpgan.data` (CIFAR-10, an image
 folder), takes its pool3 features and saves ``(mu, sigma)`` in
 ``~/.cache/gpgan/fid_stats/`` under the name :func:`statistics_path` gives (the data set, what
 selects its images, and the Inception weights). Files use pytorch-fid's ``.npz`` layout (arrays
-``mu`` and ``sigma``), so published statistics files load with :func:`load_statistics` too.
+``mu`` and ``sigma``), so published statistics files load with :func:`load_statistics` too. KID and
+precision/recall need the features themselves: :func:`dataset_features` keeps them beside the
+statistics (:func:`features_path`).
+
+:func:`load_reference` turns a reference as users name it (``cifar10:train``, a statistics file, a
+folder of images) into a :class:`Reference`.
 
 Generated images reach the network as real ones do, through the same 256 levels: quantize them
 with :func:`gpgan.data.to_uint8` (the inverse of the loader's unit range) first.
@@ -16,10 +22,11 @@ import zipfile
 
 import numpy
 
-from gpgan.files import atomic_write, cache_dir
+from gpgan.files import atomic_write, cache_dir, digest
 from gpgan.metrics.scores import feature_statistics
 
-__all__ = ["statistics_path", "save_statistics", "load_statistics", "dataset_statistics", "DATASETS"]
+__all__ = ["statistics_path", "features_path", "save_statistics", "load_statistics", "dataset_statistics",
+           "dataset_features", "DATASETS", "Reference", "parse_reference", "load_reference"]
 
 DATASETS = ("cifar10", "image_folder")
 
@@ -65,6 +72,24 @@ def _folder_fingerprint(root):
     return digest.hexdigest()[:12]
 
 
+def _cifar_fingerprint(root, split):
+    """A short hash of the md5s of a CIFAR-10 split's batch files, or None when they are the official
+    files (or missing: the loader then downloads the official ones, or fails)."""
+    from gpgan.data.cifar import CIFAR10_FILE_MD5, TEST_FILES, TRAIN_FILES
+
+    if root is None:
+        return None
+    root = os.path.abspath(os.path.expanduser(str(root)))
+    files = TRAIN_FILES if split == "train" else TEST_FILES
+    paths = [os.path.join(root, name) for name in files]
+    if not all(os.path.isfile(path) for path in paths):
+        return None
+    sums = [digest(path, "md5") for path in paths]
+    if sums == [CIFAR10_FILE_MD5[name] for name in files]:
+        return None
+    return hashlib.sha256(" ".join(sums).encode()).hexdigest()[:12]
+
+
 def _check_dataset(dataset, root, split):
     if dataset not in DATASETS:
         raise ValueError(f"unknown data set {dataset!r} for statistics; accepted: {', '.join(DATASETS)}")
@@ -77,7 +102,9 @@ def _check_dataset(dataset, root, split):
 def statistics_path(dataset, weights_id, root=None, split="train"):
     """Where the statistics of a data set are cached: the one place their file name is made.
 
-    ``cifar10-<split>-inception-<weights>.npz``, or for an image folder
+    ``cifar10-<split>-inception-<weights>.npz`` for the official CIFAR-10 files (or ``root``
+    None), ``cifar10-<split>-<fingerprint>-inception-<weights>.npz`` for other files in CIFAR-10's
+    layout (a subset, say: the fingerprint hashes the batch files' md5s), or for an image folder
     ``image_folder-<folder name>-<fingerprint>-inception-<weights>.npz`` (the fingerprint covers
     the folder's path and its files' names, sizes and times, so a changed folder gets new
     statistics), in ``~/.cache/gpgan/fid_stats/``. ``weights_id`` is the Inception network's
@@ -85,19 +112,39 @@ def statistics_path(dataset, weights_id, root=None, split="train"):
     """
     _check_dataset(dataset, root, split)
     if dataset == "cifar10":
-        what = f"cifar10-{split}"
+        fingerprint = _cifar_fingerprint(root, split)
+        what = f"cifar10-{split}" + (f"-{fingerprint}" if fingerprint else "")
     else:
         root = os.path.abspath(os.path.expanduser(str(root)))
         what = f"image_folder-{os.path.basename(root.rstrip(os.sep)) or 'root'}-{_folder_fingerprint(root)}"
     return os.path.join(cache_dir(), "fid_stats", f"{what}-inception-{weights_id[:12]}.npz")
 
 
+def features_path(dataset, weights_id, root=None, split="train"):
+    """Where the pool3 features of a data set are cached: beside its statistics
+    (:func:`statistics_path`), ending in ``-pool3.npz`` (array ``pool3``, (N, 2048))."""
+    return statistics_path(dataset, weights_id, root, split)[:-len(".npz")] + "-pool3.npz"
+
+
+def _load_features(path):
+    try:
+        with numpy.load(path, allow_pickle=False) as npz:
+            return npz["pool3"]
+    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):
+        return None  # damaged or another layout: computed again
+
+
 def _dataset_images(dataset, root, split, download, progress):
     from gpgan.data import load_cifar10, load_image_folder
 
     if dataset == "cifar10":
-        return load_cifar10(root, split=split, download=download, progress=progress)[0]
-    return load_image_folder(root)
+        images = load_cifar10(root, split=split, download=download, progress=progress)[0]
+    else:
+        images = load_image_folder(root)
+    if len(images) < 2:
+        what = f"CIFAR-10's {split} split in {root}" if dataset == "cifar10" else f"the image folder {root}"
+        raise ValueError(f"{what} holds {len(images)} image; statistics (a covariance) need at least 2")
+    return images
 
 
 def dataset_statistics(net, dataset, root=None, split="train", download=False, batch_size=50, progress=True,
@@ -118,8 +165,125 @@ def dataset_statistics(net, dataset, root=None, split="train", download=False, b
     path = statistics_path(dataset, net.weights_id, root, split)
     if cache and os.path.isfile(path):
         return load_statistics(path)
+    features = _load_features(features_path(dataset, net.weights_id, root, split)) if cache else None
+    if features is not None:
+        mu, sigma = feature_statistics(features)
+        save_statistics(path, mu, sigma)
+        return mu, sigma
     images = _dataset_images(dataset, root, split, download, progress)
     mu, sigma = feature_statistics(net.features(images, batch_size=batch_size, progress=progress)["pool3"])
     if cache:
         save_statistics(path, mu, sigma)
     return mu, sigma
+
+
+def dataset_features(net, dataset, root=None, split="train", download=False, batch_size=50, progress=True,
+                     cache=True):
+    """The pool3 features of every image of a data set, computed once and then read from the cache
+    (:func:`features_path`; the statistics are saved beside them, so :func:`dataset_statistics`
+    needs no second pass).
+
+    Arguments as :func:`dataset_statistics`. Returns (N, 2048), float32 when the network computes
+    in float32 (its features are float32 numbers), else float64.
+    """
+    path = features_path(dataset, net.weights_id, root, split)
+    features = _load_features(path) if cache else None
+    if features is not None:
+        return features
+    images = _dataset_images(dataset, root, split, download, progress)
+    features = net.features(images, batch_size=batch_size, progress=progress)["pool3"]
+    if numpy.dtype(getattr(net, "dtype", numpy.float64)) == numpy.float32:
+        features = features.astype(numpy.float32)
+    if cache:
+        mu, sigma = feature_statistics(features)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        atomic_write(path, lambda f: numpy.savez(f, pool3=features))
+        save_statistics(statistics_path(dataset, net.weights_id, root, split), mu, sigma)
+    return features
+
+
+# -- references ------------------------------------------------------------------------------------
+class Reference:
+    """What generated images are compared with.
+
+    Attributes:
+        mu (D,), sigma (D, D): the Gaussian of the reference's pool3 features (FID).
+        features: (N, D) pool3 features of the reference images (KID, precision/recall), or None
+            for a statistics file, which holds only ``mu`` and ``sigma``.
+        description: what it is, in words (``"cifar10:train (50,000 images)"``).
+    """
+
+    def __init__(self, mu, sigma, features=None, description="reference"):
+        self.mu, self.sigma, self.features, self.description = mu, sigma, features, description
+
+    def __repr__(self):
+        return f"Reference({self.description!r})"
+
+
+def parse_reference(spec):
+    """What a reference names: ``("cifar10", split)`` for ``cifar10`` / ``cifar10:train`` /
+    ``cifar10:test``, ``("statistics", path)`` for a path ending in ``.npz`` (pytorch-fid's
+    layout), ``("image_folder", path)`` for anything else (a folder of PNG/JPEG images; write
+    ``./cifar10`` for a folder of that name). Paths are expanded (``~``) and made absolute.
+
+    Raises:
+        ValueError: an empty reference, or a CIFAR-10 split other than train and test.
+    """
+    text = str(spec).strip() if spec is not None else ""
+    if not text:
+        raise ValueError("the reference is empty; accepted: cifar10:train, cifar10:test, a statistics "
+                         "file (.npz with mu and sigma) or a folder of images")
+    if text == "cifar10" or text.startswith("cifar10:"):
+        split = text.partition(":")[2] or "train"
+        if split not in ("train", "test"):
+            raise ValueError(f"reference {text!r}: CIFAR-10's split is train or test (cifar10:train, cifar10:test)")
+        return "cifar10", split
+    path = os.path.abspath(os.path.expanduser(text))
+    return ("statistics", path) if text.lower().endswith(".npz") else ("image_folder", path)
+
+
+def load_reference(net, spec, cifar_root=None, download=False, features=False, batch_size=50, progress=True,
+                   compute=True):
+    """The :class:`Reference` that ``spec`` names (see :func:`parse_reference`).
+
+    Data sets are read and their features computed once, then cached (:func:`dataset_statistics`,
+    :func:`dataset_features`).
+
+    Args:
+        net: an :class:`~gpgan.metrics.InceptionV3` (its ``weights_id`` names the cache files).
+        spec: ``cifar10:train``, ``cifar10:test``, a ``.npz`` statistics file or a folder of images.
+        cifar_root, download: the ``cifar-10-batches-py`` folder of a CIFAR-10 reference, and
+            whether to download the official archive there when it is missing.
+        features: also the reference's features (KID, precision/recall); a statistics file has none.
+        batch_size, progress: of the feature extraction.
+        compute: False checks that the reference can be had without computing any feature (the
+            data set's images are read): returns None when they would have to be computed.
+
+    Raises:
+        ValueError: ``features`` with a statistics file, or a file that is not one.
+        FileNotFoundError: a missing file, folder or data set (the message says where to put it).
+    """
+    kind, what = parse_reference(spec)
+    if kind == "statistics":
+        if features:
+            raise ValueError(f"{what} is a statistics file (mu and sigma only), but KID and precision/recall "
+                             "compare features: give a data set (cifar10:train) or a folder of images as the "
+                             "reference, or leave kid and pr out")
+        if not os.path.isfile(what):
+            raise FileNotFoundError(f"statistics file {what} does not exist")
+        mu, sigma = load_statistics(what)
+        return Reference(mu, sigma, None, f"statistics file {what}")
+    dataset, root, split = ("cifar10", cifar_root, what) if kind == "cifar10" else ("image_folder", what, "train")
+    if dataset == "cifar10" and cifar_root is None:
+        raise ValueError(f"reference cifar10:{split} needs the folder of CIFAR-10's batches (cifar-10-batches-py)")
+    name = f"cifar10:{split}" if dataset == "cifar10" else what
+    cached = features_path if features else statistics_path
+    if not compute and not os.path.isfile(cached(dataset, net.weights_id, root, split)):
+        _dataset_images(dataset, root, split, download, progress)  # can they be read?
+        return None
+    feats = None
+    if features:
+        feats = dataset_features(net, dataset, root, split, download, batch_size, progress)
+    mu, sigma = dataset_statistics(net, dataset, root, split, download, batch_size, progress)
+    size = f" ({len(feats):,} images)" if feats is not None else ""
+    return Reference(mu, sigma, feats, name + size)

@@ -5,15 +5,16 @@ import math
 __all__ = ["Field", "KINDS"]
 
 #: the kinds of value a field can hold
-KINDS = ("int", "float", "bool", "str", "floats", "dict")
+KINDS = ("int", "float", "bool", "str", "floats", "strs", "dict")
 
 
 class Field:
     """One leaf of a schema.
 
     Args:
-        kind: one of :data:`KINDS`: "int", "float", "bool", "str", "floats" (a list of floats) or
-            "dict" (a free-form mapping passed on as keyword options).
+        kind: one of :data:`KINDS`: "int", "float", "bool", "str", "floats" (a list of floats),
+            "strs" (a list of distinct strings, each one of ``choices`` when given) or "dict" (a
+            free-form mapping passed on as keyword options).
         default: the value when the key is absent.
         doc: one line saying what the key does.
         choices: accepted values (a list, or a callable returning one, evaluated on validation).
@@ -46,6 +47,10 @@ class Field:
         """What the field accepts, in words (used in error messages and the reference table)."""
         if self.kind == "str" and self._choices is not None:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
+        elif self.kind == "strs":
+            text = "a list of distinct strings"
+            if self._choices is not None:
+                text = "a list of distinct values, each one of " + ", ".join(repr(c) for c in self.choices)
         else:
             text = {
                 "int": "an integer", "float": "a number", "bool": "true or false",
@@ -65,7 +70,7 @@ class Field:
         return text
 
     def type_name(self):
-        name = "list[float]" if self.kind == "floats" else self.kind
+        name = {"floats": "list[float]", "strs": "list[str]"}.get(self.kind, self.kind)
         return name + (" or null" if self.nullable else "")
 
     # -- checking -----------------------------------------------------------------------------
@@ -141,6 +146,20 @@ class Field:
         item = Field("float", None, "", minimum=self.minimum, maximum=self.maximum,
                      exclusive_min=self.exclusive_min, exclusive_max=self.exclusive_max)
         return [item.check(v) for v in value]
+
+    def _check_strs(self, value):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{type(value).__name__} is not a list")
+        item = Field("str", None, "", choices=self._choices)
+        checked = []
+        for v in value:
+            try:
+                checked.append(item.check(v))
+            except ValueError as exc:
+                raise ValueError(f"entry {v!r}: {exc}") from None
+            if checked.count(checked[-1]) > 1:
+                raise ValueError(f"{v!r} is listed twice")
+        return checked
 
     def _check_dict(self, value):
         if not isinstance(value, dict):

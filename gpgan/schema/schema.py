@@ -201,8 +201,8 @@ class Schema:
     def parse_override(self, text):
         """Split ``"key.sub=value"`` into (dotted key, typed value), typed by the schema.
 
-        Numbers, booleans (true/false/yes/no/on/off) and lists (``[0.5, 0.9]`` or ``0.5,0.9``) are
-        converted for their fields; strings stay as typed; ``null`` clears a nullable field. Keys
+        Numbers, booleans (true/false/yes/no/on/off) and lists (``[0.5, 0.9]`` or ``0.5,0.9``;
+        ``fid,kid``; an empty value is an empty list) are converted for their fields; strings stay as typed; ``null`` clears a nullable field. Keys
         inside a free-form mapping (``model.generator_options.width=8``) are read as YAML scalars.
         """
         if "=" not in text:
@@ -236,7 +236,7 @@ class Schema:
             if lowered in ("false", "no", "off", "0"):
                 return key, False
             raise ConfigError(f"override {text!r}: {key}: got {value!r}; accepted: {node.accepted()}")
-        if node.kind == "floats":
+        if node.kind in ("floats", "strs"):
             if stripped.startswith("["):
                 return key, yaml.safe_load(stripped)
             return key, [p.strip() for p in stripped.split(",") if p.strip()]

@@ -36,6 +36,11 @@ def _eval_metric_names():
     return sorted(KNOWN)
 
 
+def _image_metric_names():
+    from gpgan.metrics.images import IMAGE_METRICS
+    return list(IMAGE_METRICS)
+
+
 def _data_names():
     from gpgan.data import IMAGE_DATASETS
     from gpgan.data.toy import TOY_DATASETS
@@ -101,11 +106,12 @@ SCHEMA = {
         "checkpoint_interval": Field("int", 1000, "save checkpoints/ckpt_N.npz every N steps "
                                      "(0: only at the end and on Ctrl-C)", minimum=0),
         "keep_checkpoints": Field("int", 3, "how many of the latest checkpoints to keep", minimum=1),
-        "eval_interval": Field("int", 0, "toy 2-D data: evaluate mode metrics every N steps "
-                               "(0: only at the end)", minimum=0),
+        "eval_interval": Field("int", 0, "evaluate every N steps (0: only at the end): the mode metrics "
+                               "on toy 2-D data, eval.metrics on images", minimum=0),
         "eval_samples": Field("int", 2500, "toy 2-D data: generated samples per evaluation", minimum=1),
         "best_metric": Field("str", None, "evaluation metric that picks checkpoints/best.npz (kept at the best "
-                             "evaluation so far, by the metric's direction); null: eval/reverse_kl on toy data",
+                             "evaluation so far, by the metric's direction); null: eval/fid on images when "
+                             "eval.metrics has fid, eval/reverse_kl on toy data",
                              nullable=True, choices=_eval_metric_names),
         "n_samples": Field("int", 64, "images in each sample grid (points in each scatter plot: "
                            "eval_samples)", minimum=1),
@@ -122,6 +128,22 @@ SCHEMA = {
                        choices=["train", "test"]),
         "hflip": Field("bool", False, "images: random horizontal flips"),
         "options": Field("dict", {}, "toy data: keyword options of gpgan.data.toy.make_toy (e.g. scale)"),
+    },
+    "eval": {
+        "metrics": Field("strs", [], "image data: the metrics of each evaluation (train.eval_interval): fid, kid, "
+                         "is (Inception Score), pr (precision and recall); [] computes none and needs no "
+                         "Inception weights", choices=_image_metric_names),
+        "samples": Field("int", 10000, "image data: generated images per evaluation, from fixed noise (toy "
+                         "data: train.eval_samples)", minimum=2),
+        "reference": Field("str", None, "what the images are compared with: cifar10:train, cifar10:test (read "
+                           "from data.root), a statistics file (.npz with mu and sigma, fid and is only) or a "
+                           "folder of images; null: the run's own data. Computed once and cached in "
+                           "~/.cache/gpgan/fid_stats", nullable=True),
+        "inception_weights": Field("str", None, "pytorch-fid's FID Inception weights file; null: "
+                                   "$GPGAN_INCEPTION_WEIGHTS, else ~/.cache/gpgan/ (downloaded once)",
+                                   nullable=True),
+        "batch_size": Field("int", 50, "images per Inception forward pass (memory: about 25 MB each in float32)",
+                            minimum=1),
     },
 }
 
@@ -150,7 +172,49 @@ def _check_model_options(config):
     return errors
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options])
+def _check_evaluation(config):
+    """Image metrics only on images, a reference that can serve them, a best metric the run computes."""
+    from gpgan.data import is_toy
+    from gpgan.metrics.direction import KNOWN
+    from gpgan.metrics.images import METRIC_KEYS, NEEDS_FEATURES, PR_K
+    from gpgan.metrics.reference import parse_reference
+
+    ec, data, best = config["eval"], config["data"], config["train"]["best_metric"]
+    metrics = ec["metrics"]
+    image_keys = {key for keys in METRIC_KEYS.values() for key in keys}
+    errors = []
+    if is_toy(data["name"]):
+        if metrics:
+            errors.append(f"eval.metrics {metrics} are image metrics, but data.name {data['name']!r} is 2-D points "
+                          "(their mode metrics are computed at every evaluation); use eval.metrics: []")
+        if best in image_keys:
+            errors.append(f"train.best_metric {best!r} is an image metric, but data.name {data['name']!r} is 2-D "
+                          f"points; accepted: {', '.join(sorted(set(KNOWN) - image_keys))}, or null")
+        return errors
+    computed = [key for name in metrics for key in METRIC_KEYS[name]]
+    if best is not None and best not in computed:
+        hint = (f"add {next(n for n, keys in METRIC_KEYS.items() if best in keys)!r} to eval.metrics"
+                if best in image_keys else "on images the accepted ones are the keys of eval.metrics")
+        errors.append(f"train.best_metric {best!r} is not computed by this run (eval.metrics: {metrics}); {hint}")
+    if ec["reference"] is not None:
+        try:
+            kind, what = parse_reference(ec["reference"])
+        except ValueError as exc:
+            return errors + [f"eval.reference: {exc}"]
+        needing = [n for n in metrics if n in NEEDS_FEATURES]
+        if kind == "statistics" and needing:
+            errors.append(f"eval.reference {ec['reference']!r} is a statistics file (mu and sigma only), but "
+                          f"{', '.join(needing)} compare features: use a data set (cifar10:train) or a folder of "
+                          "images, or leave them out of eval.metrics")
+        if kind == "cifar10" and data["name"] != "cifar10":
+            errors.append(f"eval.reference {ec['reference']!r} reads CIFAR-10 from data.root, but data.name is "
+                          f"{data['name']!r}; give a statistics file or a folder of images")
+    if "pr" in metrics and ec["samples"] <= PR_K:
+        errors.append(f"eval.samples {ec['samples']}: precision and recall (pr) need more than {PR_K} samples")
+    return errors
+
+
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

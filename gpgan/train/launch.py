@@ -48,21 +48,23 @@ def config_name(path):
     return os.path.splitext(os.path.basename(os.fspath(path)))[0]
 
 
-def make_trainer(config, run, quiet=False, comm=None):
+def make_trainer(config, run, quiet=False, comm=None, dry_run=False):
     """The trainer of ``config`` into ``run``: a :class:`~gpgan.train.loop.Trainer`, or with a
-    ``comm`` of several processes a :class:`~gpgan.train.parallel.DataParallelTrainer`."""
+    ``comm`` of several processes a :class:`~gpgan.train.parallel.DataParallelTrainer`
+    (``dry_run``: checked, not for training; see :class:`~gpgan.train.loop.Trainer`)."""
     if comm is None or comm.size == 1:
-        return Trainer(config, run, quiet=quiet)
+        return Trainer(config, run, quiet=quiet, dry_run=dry_run)
     from gpgan.train.parallel import DataParallelTrainer
 
-    return DataParallelTrainer(config, run, comm, quiet=quiet)
+    return DataParallelTrainer(config, run, comm, quiet=quiet, dry_run=dry_run)
 
 
-def _prepare(config_path, overrides, out, name, quiet, comm):
+def _prepare(config_path, overrides, out, name, quiet, comm, dry_run=False):
     """``(config, run folder, trainer)`` of a new run, every check done and nothing written."""
     config = load_config(config_path, overrides)
     run = comm.on_root(lambda: _new_folder(out, config_name(config_path), name))
-    return config, run, make_trainer(config, run, quiet, comm)  # data and models first: fail before writing
+    # data and models first: fail before writing
+    return config, run, make_trainer(config, run, quiet, comm, dry_run=dry_run)
 
 
 def start_run(config_path, overrides=(), out="experiments", name=None, quiet=False, argv=None, comm=None):
@@ -84,10 +86,14 @@ def start_run(config_path, overrides=(), out="experiments", name=None, quiet=Fal
 
 
 def plan_run(config_path, overrides=(), out="experiments", name=None, comm=None):
-    """``(config, run folder)`` that :func:`start_run` would use, checked as it would check them
-    (the data included), with nothing written (``--dry-run``)."""
-    config, run, _ = _prepare(config_path, overrides, out, name, True, comm or LocalCommunicator())
-    return config, run
+    """``(config, run folder, notes)`` that :func:`start_run` would use, checked as it would check
+    them (the data, the models, the Inception weights and the image metrics' reference included,
+    without computing the reference's features), with nothing written (``--dry-run``); ``notes``:
+    lines worth telling the user."""
+    config, run, trainer = _prepare(config_path, overrides, out, name, True, comm or LocalCommunicator(),
+                                    dry_run=True)
+    notes = [f"image metrics: {trainer.image_metrics.note}"] if trainer.image_metrics is not None else []
+    return config, run, notes
 
 
 def _new_folder(out, config_name_, name):

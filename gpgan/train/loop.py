@@ -24,6 +24,7 @@ from gpgan.backend import random as global_random
 from gpgan.checkpoint import load_checkpoint, save_checkpoint
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
+from gpgan.train.evaluation import ImageMetrics
 from gpgan.train.feed import InputFeed
 from gpgan.train.monitor import Monitor
 from gpgan.train.step import TrainingStep
@@ -56,19 +57,30 @@ class Trainer:
         run: the :class:`gpgan.train.run.RunFolder` it trains into (nothing is written to it
             before :meth:`fit`).
         quiet: no progress bar.
+        dry_run: build and check everything, but compute no reference features for the image
+            metrics (``--dry-run``: such a trainer is not for training).
+
+    Everything a run needs is had here, before training: the data, the models, and for image
+    metrics the Inception weights and the reference's statistics (computed once, then cached).
+
+    Raises:
+        InceptionWeightsError, FileNotFoundError, ValueError: what the image metrics need cannot
+            be had (offline: the message says where to put the weights).
     """
 
-    def __init__(self, config, run, quiet=False):
+    def __init__(self, config, run, quiet=False, dry_run=False):
         self.config, self.run, self.quiet = config, run, quiet
         self.tc = tc = config["train"]
         self.parts = build_components(config, progress=not quiet)
+        self.image_metrics = ImageMetrics.for_run(config, progress=not quiet, compute=not dry_run)
         self.step_fn = TrainingStep(self.parts, tc["critic_steps"])
         penalty = self.parts.penalty if config["penalty"]["type"] != "none" else None
         self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
                               tc["critic_steps"])
-        self.monitor = Monitor(self.parts, run)
-        self.best_metric = tc["best_metric"] or "eval/reverse_kl"
+        self.monitor = Monitor(self.parts, run, images=self.image_metrics)
+        computes_fid = self.image_metrics is not None and "fid" in self.image_metrics.names
+        self.best_metric = tc["best_metric"] or ("eval/fid" if computes_fid else "eval/reverse_kl")
         self.best_value = None  # the best evaluation of best_metric so far (checkpoints/best.npz)
         self.wall_time = 0.0
         self.last = {}          # the latest value of each step output (device scalars or floats)
@@ -81,9 +93,11 @@ class Trainer:
         return self.step_fn.step
 
     def manifest_entries(self):
-        """What this trainer adds to manifest.json and its resume entries (a data-parallel run:
-        its processes); nothing for one process."""
-        return {}
+        """What this trainer adds to manifest.json and its resume entries: what the image metrics
+        compare with (when there are any); a data-parallel run adds its processes."""
+        if self.image_metrics is None:
+            return {}
+        return {"image_metrics": self.image_metrics.provenance()}
 
     # -- one step -----------------------------------------------------------------------------
     def train_step(self):
@@ -188,7 +202,7 @@ class Trainer:
                 self.train_step()
                 bar.update(1)
                 step, last = self.step, self.step == total
-                evaluate = self.parts.is_toy and (last or every(tc["eval_interval"], step))
+                evaluate = self.monitor.evaluates and (last or every(tc["eval_interval"], step))
                 log = last or evaluate or every(tc["log_interval"], step)
                 sample = every(tc["sample_interval"], step)
                 stop = self._stop_reason(step, last)
@@ -228,12 +242,14 @@ class Trainer:
 
 
 def _progress(record, evaluation):
-    """The progress bar's postfix: critic and generator losses, the penalty, the last evaluation."""
+    """The progress bar's postfix: critic and generator losses, the penalty, the last evaluation's
+    scores (not their spreads, eval_std/...)."""
     shown = {"D": f"{record['loss/critic']:.3f}", "G": f"{record['loss/generator']:.3f}"}
     if record["penalty"]:
         shown["pen"] = f"{record['penalty']:.3g}"
     for key, value in evaluation.items():
-        shown[key.split("/", 1)[-1]] = f"{value:.3g}" if isinstance(value, float) else str(value)
+        if key.startswith("eval/"):
+            shown[key.split("/", 1)[-1]] = f"{value:.3g}" if isinstance(value, float) else str(value)
     return shown
 
 

@@ -1,24 +1,27 @@
 """What a run shows of itself while it trains: metrics records (metrics.jsonl and TensorBoard),
-sample grids or scatter plots from fixed noise, and evaluations of the generator.
+sample grids or scatter plots from fixed noise, and evaluations of the generator (mode metrics of
+toy data, the image metrics of ``eval.metrics``).
 
 Everything here reads the device; the loop calls it between steps. Sampling and evaluating use
-generators of their own, seeded from ``train.seed``, so they never shift the training streams.
+generators of their own, seeded from ``train.seed``, so they never shift the training streams:
+a run with image metrics trains exactly as the same run without them.
 
 metrics.jsonl holds one record per logged step::
 
     step, loss/critic, loss/generator, penalty, penalty/term, grad_norm/real, grad_norm/fake,
-    lr/generator, lr/critic [, eval/...], time_per_step
+    lr/generator, lr/critic [, eval/..., eval_std/...], time_per_step
 
 ``time_per_step`` (seconds per generator step since the previous record) is the only key that
 depends on the machine's speed (:data:`TIMING_KEYS`).
 """
+import contextlib
 import math
 
 import numpy
 
 from gpgan.losses import gradient_norm
 from gpgan.metrics import is_better, mode_metrics
-from gpgan.train.sampling import generate
+from gpgan.train.sampling import batches, generate
 
 __all__ = ["Monitor", "TIMING_KEYS"]
 
@@ -46,9 +49,10 @@ class Monitor:
         average: name -> value to name -> mean over the run's processes, for the values measured
             on this process's slice of the batch (the critic's input-gradient norms); None: one
             process.
+        images: the run's :class:`~gpgan.train.evaluation.ImageMetrics` (None: none asked for).
     """
 
-    def __init__(self, parts, run, writes=True, average=None):
+    def __init__(self, parts, run, writes=True, average=None, images=None):
         self.parts, self.run = parts, run
         self.writes = writes
         self.average = average
@@ -58,6 +62,10 @@ class Monitor:
         self.fixed_noise = numpy.random.default_rng([seed, 3]).standard_normal(
             (n_fixed, parts.latent_dim)).astype(numpy.float32)
         self.fixed_real = parts.sampler.sample(n_fixed, numpy.random.default_rng([seed, 4])) if parts.is_toy else None
+        self.images = images
+        # The image metrics' noise: fixed, so successive evaluations differ only by the generator.
+        self.eval_noise = None if images is None else numpy.random.default_rng([seed, 5]).standard_normal(
+            (parts.config["eval"]["samples"], parts.latent_dim)).astype(numpy.float32)
         self.writer = None
         self.latest_eval, self.latest_eval_step = {}, None
 
@@ -74,29 +82,42 @@ class Monitor:
             self.writer = None
 
     # -- the generator's output ------------------------------------------------------------------
-    def generate(self, noise):
-        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when kept."""
+    @contextlib.contextmanager
+    def _sampling_generator(self):
+        """The generator in eval mode, holding the EMA weights when kept (restored afterwards)."""
         generator, ema = self.parts.generator, self.parts.ema
-
-        def run():
+        with ema.swapped_into(generator) if ema is not None else contextlib.nullcontext():
             was_training = generator.training
             generator.eval()
             try:
-                return generate(generator, noise, self.parts.device)
+                yield generator
             finally:
                 generator.train(was_training)
-        if ema is not None:
-            with ema.swapped_into(generator):
-                return run()
-        return run()
+
+    def generate(self, noise):
+        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when kept."""
+        with self._sampling_generator() as generator:
+            return generate(generator, noise, self.parts.device)
+
+    @property
+    def evaluates(self):
+        """Whether the run has evaluations: toy data (mode metrics), or images with ``eval.metrics``."""
+        return self.parts.is_toy or self.images is not None
 
     def evaluate(self, step):
-        """Toy data with modes: the mode metrics of the generated fixed-noise points ({} otherwise)."""
+        """The step's evaluation: the mode metrics of the generated fixed-noise points (toy data with
+        modes), or the image metrics of ``eval.samples`` images from fixed noise; {} otherwise."""
         sampler = self.parts.sampler
-        if not self.writes or not self.parts.is_toy or sampler.means is None:
+        if not self.writes:
             return {}
-        metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
-        self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
+        if self.images is not None:
+            with self._sampling_generator() as generator:
+                self.latest_eval = self.images.score(batches(generator, self.eval_noise, self.parts.device))
+        elif self.parts.is_toy and sampler.means is not None:
+            metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
+            self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
+        else:
+            return {}
         self.latest_eval_step = step
         return dict(self.latest_eval)
 

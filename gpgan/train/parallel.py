@@ -111,19 +111,20 @@ class DataParallelTrainer(Trainer):
         ConfigError: a batch size that does not split over the processes.
     """
 
-    def __init__(self, config, run, comm, quiet=False):
+    def __init__(self, config, run, comm, quiet=False, dry_run=False):
         check_divisible(config, comm.size)
         self.comm = comm.for_device(config["device"])
         quiet = quiet or not comm.is_root
 
         def build():
-            Trainer.__init__(self, config, run, quiet=quiet)
+            Trainer.__init__(self, config, run, quiet=quiet, dry_run=dry_run)
         # Rank 0 first: it alone downloads missing data; then the others read them.
         self.comm.on_root(build)
         self.comm.together(lambda: None if self.comm.is_root else build())
         self.step_fn = DataParallelStep(self.parts, self.tc["critic_steps"], self.comm)
         self.feed = ShardedFeed(self.feed, self.comm.rank, self.comm.size)
-        self.monitor = Monitor(self.parts, run, writes=self.comm.is_root, average=self.comm.mean)
+        self.monitor = Monitor(self.parts, run, writes=self.comm.is_root, average=self.comm.mean,
+                               images=self.image_metrics)
         self._broadcast_weights()
         device = config["device"]
         self.processes = self.comm.all_gather_object(
@@ -142,7 +143,8 @@ class DataParallelTrainer(Trainer):
                 self.comm.broadcast(array)
 
     def manifest_entries(self):
-        return {"world_size": self.comm.size, "communicator": self.comm.backend, "processes": self.processes}
+        return {**super().manifest_entries(), "world_size": self.comm.size, "communicator": self.comm.backend,
+                "processes": self.processes}
 
     def _stop_reason(self, step, last):
         """This process's reason, or another's: one small all-reduce per step, so that every

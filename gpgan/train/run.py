@@ -10,6 +10,7 @@ Layout (``<out>/<config name>/<name or timestamp>/``)::
     samples/           step_000100.png ... and final.png
     checkpoints/       ckpt_000100.npz ... (the last K kept) and best.npz (never pruned)
     final.json         written only when the run finished: {"status": "finished", ...}
+    eval_000100.json   gpgan-eval's evaluation of the checkpoint of step 100 (image metrics)
 
 A run is *finished* when final.json says so, *resumable* when it holds a checkpoint, *stale* when
 it has neither (nothing to continue from), and *absent* when the folder holds no run.
@@ -168,6 +169,12 @@ class RunFolder:
         if match is None:
             raise ValueError(f"{path!r} is not a checkpoint file name (expected ckpt_<step>.npz)")
         return int(match.group(1))
+
+    def eval_path(self, step):
+        """``eval_<step:06d>.json``: gpgan-eval's scores of the checkpoint of ``step``."""
+        if int(step) != step or step < 0:
+            raise ValueError(f"eval_path: step must be a non-negative integer, got {step!r}")
+        return os.path.join(self.path, f"eval_{int(step):06d}.json")
 
     def sample_path(self, step=None):
         name = "final.png" if step is None else f"step_{step:06d}.png"
@@ -328,6 +335,14 @@ class RunFolder:
         """Keep only the records up to ``step`` (what the checkpoint at ``step`` had seen)."""
         kept = [r for r in self.read_metrics() if r["step"] <= step]
         atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
+
+    # -- evaluations --------------------------------------------------------------------------
+    def write_evaluation(self, step, evaluation):
+        """Write ``evaluation`` (a JSON-able dict) to :meth:`eval_path` of ``step``, atomically
+        (an evaluation of the same step is replaced); returns the path."""
+        path = self.eval_path(step)
+        atomic_write(path, json.dumps(evaluation, indent=2) + "\n")
+        return path
 
     # -- final --------------------------------------------------------------------------------
     def write_final(self, summary):

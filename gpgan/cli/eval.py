@@ -1,0 +1,233 @@
+"""``gpgan-eval``: image metrics (FID, KID, Inception Score, precision and recall) of a trained
+generator, from a run folder or one of its checkpoints; and ``gpgan-eval stats``: a data set's
+reference statistics in pytorch-fid's ``.npz`` layout.
+
+Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missing or damaged run,
+Inception weights that cannot be had offline, a reference that cannot be read), 130 when
+interrupted.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy
+
+EPILOG = """\
+examples:
+  gpgan-eval experiments/r1_cifar/run1                        # FID, KID, IS of 50,000 samples vs the run's data
+  gpgan-eval experiments/r1_cifar/run1/checkpoints/best.npz --n 10000 --metrics fid,pr --device cuda
+  gpgan-eval experiments/r1_cifar/run1 --ref fid_stats_cifar10_train.npz --metrics fid,is
+  gpgan-eval experiments/faces/run1 --ref ~/data/faces --no-ema
+  gpgan-eval stats --data cifar10 --split train --out cifar10_train.npz
+  gpgan-eval stats --data image_folder --root ~/data/faces --out faces.npz
+
+The scores are printed as a table and written to eval_<step>.json in the run folder. Generated
+images are quantized to 8 bits (as data sets store them) before Inception takes their features.
+Reference statistics and features are computed once and cached in ~/.cache/gpgan/fid_stats; the
+Inception weights (pytorch-fid's pt_inception-2015-12-05-6726825d.pth) are downloaded once into
+~/.cache/gpgan, or read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS; offline, the
+error says where to put them.
+
+Exit status: 0 success, 1 error (a missing run, weights or reference), 2 bad command line,
+130 interrupted.
+"""
+
+LABELS = {"eval/fid": "FID", "eval/kid": "KID", "eval/is": "Inception Score", "eval/precision": "precision",
+          "eval/recall": "recall"}
+SPREADS = {"eval/kid": "eval_std/kid", "eval/is": "eval_std/is"}
+
+
+def default_cifar_root():
+    """Where the shipped configs keep CIFAR-10 (``~/.cache/gpgan/cifar-10-batches-py``)."""
+    from gpgan.files import cache_dir
+
+    return os.path.join(cache_dir(), "cifar-10-batches-py")
+
+
+def _common(p, device_help):
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help=device_help)
+    p.add_argument("--inception-weights", metavar="PATH",
+                   help="pytorch-fid's FID Inception weights (default: $GPGAN_INCEPTION_WEIGHTS, else "
+                        "~/.cache/gpgan/, downloaded once)")
+    p.add_argument("--batch-size", type=int, default=50, metavar="B",
+                   help="images per Inception forward pass (default 50; about 25 MB each in float32)")
+    p.add_argument("--download", action="store_true",
+                   help="download CIFAR-10 into its folder when it is missing")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser():
+    p = argparse.ArgumentParser(
+        prog="gpgan-eval",
+        usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
+              "[options]",
+        description="Score a trained generator with image metrics: FID, KID, Inception Score, precision\n"
+                    "and recall, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
+                    "data set's reference statistics (see `gpgan-eval stats --help`).",
+        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
+                   help="a run folder (its newest readable checkpoint) or a checkpoint file in its checkpoints/")
+    p.add_argument("--metrics", metavar="LIST",
+                   help="comma-separated, of fid, kid, is, pr (precision and recall); default fid,kid,is "
+                        "(fid,is with a statistics file as --ref, which holds no features)")
+    p.add_argument("--n", type=int, default=50000, help="generated images (default 50000)")
+    p.add_argument("--ref", metavar="REF",
+                   help="cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma, pytorch-fid's "
+                        "layout) or a folder of images (default: the run's eval.reference, else its own data)")
+    p.add_argument("--data-root", metavar="DIR",
+                   help="CIFAR-10's folder for a cifar10 reference (default: the run's data.root when it trained "
+                        "on CIFAR-10, else ~/.cache/gpgan/cifar-10-batches-py)")
+    p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
+                   help="score the generator's exponential moving average (default: when the run kept one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the latent noise (default 0)")
+    _common(p, "where the generator and Inception run (cpu)")
+    return p
+
+
+def build_stats_parser():
+    p = argparse.ArgumentParser(
+        prog="gpgan-eval stats",
+        description="Reference statistics of a data set: the mean and covariance of its Inception pool3\n"
+                    "features, written in pytorch-fid's .npz layout (arrays mu and sigma). They are\n"
+                    "computed once and cached in ~/.cache/gpgan/fid_stats, per data set and weights.",
+        epilog="examples:\n  gpgan-eval stats --data cifar10 --split train --out cifar10_train.npz\n"
+               "  gpgan-eval stats --data image_folder --root ~/data/faces --out faces.npz",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, choices=["cifar10", "image_folder"], help="the data set")
+    p.add_argument("--root", metavar="DIR",
+                   help="its folder: CIFAR-10's batches (default ~/.cache/gpgan/cifar-10-batches-py), or the "
+                        "images of an image folder (required)")
+    p.add_argument("--split", choices=["train", "test"], default="train", help="CIFAR-10's split (train)")
+    p.add_argument("--out", metavar="FILE.npz", help="also write the statistics there")
+    _common(p, "where Inception runs (cpu)")
+    return p
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    stats = bool(argv) and argv[0] == "stats"
+    parser = build_stats_parser() if stats else build_parser()
+    args = parser.parse_args(argv[1:] if stats else argv)
+    if args.batch_size < 1:
+        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    try:
+        if stats:
+            return _stats(parser, args)
+        return _evaluate(parser, args)
+    except KeyboardInterrupt:
+        print("\ngpgan-eval: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, RuntimeError) as exc:
+        if os.environ.get("GPGAN_DEBUG"):
+            raise
+        print(f"gpgan-eval: error: {exc}", file=sys.stderr)
+        return 1
+
+
+# -- gpgan-eval stats -------------------------------------------------------------------------------
+def _stats(parser, args):
+    from gpgan.metrics import InceptionV3, dataset_statistics, save_statistics, statistics_path
+    from gpgan.metrics.inception import weights_path
+
+    if args.data == "image_folder" and args.root is None:
+        parser.error("--data image_folder needs --root: the folder of images")
+    if args.out is not None and not args.out.lower().endswith(".npz"):
+        parser.error(f"--out {args.out!r}: statistics are written as an .npz file")
+    root = args.root or (default_cifar_root() if args.data == "cifar10" else None)
+    progress = not args.quiet
+    net = InceptionV3.load(weights_path(args.inception_weights, progress=progress), device=args.device,
+                           progress=progress)
+    mu, sigma = dataset_statistics(net, args.data, root=root, split=args.split, download=args.download,
+                                   batch_size=args.batch_size, progress=progress)
+    cached = statistics_path(args.data, net.weights_id, root, args.split)
+    what = f"cifar10:{args.split}" if args.data == "cifar10" else os.path.abspath(os.path.expanduser(root))
+    print(f"gpgan-eval: statistics of {what} ({mu.shape[0]} features), cached at {cached}", file=sys.stderr)
+    if args.out is not None:
+        save_statistics(args.out, mu, sigma)
+        print(f"gpgan-eval: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+# -- gpgan-eval RUN ---------------------------------------------------------------------------------
+def _metric_names(parser, args, spec):
+    from gpgan.metrics import check_metrics, needs_features, parse_reference
+
+    try:
+        kind, _ = parse_reference(spec)
+    except ValueError as exc:
+        parser.error(f"--ref: {exc}")
+    if args.metrics is None:
+        return ["fid", "is"] if kind == "statistics" else ["fid", "kid", "is"]
+    try:
+        names = check_metrics(args.metrics)
+    except ValueError as exc:
+        parser.error(f"--metrics {args.metrics!r}: {exc}")
+    if kind == "statistics" and needs_features(names):
+        parser.error(f"--metrics {args.metrics}: kid and pr compare features, but --ref {spec} is a statistics "
+                     "file (mu and sigma only); give a data set (cifar10:train) or a folder of images")
+    return names
+
+
+def _reference(args, config):
+    """``(spec, cifar_root, download)``: --ref, else the run's reference; CIFAR-10 from --data-root,
+    else the run's data.root when it trained on CIFAR-10, else the default folder."""
+    from gpgan.train.evaluation import run_reference
+
+    spec, run_root, run_download = run_reference(config)
+    if args.ref is not None:
+        spec = args.ref
+    cifar_root = args.data_root or run_root or default_cifar_root()
+    return spec, cifar_root, args.download or (run_download and args.data_root is None)
+
+
+def _evaluate(parser, args):
+    from gpgan.checkpoint import read_meta
+    from gpgan.data import is_toy
+    from gpgan.train.evaluation import ImageMetrics
+    from gpgan.train.sampling import DEFAULT_BATCH, batches, load_generator, resolve_source
+
+    if args.n < 2:
+        parser.error(f"--n must be at least 2 (FID and KID compare sets of samples), got {args.n}")
+    run, checkpoint = resolve_source(args.source)
+    config = run.read_config()
+    if is_toy(config["data"]["name"]):
+        raise ValueError(f"{run.path} trained on 2-D points ({config['data']['name']}): image metrics need an "
+                         "image run (its mode metrics are in metrics.jsonl and final.json)")
+    spec, cifar_root, download = _reference(args, config)
+    names = _metric_names(parser, args, spec)
+    if "pr" in names and args.n <= 3:
+        parser.error(f"--n {args.n}: precision and recall (pr) need more than 3 samples")
+    step = int(read_meta(checkpoint)["step"])
+    generator, _, used_ema = load_generator(run, checkpoint, args.ema, args.device)
+    progress = not args.quiet
+    metrics = ImageMetrics.build(names, spec, args.inception_weights, cifar_root, download, args.device,
+                                 args.batch_size, progress)
+    started = time.perf_counter()
+    noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
+    scores = metrics.score(batches(generator, noise, args.device, DEFAULT_BATCH))
+    evaluation = {"step": step, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if used_ema else "raw",
+                  "samples": args.n, "seed": args.seed, **metrics.provenance(), "device": args.device,
+                  "time_s": time.perf_counter() - started, "scores": scores}
+    path = run.write_evaluation(step, evaluation)
+    print(format_table(scores))
+    print(f"gpgan-eval: step {step} ({os.path.basename(checkpoint)}, {'EMA' if used_ema else 'raw'} weights), "
+          f"{args.n:,} samples against {metrics.reference.description}; wrote {path}", file=sys.stderr)
+    return 0
+
+
+def format_table(scores):
+    """The scores as a two-column text table; a score with a spread reads ``mean ± std``."""
+    rows = [("metric", "value")]
+    for key, label in LABELS.items():
+        if key in scores:
+            value = f"{scores[key]:.6g}"
+            if SPREADS.get(key) in scores:
+                value += f" ± {scores[SPREADS[key]]:.2g}"
+            rows.append((label, value))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,125 @@
+"""Image metrics of a generator: the Inception network, the reference and the metrics a run's
+``eval`` section names (or gpgan-eval's options), and scoring a generator's samples with them.
+
+Generated images go through :func:`gpgan.data.to_uint8` before their features are taken, so they
+reach the network through the same 256 levels as the reference's images.
+"""
+import numpy
+
+from gpgan.data import to_uint8
+
+__all__ = ["ImageMetrics", "run_reference", "generated_features"]
+
+
+def run_reference(config):
+    """``(reference, cifar_root, download)`` of a run: ``eval.reference``, or when it is null the
+    run's own data (``cifar10:<data.split>``, or the image folder ``data.root``); CIFAR-10 is read
+    from ``data.root`` (downloaded there when ``data.download``)."""
+    data = config["data"]
+    spec = config["eval"]["reference"]
+    if spec is None:
+        spec = f"cifar10:{data['split']}" if data["name"] == "cifar10" else data["root"]
+    cifar = data["name"] == "cifar10"
+    return spec, data["root"] if cifar else None, bool(data["download"]) and cifar
+
+
+def generated_features(net, batches, batch_size=50, progress=True):
+    """Inception features of a generator's output.
+
+    Args:
+        net: an :class:`~gpgan.metrics.InceptionV3`.
+        batches: an iterable of generated images (B, C, H, W) in [-1, 1] (NumPy), e.g.
+            :func:`gpgan.train.sampling.batches`; each is quantized with
+            :func:`~gpgan.data.to_uint8` as it comes, so only uint8 images are kept.
+        batch_size, progress: of the feature extraction (one progress bar over all images).
+
+    Returns:
+        ``{"pool3": (N, 2048), "logits": (N, 1008)}`` as :meth:`~gpgan.metrics.InceptionV3.features`.
+    """
+    images = numpy.concatenate([to_uint8(batch) for batch in batches])
+    return net.features(images, batch_size=batch_size, progress=progress)
+
+
+class ImageMetrics:
+    """Named image metrics against one reference, with one Inception network.
+
+    Args:
+        names: metric names (:func:`gpgan.metrics.check_metrics`).
+        net: the :class:`~gpgan.metrics.InceptionV3`.
+        reference: the :class:`~gpgan.metrics.Reference` (with features when KID or
+            precision/recall are named), or None when it was only checked (a dry run: nothing
+            can be scored).
+        batch_size, progress: of the feature extraction.
+        note: what the reference is and where it comes from, in words.
+    """
+
+    def __init__(self, names, net, reference, batch_size=50, progress=True, note=""):
+        from gpgan.metrics import check_metrics
+
+        self.names = check_metrics(names)
+        self.net, self.reference = net, reference
+        self.batch_size, self.progress, self.note = int(batch_size), progress, note
+
+    @classmethod
+    def build(cls, names, spec, weights=None, cifar_root=None, download=False, device="cpu", batch_size=50,
+              progress=True, compute=True):
+        """Load the Inception weights and the reference ``spec`` (see
+        :func:`gpgan.metrics.parse_reference`): everything an evaluation needs, so that whatever
+        is missing fails here, before any work.
+
+        Args:
+            weights: the weights file (None: ``$GPGAN_INCEPTION_WEIGHTS`` or the cache, downloaded
+                once).
+            cifar_root, download: where a CIFAR-10 reference is read.
+            compute: False checks the reference without computing features (a dry run):
+                ``reference`` is then None unless it was cached.
+
+        Raises:
+            InceptionWeightsError: weights missing (offline: the message says where to put them)
+                or not the FID network.
+            FileNotFoundError, ValueError: a reference that cannot be had, or with too few images.
+        """
+        from gpgan.metrics import InceptionV3, check_metrics, load_reference, needs_features
+        from gpgan.metrics.images import PR_K
+        from gpgan.metrics.inception import weights_path
+
+        names = check_metrics(names)
+        path = weights_path(weights, progress=progress)
+        net = InceptionV3.load(path, device=device, progress=progress)
+        features = needs_features(names)
+        reference = load_reference(net, spec, cifar_root=cifar_root, download=download, features=features,
+                                   batch_size=batch_size, progress=progress, compute=compute)
+        if reference is None:
+            note = f"{spec}: features to be computed once before training, then cached"
+        else:
+            note = reference.description + ("" if compute else " (cached)")
+            if reference.features is not None and "pr" in names and len(reference.features) <= PR_K:
+                raise ValueError(f"the reference {reference.description} has {len(reference.features)} images; "
+                                 f"precision and recall (pr) need more than {PR_K}")
+        return cls(names, net, reference, batch_size, progress, f"{', '.join(names)} against {note}; "
+                                                                f"Inception weights {path}")
+
+    @classmethod
+    def for_run(cls, config, progress=True, compute=True):
+        """The image metrics a run's config asks for (``eval``), or None when it asks for none."""
+        ec = config["eval"]
+        if not ec["metrics"]:
+            return None
+        spec, cifar_root, download = run_reference(config)
+        return cls.build(ec["metrics"], spec, ec["inception_weights"], cifar_root, download, config["device"],
+                         ec["batch_size"], progress, compute)
+
+    def score(self, batches):
+        """key -> value of every metric for the generated images ``batches`` yields (see
+        :func:`generated_features`)."""
+        from gpgan.metrics import score_features
+
+        if self.reference is None:
+            raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
+        fake = generated_features(self.net, batches, self.batch_size, self.progress)
+        return score_features(self.names, fake, self.reference)
+
+    def provenance(self):
+        """What the scores depend on, for manifest.json and eval_<step>.json."""
+        return {"metrics": list(self.names), "reference": self.reference.description if self.reference else None,
+                "inception_weights_id": self.net.weights_id}

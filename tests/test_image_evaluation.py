@@ -1,0 +1,252 @@
+"""Image metrics where users meet them: a tiny CIFAR-10 run that computes FID, KID, IS and
+precision/recall while it trains (gpgan's Inception on random weights: the real weights cannot be
+downloaded here), checked against a recomputation and against the same run without metrics;
+failures before training; gpgan-eval and gpgan-eval stats end to end (with a stand-in network, so
+that their scores can be recomputed at no cost)."""
+import json
+import os
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_cli_train import ROOT, assert_same_weights, metrics, sets, write_cifar_fixture
+from test_metrics_images import PixelNetwork
+
+from gpgan.checkpoint import read_meta
+from gpgan.cli import eval as eval_cli
+from gpgan.cli import train as train_cli
+from gpgan.data import load_cifar10, to_uint8
+from gpgan.files import DownloadError
+from gpgan.metrics import Reference, feature_statistics, features_path, metric_keys, score_features
+from gpgan.metrics import inception
+from gpgan.metrics.inception import InceptionV3, random_state_dict, weights_digest
+from gpgan.train.run import RunFolder
+from gpgan.train.sampling import generate, load_generator
+
+R1_CIFAR = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+# A tiny DCGAN that moves fast (lr 0.05, EMA 0.5), so that its two evaluations differ.
+TINY = ["model.generator_options.width=2", "model.generator_options.latent_dim=8", "model.critic_options.width=2",
+        "train.batch_size=4", "train.n_samples=4", "train.log_interval=2", "train.sample_interval=0",
+        "train.checkpoint_interval=2", "train.steps=4", "train.ema.decay=0.5", "optim.generator.lr=0.05",
+        "optim.critic.lr=0.05"]
+ALL_METRICS = ["eval.metrics=fid,kid,is,pr", "eval.samples=4", "train.eval_interval=2"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The same tiny run with and without image metrics (5 CIFAR-10 images: the reference)."""
+    tmp = tmp_path_factory.mktemp("images")
+    weights = tmp / "inception.npz"
+    np.savez(weights, **random_state_dict(0))
+    write_cifar_fixture(tmp / "cifar", per_batch=1)
+    env = dict(os.environ, HOME=str(tmp / "home"), GPGAN_INCEPTION_WEIGHTS=str(weights), OPENBLAS_NUM_THREADS="1",
+               PYTHONPATH=ROOT)
+    common = [R1_CIFAR, *sets(TINY + [f"data.root={tmp / 'cifar'}"]), "--out", str(tmp / "exp"), "--quiet"]
+    for name, extra in (("m", sets(ALL_METRICS)), ("plain", [])):
+        proc = subprocess.run([sys.executable, "-m", "gpgan.cli.train", *common, *extra, "--name", name],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    return SimpleNamespace(tmp=tmp, home=tmp / "home", weights=weights, cifar=tmp / "cifar",
+                           m=tmp / "exp" / "r1_cifar" / "m", plain=tmp / "exp" / "r1_cifar" / "plain")
+
+
+# -- during training ---------------------------------------------------------------------------------
+def test_evaluations_are_logged_and_keep_the_best_checkpoint_by_fid(runs):
+    keys = metric_keys(["fid", "kid", "is", "pr"])
+    records = metrics(runs.m)
+    assert [r["step"] for r in records] == [2, 4]
+    for record in records:
+        assert [k for k in record if k.startswith("eval")] == keys
+        assert all(np.isfinite(record[k]) for k in keys)
+    final = json.loads((runs.m / "final.json").read_text())
+    assert final["final"]["eval/fid"] == records[-1]["eval/fid"]
+    assert final["best"] == {"eval/fid": min(r["eval/fid"] for r in records),
+                             "eval/kid": min(r["eval/kid"] for r in records),
+                             "eval/is": max(r["eval/is"] for r in records),
+                             "eval/precision": max(r["eval/precision"] for r in records),
+                             "eval/recall": max(r["eval/recall"] for r in records)}  # no spreads
+    best = read_meta(str(runs.m / "checkpoints" / "best.npz"))
+    assert best["best"] == {"metric": "eval/fid", "value": final["best"]["eval/fid"]}
+    assert best["step"] == min(records, key=lambda r: r["eval/fid"])["step"]
+    manifest = json.loads((runs.m / "manifest.json").read_text())
+    assert manifest["image_metrics"] == {"metrics": ["fid", "kid", "is", "pr"], "reference": "cifar10:train (5 images)",
+                                         "inception_weights_id": weights_digest(random_state_dict(0))}
+    assert "best.npz" not in os.listdir(runs.plain / "checkpoints")  # nothing to pick it by
+
+
+def test_image_metrics_do_not_change_training(runs):
+    scores = [{k: v for k, v in r.items() if not k.startswith("eval")} for r in metrics(runs.m)]
+    assert scores == metrics(runs.plain)
+    assert_same_weights(runs.m, runs.plain)
+
+
+def test_logged_scores_are_the_ema_generators_on_its_own_fixed_noise(runs, monkeypatch):
+    """Recompute step 4's evaluation: eval.samples latents from the generator seeded (train.seed, 5),
+    the EMA weights of its checkpoint, images quantized to 8 bits, the cached reference features."""
+    monkeypatch.setenv("HOME", str(runs.home))
+    run = RunFolder(runs.m)
+    generator, config, used_ema = load_generator(run, run.checkpoint_path(4))
+    assert used_ema
+    noise = np.random.default_rng([config["train"]["seed"], 5]).standard_normal((4, 8)).astype(np.float32)
+    net = InceptionV3(random_state_dict(0))
+    fake = net.features(to_uint8(generate(generator, noise)), progress=False)
+    with np.load(features_path("cifar10", net.weights_id, root=str(runs.cifar))) as cached:
+        real = cached["pool3"]
+    assert real.shape == (5, 2048) and real.dtype == np.float32
+    want = score_features(["fid", "kid", "is", "pr"], fake, Reference(*feature_statistics(real), real))
+    got = metrics(runs.m)[-1]
+    for key, value in want.items():  # float32 features: BLAS threads may round them differently
+        assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
+
+
+@pytest.fixture
+def offline(tmp_path, monkeypatch):
+    """No Inception weights anywhere, and no network."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv(inception.WEIGHTS_ENV, raising=False)
+
+    def no_network(url, *args, **kwargs):
+        raise DownloadError(f"could not download {url} (no network)")
+    monkeypatch.setattr(inception, "download", no_network)
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_runs_that_cannot_have_the_weights_fail_before_training(runs, tmp_path, offline, capsys, dry_run):
+    args = [R1_CIFAR, *sets(TINY + [f"data.root={runs.cifar}", "eval.metrics=fid"]), "--out", str(tmp_path / "exp"),
+            "--name", "x", "--quiet"] + (["--dry-run"] if dry_run else [])
+    assert train_cli.main(args) == 1
+    err = capsys.readouterr().err
+    assert "error: InceptionWeightsError: could not download" in err
+    assert f"put it at {tmp_path / 'home' / '.cache' / 'gpgan' / inception.FID_WEIGHTS_FILE}" in err
+    assert not (tmp_path / "exp").exists()  # nothing written, nothing trained
+
+
+@pytest.fixture
+def pixel_network(runs, monkeypatch):
+    """InceptionV3.load gives a :class:`PixelNetwork` (the weights file must still exist)."""
+    monkeypatch.setenv("HOME", str(runs.home))
+    monkeypatch.setenv(inception.WEIGHTS_ENV, str(runs.weights))
+    net = PixelNetwork()
+    monkeypatch.setattr(InceptionV3, "load", classmethod(lambda cls, *args, **kwargs: net))
+    return net
+
+
+def test_a_missing_reference_fails_before_training_and_a_dry_run_says_what_it_would_compute(
+        runs, tmp_path, pixel_network, capsys):
+    common = [R1_CIFAR, *sets(TINY + [f"data.root={runs.cifar}"]), "--out", str(tmp_path / "exp"), "--quiet"]
+    for extra in ([], ["--dry-run"]):
+        assert train_cli.main(common + sets([f"eval.reference={tmp_path / 'nowhere'}", "eval.metrics=fid"])
+                              + extra) == 1
+        assert f"image folder {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "exp").exists()
+    assert train_cli.main(common + sets(["eval.metrics=kid"]) + ["--dry-run"]) == 0
+    err = capsys.readouterr().err
+    assert ("image metrics: kid against cifar10:train: features to be computed once before training, then cached; "
+            f"Inception weights {runs.weights}") in err
+    assert pixel_network.seen == 0 and not (tmp_path / "exp").exists()
+
+
+# -- gpgan-eval ---------------------------------------------------------------------------------------
+def expected_scores(run_dir, checkpoint, names, n, seed=0, ema=None, real=None):
+    """Scores recomputed with the pixel network: the generator's images from ``default_rng(seed)``."""
+    generator, _, _ = load_generator(RunFolder(run_dir), str(checkpoint), ema)
+    noise = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+    fake = PixelNetwork().features(to_uint8(generate(generator, noise)))
+    real = PixelNetwork().features(real)["pool3"].astype(np.float32)
+    return score_features(names, fake, Reference(*feature_statistics(real), real))
+
+
+def test_gpgan_eval_scores_a_run_and_writes_eval_json(runs, pixel_network, capsys):
+    assert eval_cli.main([str(runs.m), "--n", "6", "--metrics", "pr,fid,kid,is", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    written = json.loads((runs.m / "eval_000004.json").read_text())
+    want = expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["fid", "kid", "is", "pr"], 6,
+                           real=load_cifar10(str(runs.cifar))[0])
+    assert written["scores"] == pytest.approx(want, rel=1e-12)
+    assert list(written["scores"]) == metric_keys(["fid", "kid", "is", "pr"])
+    assert {k: written[k] for k in ("step", "weights", "samples", "seed", "metrics", "reference", "device")} == {
+        "step": 4, "weights": "ema", "samples": 6, "seed": 0, "metrics": ["fid", "kid", "is", "pr"],
+        "reference": "cifar10:train (5 images)", "device": "cpu"}
+    assert written["checkpoint"] == str(runs.m / "checkpoints" / "ckpt_000004.npz")
+    assert written["inception_weights_id"] == PixelNetwork.weights_id
+    lines = out.splitlines()
+    assert lines[0].split() == ["metric", "value"]
+    assert lines[1].split() == ["FID", f"{want['eval/fid']:.6g}"]
+    assert lines[2].split() == ["KID", f"{want['eval/kid']:.6g}", "±", f"{want['eval_std/kid']:.2g}"]
+    assert [line.split()[0] for line in lines[3:]] == ["Inception", "precision", "recall"]
+    assert f"step 4 (ckpt_000004.npz, EMA weights), 6 samples against cifar10:train (5 images); wrote " \
+           f"{runs.m / 'eval_000004.json'}" in err
+
+
+def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs, pixel_network, tmp_path, capsys):
+    best = runs.m / "checkpoints" / "best.npz"
+    step = read_meta(str(best))["step"]
+    faces = tmp_path / "faces"
+    faces.mkdir()
+    pictures = np.random.default_rng(1).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
+    for i, picture in enumerate(pictures):
+        Image.fromarray(picture).save(faces / f"{i}.png")
+    assert eval_cli.main([str(best), "--n", "5", "--no-ema", "--seed", "3", "--ref", str(faces), "--quiet"]) == 0
+    with open(RunFolder(runs.m).eval_path(step)) as f:
+        written = json.load(f)
+    assert written["weights"] == "raw" and written["seed"] == 3 and written["metrics"] == ["fid", "kid", "is"]
+    assert written["reference"] == f"{faces} (4 images)"
+    assert written["scores"] == pytest.approx(expected_scores(runs.m, best, ["fid", "kid", "is"], 5, seed=3, ema=False,
+                                                              real=pictures.transpose(0, 3, 1, 2)), rel=1e-12)
+    # gpgan-eval stats: pytorch-fid's layout, equal to the cached statistics; then a reference.
+    stats = tmp_path / "cifar_train.npz"
+    assert eval_cli.main(["stats", "--data", "cifar10", "--root", str(runs.cifar), "--out", str(stats), "--quiet"]) == 0
+    assert f"wrote {stats}" in capsys.readouterr().err
+    real = PixelNetwork().features(load_cifar10(str(runs.cifar))[0])["pool3"].astype(np.float32)
+    with np.load(stats) as npz:
+        assert sorted(npz.files) == ["mu", "sigma"]
+        np.testing.assert_array_equal(npz["mu"], feature_statistics(real)[0])
+    capsys.readouterr()
+    assert eval_cli.main([str(runs.m), "--n", "4", "--ref", str(stats), "--quiet"]) == 0  # fid and is by default
+    assert json.loads((runs.m / "eval_000004.json").read_text())["scores"] == pytest.approx(
+        expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["fid", "is"], 4,
+                        real=load_cifar10(str(runs.cifar))[0]), rel=1e-12)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--metrics", "fid,lpips"], "--metrics 'fid,lpips': unknown image metric 'lpips'; accepted: fid, kid, is, pr"),
+    (["--metrics", "kid", "--ref", "s.npz"], "--metrics kid: kid and pr compare features, but --ref s.npz is a "
+                                             "statistics file"),
+    (["--n", "1"], "--n must be at least 2"),
+    (["--metrics", "pr", "--n", "3"], "--n 3: precision and recall (pr) need more than 3 samples"),
+    (["--ref", "cifar10:valid"], "--ref: reference 'cifar10:valid': CIFAR-10's split is train or test"),
+    (["--batch-size", "0"], "--batch-size must be at least 1"),
+])
+def test_gpgan_eval_bad_command_lines_exit_2(runs, pixel_network, capsys, args, message):
+    with pytest.raises(SystemExit) as info:
+        eval_cli.main([str(runs.m), *args, "--quiet"])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert pixel_network.seen == 0
+
+
+def test_gpgan_eval_errors_exit_1(runs, pixel_network, tmp_path, capsys):
+    assert eval_cli.main([str(tmp_path / "nothing"), "--quiet"]) == 1
+    assert f"{tmp_path / 'nothing'} is neither a run folder nor a checkpoint file" in capsys.readouterr().err
+    quickstart = os.path.join(ROOT, "configs", "quickstart.yaml")
+    assert train_cli.main([quickstart, *sets(["train.steps=2", "model.generator_options.width=4",
+                                              "model.critic_options.width=4", "train.eval_samples=50"]),
+                           "--out", str(tmp_path), "--name", "toy", "--quiet"]) == 0
+    capsys.readouterr()
+    assert eval_cli.main([str(tmp_path / "quickstart" / "toy"), "--quiet"]) == 1
+    assert "trained on 2-D points (grid25): image metrics need an image run" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        eval_cli.main(["stats", "--data", "image_folder"])
+    assert "--data image_folder needs --root" in capsys.readouterr().err
+    assert pixel_network.seen == 0
+
+
+def test_help_documents_both_commands():
+    out = subprocess.run([sys.executable, "-m", "gpgan.cli.eval", "--help"], capture_output=True, text=True,
+                         env=dict(os.environ, PYTHONPATH=ROOT), check=True).stdout
+    for option in ("--metrics", "--n", "--ref", "--data-root", "--ema", "--seed", "--device", "--inception-weights",
+                   "--batch-size", "eval_<step>.json", "gpgan-eval stats --data cifar10 --split train --out"):
+        assert option in out, option
