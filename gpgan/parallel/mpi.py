@@ -68,6 +68,7 @@ class MPICommunicator(Communicator):
     arrays (:meth:`for_device` gives NCCL for CuPy arrays)."""
 
     backend = "mpi"
+    ABORT_GRACE_S = 1.0  # see abort()
 
     def __init__(self, comm):
         from mpi4py import MPI
@@ -148,4 +149,7 @@ class MPICommunicator(Communicator):
     def abort(self, status):
         sys.stdout.flush()
         sys.stderr.flush()
+        # Abort tears the job down at once, and the launcher may not yet have passed on what this
+        # process just wrote (its message is the only account of why the run ended): give it a moment.
+        time.sleep(self.ABORT_GRACE_S)
         self.comm.Abort(status)
