@@ -50,7 +50,7 @@ def snapshot(folder):
 
 # -- 1. --report-only without runs ------------------------------------------------------------------
 def test_report_only_without_runs_leaves_the_committed_report(tmp_path, capsys):
-    committed = os.path.join(ROOT, "experiments", "reports", "penalties_toy")
+    committed = os.path.join(ROOT, "experiments", "reports", "penalties_toy_2k")
     report = tmp_path / "report"
     shutil.copytree(committed, report)
     before = snapshot(report)
