@@ -5,15 +5,12 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
-
-
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+from naive_helpers import pair
 
 
 def naive_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     """Direct definition: a loop over output pixels and kernel offsets (tiny inputs only)."""
-    s, p, d = _pair(stride), _pair(padding), _pair(dilation)
+    s, p, d = pair(stride), pair(padding), pair(dilation)
     N, C, H, W = x.shape
     O, Cg, kH, kW = w.shape
     xp = np.zeros((N, C, H + 2 * p[0], W + 2 * p[1]), x.dtype)
@@ -37,7 +34,7 @@ def naive_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
 
 def naive_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
     """Direct definition: every input pixel scatters its weighted kernel into the output."""
-    s, p, op, d = _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation)
+    s, p, op, d = pair(stride), pair(padding), pair(output_padding), pair(dilation)
     N, Cin, H, W = x.shape
     _, Cog, kH, kW = w.shape
     Cig = Cin // groups
@@ -70,7 +67,7 @@ CONV_CASES = [
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv2d_forward_matches_naive(case, rng):
     N, C, H, W, O, k, s, p, d, g = case
-    kH, kW = _pair(k)
+    kH, kW = pair(k)
     x = rng.standard_normal((N, C, H, W))
     w = rng.standard_normal((O, C // g, kH, kW))
     b = rng.standard_normal(O)
@@ -111,7 +108,7 @@ CONVT_CASES = [
 @pytest.mark.parametrize("case", CONVT_CASES)
 def test_conv_transpose2d_forward_matches_naive(case, rng):
     N, Cin, H, W, Cout, k, s, p, op, g, d = case
-    kH, kW = _pair(k)
+    kH, kW = pair(k)
     x = rng.standard_normal((N, Cin, H, W))
     w = rng.standard_normal((Cin, Cout // g, kH, kW))
     b = rng.standard_normal(Cout)
@@ -139,7 +136,7 @@ def test_conv_transpose2d_is_adjoint_of_conv2d(rng):
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv2d_gradcheck_and_gradgradcheck(case, bias, rng):
     N, C, H, W, O, k, s, p, d, g = case
-    kH, kW = _pair(k)
+    kH, kW = pair(k)
     x = rng.standard_normal((N, C, H, W))
     w = rng.standard_normal((O, C // g, kH, kW))
     inputs = [x, w] + ([rng.standard_normal(O)] if bias else [])
@@ -155,7 +152,7 @@ def test_conv2d_gradcheck_and_gradgradcheck(case, bias, rng):
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv_transpose2d_gradcheck_and_gradgradcheck(case, bias, rng):
     N, Cin, H, W, Cout, k, s, p, op, g, d = case
-    kH, kW = _pair(k)
+    kH, kW = pair(k)
     x = rng.standard_normal((N, Cin, H, W))
     w = rng.standard_normal((Cin, Cout // g, kH, kW))
     inputs = [x, w] + ([rng.standard_normal(Cout)] if bias else [])
@@ -170,7 +167,7 @@ def test_conv_transpose2d_gradcheck_and_gradgradcheck(case, bias, rng):
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv2d_grad_weight_direct(case, rng):
     N, C, H, W, O, k, s, p, d, g = case
-    kH, kW = _pair(k)
+    kH, kW = pair(k)
     x = rng.standard_normal((N, C, H, W))
     w = rng.standard_normal((O, C // g, kH, kW))
     y = naive_conv2d(x, w, None, s, p, d, g)
@@ -265,7 +262,7 @@ def test_transposed_convolution_kernels_match_naive(kernel, case, rng):
     from gpgan.functions import conv as conv_module
 
     N, Cin, H, W, Cout, k, s, p, op, g, d = case
-    k, s, p, op, d = _pair(k), _pair(s), _pair(p), _pair(op), _pair(d)
+    k, s, p, op, d = pair(k), pair(s), pair(p), pair(op), pair(d)
     x = rng.standard_normal((N, Cin, H, W))
     w = rng.standard_normal((Cin, Cout // g, k[0], k[1]))
     ref = naive_conv_transpose2d(x, w, None, s, p, op, g, d)
@@ -292,7 +289,7 @@ def test_stride1_convolution_with_few_outputs(case, rng, monkeypatch):
     from gpgan.functions import conv as conv_module
 
     N, C, H, W, O, k, p, d = case
-    kH, kW = _pair(k)
+    kH, kW = pair(k)
     x = rng.standard_normal((N, C, H, W))
     w = rng.standard_normal((O, C, kH, kW))
     b = rng.standard_normal(O)
@@ -302,7 +299,7 @@ def test_stride1_convolution_with_few_outputs(case, rng, monkeypatch):
                         lambda *a: scatter_calls.append(1) or original(*a))
     y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), gpgan.Variable(b), padding=p, dilation=d)
     np.testing.assert_allclose(y.data, naive_conv2d(x, w, b, 1, p, d), rtol=1e-10, atol=1e-10)
-    assert len(scatter_calls) == (0 if _pair(p)[0] > d * (kH - 1) else 1)
+    assert len(scatter_calls) == (0 if pair(p)[0] > d * (kH - 1) else 1)
     gy = rng.standard_normal(y.shape)
     gw = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), k, padding=p, dilation=d)
     ref = np.zeros_like(w)

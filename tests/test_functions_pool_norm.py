@@ -5,16 +5,13 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
-
-
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+from naive_helpers import pair
 
 
 def naive_avg_pool2d(x, k, s=None, p=0):
-    k = _pair(k)
-    s = k if s is None else _pair(s)
-    p = _pair(p)
+    k = pair(k)
+    s = k if s is None else pair(s)
+    p = pair(p)
     N, C, H, W = x.shape
     xp = np.zeros((N, C, H + 2 * p[0], W + 2 * p[1]))
     xp[:, :, p[0]:p[0] + H, p[1]:p[1] + W] = x
@@ -53,7 +50,7 @@ def test_avg_pool2d_errors():
 @pytest.mark.parametrize("scale", [2, (1, 3)])
 def test_upsample_nearest2d_values_and_gradients(scale, rng):
     x = rng.standard_normal((2, 3, 3, 2))
-    sH, sW = _pair(scale)
+    sH, sW = pair(scale)
     y = F.upsample_nearest2d(gpgan.Variable(x), scale)
     ref = np.repeat(np.repeat(x, sH, axis=2), sW, axis=3)
     np.testing.assert_array_equal(y.data, ref)

@@ -8,18 +8,15 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
-
-
-def _pair(v):
-    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+from naive_helpers import pair
 
 
 # -- naive references ----------------------------------------------------------------------------
 def naive_max_pool2d(x, k, s=None, p=0):
     """Window maxima over the real inputs, and the gradient of sum(y * gy) routed to the first maximum."""
-    k = _pair(k)
-    s = k if s is None else _pair(s)
-    p = _pair(p)
+    k = pair(k)
+    s = k if s is None else pair(s)
+    p = pair(p)
     N, C, H, W = x.shape
     Ho, Wo = (H + 2 * p[0] - k[0]) // s[0] + 1, (W + 2 * p[1] - k[1]) // s[1] + 1
     y = np.zeros((N, C, Ho, Wo))
@@ -51,7 +48,7 @@ def naive_max_pool2d_grad(x_shape, where, gy):
 
 
 def naive_avg_pool2d_exclude_pad(x, k, s, p):
-    k, s, p = _pair(k), _pair(s), _pair(p)
+    k, s, p = pair(k), pair(s), pair(p)
     N, C, H, W = x.shape
     Ho, Wo = (H + 2 * p[0] - k[0]) // s[0] + 1, (W + 2 * p[1] - k[1]) // s[1] + 1
     y = np.zeros((N, C, Ho, Wo))
