@@ -300,6 +300,7 @@ def test_a_signal_to_mpiexec_stops_every_process_at_one_step_with_one_checkpoint
     step = int(checkpoints[0][5:11])
     assert 3 <= step < 5000 and metrics(run)[-1]["step"] <= step
     assert stderr.count("Resume with") == 1 and f"at step {step}" in stderr
+    assert f"Resume with: mpiexec -n 2 gpgan-train --resume {run}" in stderr  # the same N resumes exactly
     train(2, "--resume", str(run), "--set", f"train.stop_after={step + 3}", "--quiet", check=130)
     assert metrics(run)[-1]["step"] == step + 3 and (run / "checkpoints" / f"ckpt_{step + 3:06d}.npz").exists()
 

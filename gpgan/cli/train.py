@@ -117,6 +117,9 @@ def _fit(launch):
         return 0, False
     run = launch.run
     resume = f"gpgan-train --resume {shlex.quote(run.path)}"
+    comm = _console.comm
+    if comm is not None and comm.size > 1:  # a data-parallel run resumes exactly under the same N
+        resume = f"mpiexec -n {comm.size} {resume}"
     try:
         summary = launch.trainer.fit()
     except TrainingInterrupted as exc:  # every process stops at the same step
