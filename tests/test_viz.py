@@ -293,5 +293,25 @@ def test_curves_figure_keeps_colours_per_label_and_leaves_out_non_finite_means()
     colour_w1 = [line.get_color() for line in lines if line.get_label() == "w=1"][0]
     assert [line.get_color() for line in second.get_lines() if line.get_label() == "w=1"] == [colour_w1]
     assert len(first.collections) == 1 and len(second.collections) == 1  # bands only where a std is given
+    assert first.get_yscale() == "linear"  # means from 1 to 4
     with pytest.raises(ValueError, match="no groups"):
         curves_figure([], "x", "y")
+
+
+def test_curves_over_two_decades_get_a_log_axis_and_bands_stop_at_its_bottom():
+    from gpgan.viz import curves_figure
+
+    steps = [1000, 2000, 3000, 4000]
+    falling = [1.2, 0.05, 0.008, 0.005]  # a reverse KL as runs converge
+    groups = [("r1", [("w=1", steps, falling, [0.3, 0.1, 0.004, 0.002])]),
+              ("lp", [("w=1", steps, [0.9, 0.5, 0.2, 0.1], [0.1, 0.1, 0.1, 0.1])])]
+    figure = curves_figure(groups, "generator step", "eval/reverse_kl")
+    first, second = figure.axes[0], figure.axes[1]
+    assert first.get_yscale() == "log" and second.get_yscale() == "log"  # one scale for every panel
+    bottom = first.get_ylim()[0]
+    assert bottom == pytest.approx(0.005 / 2)
+    band = first.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == pytest.approx(bottom)  # 0.05 - 0.1 < 0 is drawn to the bottom, not lost
+    # A mean of zero or below keeps the axis linear (a log axis cannot show it).
+    flat = curves_figure([("none", [("-", steps, [0.0, 0.5, 1.0, 2.0], None)])], "step", "y")
+    assert flat.axes[0].get_yscale() == "linear"

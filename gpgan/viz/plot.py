@@ -369,6 +369,13 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE
 
 
 CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
+LOG_SPAN = 100.0              # curves_figure: positive means spanning this factor get log y axes
+
+
+def _spans_decades(arrays):
+    """Whether the finite values of ``arrays`` are all positive and span at least LOG_SPAN."""
+    values = numpy.concatenate([a[numpy.isfinite(a)] for a in arrays] + [numpy.zeros(0)])
+    return bool(values.size) and bool((values > 0).all()) and float(values.max() / values.min()) >= LOG_SPAN
 
 
 def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
@@ -381,12 +388,19 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             caller says so).
         xlabel, ylabel, title: shared labels and the figure's title.
         ncols: panels per row.
+
+    The y axes are logarithmic when every finite mean is positive and they span at least
+    LOG_SPAN (a reverse KL falling from 1 to 0.005: on a linear axis every converged run would
+    lie on zero); a band's lower edge that falls below the panel then stops at its bottom.
     """
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
     if not groups:
         raise ValueError("curves_figure: no groups to draw")
     labels = []
     for _, lines in groups:
         labels += [line[0] for line in lines if line[0] not in labels]
+    logy = _spans_decades([_host(line[2]) for _, lines in groups for line in lines])
     ncols = max(1, min(int(ncols), len(groups)))
     nrows = -(-len(groups) // ncols)
     with plot_style():
@@ -397,6 +411,16 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
                 ax.set_visible(False)
                 continue
             name, lines = groups[k]
+            floor = None
+            if logy:
+                ax.set_yscale("log")
+                # Plain tick labels (0.01, 0.1, 1): the style renders text literally, so matplotlib's
+                # default 10^k labels (mathtext) would show their markup.
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+                ax.yaxis.set_minor_formatter(NullFormatter())
+                means = numpy.concatenate([_host(line[2])[numpy.isfinite(_host(line[2]))] for line in lines]
+                                          + [numpy.zeros(0)])
+                floor = float(means.min()) / 2 if means.size else None
             for label, xs, mean, std in lines:
                 color = rgb(PALETTE[labels.index(label) % len(PALETTE)])
                 xs, mean = _host(xs), _host(mean)
@@ -405,8 +429,11 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
                 if std is not None:
                     std = _host(std)
                     band = shown & numpy.isfinite(std)
-                    ax.fill_between(xs[band], (mean - std)[band], (mean + std)[band], color=color, alpha=0.18,
+                    lower = mean - std if floor is None else numpy.maximum(mean - std, floor)
+                    ax.fill_between(xs[band], lower[band], (mean + std)[band], color=color, alpha=0.18,
                                     linewidth=0)
+            if floor is not None:
+                ax.set_ylim(bottom=floor)
             ax.set_title(name)
             if k % ncols == 0:
                 ax.set_ylabel(ylabel)
