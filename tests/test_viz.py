@@ -315,3 +315,23 @@ def test_curves_over_two_decades_get_a_log_axis_and_bands_stop_at_its_bottom():
     # A mean of zero or below keeps the axis linear (a log axis cannot show it).
     flat = curves_figure([("none", [("-", steps, [0.0, 0.5, 1.0, 2.0], None)])], "step", "y")
     assert flat.axes[0].get_yscale() == "linear"
+
+
+def test_line_plot_over_two_decades_gets_a_log_axis_and_keeps_inf_marks():
+    from gpgan.viz import line_figure
+
+    xs = [0.1, 1, 10]
+    series = [("r1", xs, [0.005, 0.006, 0.008], [0.002, 0.01, 0.001]),  # a bar reaching below 0
+              ("wgan_gp", xs, [0.006, 0.02, 1.35], [0.001, 0.01, 0.44]),
+              ("dragan", xs, [0.01, float("inf"), 0.3], None)]
+    figure = line_figure(series, "penalty.weight", "eval/reverse_kl", logx=True)
+    ax = figure.axes[0]
+    assert ax.get_yscale() == "log"
+    bottom, top = ax.get_ylim()
+    assert 0 < bottom < 0.005 / 2 and top > 1.35 + 0.44  # every finite value and bar top inside
+    labels = [t.get_text() for t in ax.texts]
+    assert "inf" in labels  # the collapsed setting is still marked in its band
+    ticks = [t for t in ax.get_yticks() if bottom <= t <= top]
+    assert ticks and all(t > 0 for t in ticks)
+    # Values within two decades stay linear.
+    assert line_figure([("a", xs, [0.2, 0.5, 1.0], None)], "x", "y").axes[0].get_yscale() == "linear"

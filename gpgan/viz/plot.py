@@ -174,6 +174,25 @@ def scatter_plot(path, point_sets, limits=None, title="", size=(560, 560), radiu
 # ----------------------------------------------------------------------------------------------
 # line plots
 
+LOG_SPAN = 100.0   # line and curve plots: positive values spanning this factor get a log y axis
+
+
+def _log_y(ax):
+    """A log y axis with plain tick labels (0.01, 0.1, 1): the style renders text literally, so
+    matplotlib's default 10^k labels (mathtext) would show their markup."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _spans_decades(arrays):
+    """Whether the finite values of ``arrays`` are all positive and span at least LOG_SPAN."""
+    values = numpy.concatenate([a[numpy.isfinite(a)] for a in arrays] + [numpy.zeros(0)])
+    return bool(values.size) and bool((values > 0).all()) and float(values.max() / values.min()) >= LOG_SPAN
+
+
 def _series(item, logx):
     """One ``(label, xs, ys, yerr[, style])`` item as validated host arrays."""
     if len(item) not in (4, 5):
@@ -224,10 +243,11 @@ def _draw_series(ax, xs, ys, err, style, color, label, dodge):
                     capsize=4, zorder=2, transform=transform)
 
 
-def _y_layout(prepared):
+def _y_layout(prepared, logy=False):
     """(ylim, (finite lo, finite hi), top band?, bottom band?): the finite values and their error
     bars fill the plot except for a band of BAND at the top when a y is +inf and at the bottom
-    when one is -inf or nan; the marks of those values sit in the bands."""
+    when one is -inf or nan; the marks of those values sit in the bands. With ``logy`` the same
+    layout in log10 space, the error bars cut at half the smallest value."""
     lows, highs, top, bottom = [], [], False, False
     for _, xs, ys, err, _ in prepared:
         ok = numpy.isfinite(ys)
@@ -237,6 +257,9 @@ def _y_layout(prepared):
         top |= bool((ys == numpy.inf).any())
         bottom |= bool((numpy.isnan(ys) | (ys == -numpy.inf)).any())
     lows, highs = numpy.concatenate(lows + [numpy.zeros(0)]), numpy.concatenate(highs + [numpy.zeros(0)])
+    if logy:
+        ys = numpy.concatenate([p[2][numpy.isfinite(p[2])] for p in prepared])
+        lows, highs = numpy.log10(numpy.maximum(lows, ys.min() / 2)), numpy.log10(highs)
     lo, hi = (0.0, 1.0) if lows.size == 0 else (float(lows.min()), float(highs.max()))
     if hi <= lo:
         half = abs(lo) * 0.1 or 0.5
@@ -245,13 +268,16 @@ def _y_layout(prepared):
     lo, hi = lo - pad, hi + pad
     below, above = (BAND if bottom else 0.0), (BAND if top else 0.0)
     total = (hi - lo) / (1.0 - below - above)
-    return (lo - below * total, hi + above * total), (lo, hi), top, bottom
+    ylim, finite_range = (lo - below * total, hi + above * total), (lo, hi)
+    if logy:
+        ylim, finite_range = tuple(10.0 ** v for v in ylim), tuple(10.0 ** v for v in finite_range)
+    return ylim, finite_range, top, bottom
 
 
-def _off_scale_bands(ax, finite_range, top, bottom):
+def _off_scale_bands(ax, finite_range, top, bottom, logy=False):
     """Shade the bands of non-finite marks and keep y ticks out of them (their heights mean nothing)."""
     from matplotlib.patches import Rectangle
-    from matplotlib.ticker import FixedLocator, MaxNLocator
+    from matplotlib.ticker import FixedLocator, LogLocator, MaxNLocator
 
     for used, y0 in ((top, 1.0 - BAND), (bottom, 0.0)):
         if used:
@@ -259,7 +285,8 @@ def _off_scale_bands(ax, finite_range, top, bottom):
                                    edgecolor="none", zorder=0))
     if top or bottom:
         lo, hi = finite_range
-        ticks = MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        locator = LogLocator() if logy else MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10])
+        ticks = locator.tick_values(lo, hi)
         ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if lo <= t <= hi]))
 
 
@@ -313,11 +340,14 @@ def _centred(k, count, step):
 def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None):
     """The Figure of :func:`line_plot` (same arguments but the path)."""
     prepared = [_series(item, logx) for item in series]
+    logy = _spans_decades([p[2] for p in prepared])
     with plot_style():
         figure = new_figure(size)
         ax = figure.add_subplot()
         if logx:
             ax.set_xscale("log")
+        if logy:
+            _log_y(ax)
         # Series with error bars stand a little apart, so that equal values keep visible bars.
         dodged = [k for k, p in enumerate(prepared) if p[4] != "level"]
         dodge = len(dodged) > 1 and any(prepared[k][3] is not None for k in dodged)
@@ -326,9 +356,9 @@ def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xt
             shift = _centred(dodged.index(k), len(dodged), DODGE_PT) if dodge and k in dodged else 0.0
             _draw_series(ax, xs, ys, err, style, color, label, shift)
             _mark_non_finite(ax, xs, ys, color, _centred(k, len(prepared), MARK_SPACING_PT))
-        ylim, finite_range, top, bottom = _y_layout(prepared)
+        ylim, finite_range, top, bottom = _y_layout(prepared, logy)
         ax.set_ylim(*ylim)
-        _off_scale_bands(ax, finite_range, top, bottom)
+        _off_scale_bands(ax, finite_range, top, bottom, logy)
         marked = any((~numpy.isfinite(p[2])).any() for p in prepared)
         side = max(MARK_SPACING_PT * (len(prepared) - 1) if marked else 0, DODGE_PT * (len(dodged) - 1) if dodge else 0)
         ax.set_xlim(*_x_limits(prepared, logx, size[0], side / 2))
@@ -358,7 +388,9 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE
             in ``PALETTE[k]``; when several line/points series have error bars, they are shifted
             a few points apart so that equal values keep their bars visible.
             A y of +inf is marked by a labelled triangle at the top edge, -inf (triangle) and nan
-            (cross) at the bottom edge, instead of being left out.
+            (cross) at the bottom edge, instead of being left out. When the finite ys are all
+            positive and span at least LOG_SPAN, the y axis is logarithmic (error bars cut at
+            half the smallest y).
         xlabel, ylabel, title: axis labels and title.
         logx: logarithmic x axis (every x must be positive).
         size: (width, height) in pixels.
@@ -369,15 +401,6 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE
 
 
 CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
-LOG_SPAN = 100.0              # curves_figure: positive means spanning this factor get log y axes
-
-
-def _spans_decades(arrays):
-    """Whether the finite values of ``arrays`` are all positive and span at least LOG_SPAN."""
-    values = numpy.concatenate([a[numpy.isfinite(a)] for a in arrays] + [numpy.zeros(0)])
-    return bool(values.size) and bool((values > 0).all()) and float(values.max() / values.min()) >= LOG_SPAN
-
-
 def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
     """Small multiples of curves: one panel per group, with a line and a shaded band each.
 
@@ -393,8 +416,6 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
     LOG_SPAN (a reverse KL falling from 1 to 0.005: on a linear axis every converged run would
     lie on zero); a band's lower edge that falls below the panel then stops at its bottom.
     """
-    from matplotlib.ticker import FuncFormatter, NullFormatter
-
     if not groups:
         raise ValueError("curves_figure: no groups to draw")
     labels = []
@@ -413,11 +434,7 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             name, lines = groups[k]
             floor = None
             if logy:
-                ax.set_yscale("log")
-                # Plain tick labels (0.01, 0.1, 1): the style renders text literally, so matplotlib's
-                # default 10^k labels (mathtext) would show their markup.
-                ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
-                ax.yaxis.set_minor_formatter(NullFormatter())
+                _log_y(ax)
                 means = numpy.concatenate([_host(line[2])[numpy.isfinite(_host(line[2]))] for line in lines]
                                           + [numpy.zeros(0)])
                 floor = float(means.min()) / 2 if means.size else None
