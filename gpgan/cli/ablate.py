@@ -52,6 +52,11 @@ sweep file (YAML):
   exclude: [{penalty.type: r2, penalty.weight: 10}]   combinations not to run (optional)
   out: experiments/ablations/NAME      default output folder (optional)
   title: ...                           REPORT.md heading (optional)
+  variants: {pairing: {common: {}, paper: {loss: wgan, train.critic_steps: 5}}}
+                                       named bundles of overrides; the name is an axis whose
+                                       values are the bundles (axes: {pairing: [common, paper]})
+  notes: |                             REPORT.md's "Findings" section, as written (optional)
+    ...
 
 output folder: runs/<config>/<run>/ (gpgan-train run folders), logs/<run>/ (trainer stdout and
 stderr), results.csv, REPORT.md, figures/. Finished runs are skipped, runs with a checkpoint are
