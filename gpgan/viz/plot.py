@@ -187,10 +187,22 @@ def _log_y(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def _finite(arrays):
+    """The finite values of ``arrays``, as one flat array (empty when there are none)."""
+    return numpy.concatenate([a[numpy.isfinite(a)].ravel() for a in arrays] + [numpy.zeros(0)])
+
+
 def _spans_decades(arrays):
     """Whether the finite values of ``arrays`` are all positive and span at least LOG_SPAN."""
-    values = numpy.concatenate([a[numpy.isfinite(a)] for a in arrays] + [numpy.zeros(0)])
+    values = _finite(arrays)
     return bool(values.size) and bool((values > 0).all()) and float(values.max() / values.min()) >= LOG_SPAN
+
+
+def _log_floor(arrays):
+    """Where a log axis cuts what reaches below it (error bars, bands): half the smallest finite
+    value of ``arrays``; None when there is none."""
+    values = _finite(arrays)
+    return float(values.min()) / 2 if values.size else None
 
 
 def _series(item, logx):
@@ -258,8 +270,7 @@ def _y_layout(prepared, logy=False):
         bottom |= bool((numpy.isnan(ys) | (ys == -numpy.inf)).any())
     lows, highs = numpy.concatenate(lows + [numpy.zeros(0)]), numpy.concatenate(highs + [numpy.zeros(0)])
     if logy:
-        ys = numpy.concatenate([p[2][numpy.isfinite(p[2])] for p in prepared])
-        lows, highs = numpy.log10(numpy.maximum(lows, ys.min() / 2)), numpy.log10(highs)
+        lows, highs = numpy.log10(numpy.maximum(lows, _log_floor([p[2] for p in prepared]))), numpy.log10(highs)
     lo, hi = (0.0, 1.0) if lows.size == 0 else (float(lows.min()), float(highs.max()))
     if hi <= lo:
         half = abs(lo) * 0.1 or 0.5
@@ -435,9 +446,7 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             floor = None
             if logy:
                 _log_y(ax)
-                means = numpy.concatenate([_host(line[2])[numpy.isfinite(_host(line[2]))] for line in lines]
-                                          + [numpy.zeros(0)])
-                floor = float(means.min()) / 2 if means.size else None
+                floor = _log_floor([_host(line[2]) for line in lines])
             for label, xs, mean, std in lines:
                 color = rgb(PALETTE[labels.index(label) % len(PALETTE)])
                 xs, mean = _host(xs), _host(mean)
