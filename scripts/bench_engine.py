@@ -41,6 +41,10 @@ its rise over the resident set before the first step). On CUDA: the peak of CuPy
     python scripts/bench_engine.py --device cpu --workloads r1 --profile
     python scripts/bench_engine.py --device cuda --torch
 
+Freed host memory is kept for reuse in the process, as gpgan's trainer keeps it
+(:mod:`gpgan.backend.host_memory`; ``GPGAN_KEEP_HOST_MEMORY=0`` leaves glibc's defaults); the
+policy is process-wide, so PyTorch's buffers, in the same process, are kept alike.
+
 Also reported on the CPU: the engine's own cost per function call, from 200,000 additions of
 one-element float32 Variables (recorded, under no_grad, and NumPy's bare ``a + b``).
 """
@@ -60,10 +64,17 @@ import numpy
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import gpgan  # noqa: E402
-from gpgan.backend import cupy_available, device_description, get_num_threads, to_device  # noqa: E402
+from gpgan.backend import (  # noqa: E402
+    cupy_available,
+    device_description,
+    get_num_threads,
+    keep_freed_host_memory,
+    to_device,
+)
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 
+HOST_MEMORY_KEPT = False  # set by main()
 WORKLOADS = ("r1", "wgangp", "generator", "toy_r1", "plain")
 DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
 
@@ -435,7 +446,8 @@ def bench_device(args, device, torch):
     else:
         machine = (f"{device_description('cpu')}, {cpu_cores()} available to this process; "
                    f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
-                   f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS)")
+                   f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); freed host memory "
+                   f"{'kept' if HOST_MEMORY_KEPT else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}}
     print(f"\n[{device}] {machine}")
@@ -565,6 +577,8 @@ def main(argv=None):
     parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global HOST_MEMORY_KEPT
+    HOST_MEMORY_KEPT = keep_freed_host_memory()  # as gpgan's trainer does; PyTorch's buffers alike
     if args.memory_child:
         return memory_child(args)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -1,8 +1,8 @@
 """Array backends: picks NumPy or CuPy for an array, moves arrays between devices.
 
 Owns everything device- and randomness-specific below the engine (the array module of an array,
-device names and descriptions, the global random generator and ``manual_seed``); it knows
-nothing of Variables or graphs.
+device names and descriptions, the global random generator and ``manual_seed``, the host
+allocator's policy); it knows nothing of Variables or graphs.
 
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
 """
@@ -15,6 +15,7 @@ from gpgan.backend.array_module import (
     get_array_module,
     to_device,
 )
+from gpgan.backend.host_memory import keep_freed_host_memory
 from gpgan.backend.random import get_rng, manual_seed
 from gpgan.backend.threads import get_num_threads, parallel_range, set_num_threads
 
@@ -31,4 +32,5 @@ __all__ = [
     "get_num_threads",
     "set_num_threads",
     "parallel_range",
+    "keep_freed_host_memory",
 ]

@@ -20,6 +20,7 @@ import time
 import numpy
 
 import gpgan
+from gpgan.backend import keep_freed_host_memory
 from gpgan.backend import random as global_random
 from gpgan.checkpoint import load_checkpoint, save_checkpoint
 from gpgan.metrics import is_better
@@ -69,6 +70,8 @@ class Trainer:
     """
 
     def __init__(self, config, run, quiet=False, dry_run=False):
+        if not dry_run:
+            keep_freed_host_memory()  # a step reuses the last step's pages (no page faults)
         self.config, self.run, self.quiet = config, run, quiet
         self.tc = tc = config["train"]
         self.parts = build_components(config, progress=not quiet)
