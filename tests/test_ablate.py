@@ -9,6 +9,7 @@ import csv
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -369,6 +370,9 @@ def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_
     assert "## Findings\n\nModes grow with the weight.\n" in report
     curve = "figures/curves/eval-modes__pairing-common.png"
     assert f"({curve})" in report and is_png(out / curve)
+    alt_texts = re.findall(r"!\[([^\]]*)\]", report)
+    assert any("against the step" in a for a in alt_texts)
+    assert all(a.count("(") == a.count(")") for a in alt_texts), alt_texts
     # The curve is the mean over seeds at each step: the fake trainer logs modes = 10 + seed + weight
     # + (5 at step 1, step - 3 after), so seeds 0 and 1 at weight 1 average 11.5 + that.
     from gpgan.studies.report import curve_stats

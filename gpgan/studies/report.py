@@ -260,6 +260,12 @@ def _best_lines(panels, metrics):
     return lines
 
 
+def _alt_text(caption):
+    """A figure's alt text: its caption up to the first ';', its brackets closed."""
+    head = caption.split(";")[0]
+    return head + ")" * (head.count("(") - head.count(")"))
+
+
 def _markdown(sweep, records, stats, panels, metrics, figures):
     total = len(records)
     count = {}
@@ -320,7 +326,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
         if len(figures) > 1:
             lines += [f"### {heading}", ""]
         for caption, rel in items:
-            lines += [f"{caption}:", "", f"![{caption.split(';')[0]}]({rel})", ""]
+            lines += [f"{caption}:", "", f"![{_alt_text(caption)}]({rel})", ""]
     if not any_fig:
         lines += ["No figures: no run has finished.", ""]
 
