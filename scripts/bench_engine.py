@@ -10,9 +10,10 @@ PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are
              leaky ReLU 0.2, linear 4096->1), batch 64 of 32x32x3: non-saturating loss on a real
              and a fake batch + R1 (weight 10: 5 * mean ||grad_x D(x_real)||^2), a double backward.
   wgangp     the same critic: WGAN loss + WGAN-GP penalty (lambda 10) on random interpolates.
-  generator  DCGAN generator (gpgan.models.DCGANGenerator: latent 128, width 64, BatchNorm in
-             training mode, 3 transposed convs) then the critic; non-saturating generator loss,
-             first order, gradients w.r.t. the generator's weights.
+  generator  DCGAN generator (gpgan.models.DCGANGenerator: latent 128, width 64, linear to
+             4x4x512, BatchNorm in training mode, 3 transposed convs 512->256->128->64, a 3x3 conv
+             to 3 channels) then the critic; non-saturating generator loss, first order, gradients
+             w.r.t. the generator's weights.
   toy_r1     MLP critic 2-512-512-512-1 (gpgan.models.MLPCritic, ReLU), batch 256: non-saturating
              loss + R1 (weight 1), as configs/quickstart.yaml at width 512.
   plain      the DCGAN critic's first-order step (non-saturating loss, no penalty).
