@@ -298,6 +298,28 @@ def test_curves_figure_keeps_colours_per_label_and_leaves_out_non_finite_means()
         curves_figure([], "x", "y")
 
 
+def test_a_one_panel_curves_figure_keeps_its_title_and_legend_inside():
+    """One narrow panel with a sweep's long title and labels: the figure is widened, the title
+    wrapped, the legend folded into rows, and every text lies within the figure once drawn."""
+    from gpgan.viz import curves_figure
+    from gpgan.viz.plot import CURVE_MIN_WIDTH_PX
+
+    title = "eval/high_quality, pairing=wgan_gp_paper, data.name=grid25, during training"
+    groups = [("wgan_gp", [("penalty.weight=0.1", [1, 2], [0.1, 0.2], None),
+                           ("penalty.weight=10", [1, 2], [0.0, 0.1], None)])]
+    figure = curves_figure(groups, "generator step", "eval/high_quality", title=title)
+    width, height = figure.get_size_inches() * figure.dpi
+    assert width == pytest.approx(CURVE_MIN_WIDTH_PX)
+    assert "\n" in figure._suptitle.get_text()
+    assert figure._suptitle.get_text().replace("\n", " ") == title
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    texts = [figure._suptitle] + list(figure.legends[0].get_texts())
+    for text in texts:
+        box = text.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= width + 0.5, (text.get_text(), box)
+
+
 def test_curves_over_two_decades_get_a_log_axis_and_bands_stop_at_its_bottom():
     from gpgan.viz import curves_figure
 

@@ -5,6 +5,7 @@ artists can be inspected), and the other function writes that figure to a file. 
 arrays may be NumPy or CuPy arrays or Variables; they are copied to the host first.
 """
 import math
+import textwrap
 
 import numpy
 
@@ -412,6 +413,10 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE
 
 
 CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
+# Rough widths in pixels of a character of a figure's title and of a legend entry, and of a legend
+# entry's line sample: enough to wrap a title and to fold a legend into the figure's width.
+_TITLE_CHAR_PX, _LEGEND_CHAR_PX, _LEGEND_HANDLE_PX = 9.0, 7.0, 45
+CURVE_MIN_WIDTH_PX = 480       # a figure of one or two panels still holds its title and legend
 def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
     """Small multiples of curves: one panel per group, with a line and a shaded band each.
 
@@ -436,7 +441,8 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
     ncols = max(1, min(int(ncols), len(groups)))
     nrows = -(-len(groups) // ncols)
     with plot_style():
-        figure = new_figure((CURVE_PANEL_PX[0] * ncols, CURVE_PANEL_PX[1] * nrows + 60))
+        width = max(CURVE_PANEL_PX[0] * ncols, CURVE_MIN_WIDTH_PX)
+        figure = new_figure((width, CURVE_PANEL_PX[1] * nrows + 60))
         axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
         for k, ax in enumerate(axes.ravel()):
             if k >= len(groups):
@@ -465,11 +471,13 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
                 ax.set_ylabel(ylabel)
             if k // ncols == nrows - 1 or k + ncols >= len(groups):
                 ax.set_xlabel(xlabel)
-        if title:
-            figure.suptitle(title)
+        if title:  # wrapped to the figure's width: one narrow panel must not cut it off
+            figure.suptitle(textwrap.fill(title, max(20, int(width / _TITLE_CHAR_PX))))
         handles = [axes.ravel()[0].plot([], [], color=rgb(PALETTE[i % len(PALETTE)]), label=lab)[0]
                    for i, lab in enumerate(labels)]
-        figure.legend(handles=handles, loc="outside lower center", ncols=min(len(labels), 6), frameon=False)
+        entry = _LEGEND_CHAR_PX * max(len(str(lab)) for lab in labels) + _LEGEND_HANDLE_PX
+        figure.legend(handles=handles, loc="outside lower center", frameon=False,
+                      ncols=max(1, min(len(labels), 6, int(width // entry))))
     return figure
 
 
