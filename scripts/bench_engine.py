@@ -75,7 +75,6 @@ from gpgan.backend import (  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 
-HOST_MEMORY_KEPT = False  # set by main()
 WORKLOADS = ("r1", "wgangp", "generator", "toy_r1", "plain")
 DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
 
@@ -448,7 +447,7 @@ def bench_device(args, device, torch):
         machine = (f"{device_description('cpu')}, {cpu_cores()} available to this process; "
                    f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
                    f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); freed host memory "
-                   f"{'kept' if HOST_MEMORY_KEPT else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY)")
+                   f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}}
     print(f"\n[{device}] {machine}")
@@ -578,8 +577,7 @@ def main(argv=None):
     parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    global HOST_MEMORY_KEPT
-    HOST_MEMORY_KEPT = keep_freed_host_memory()  # as gpgan's trainer does; PyTorch's buffers alike
+    args.host_memory_kept = keep_freed_host_memory()  # as gpgan's trainer does; PyTorch's buffers alike
     if args.memory_child:
         return memory_child(args)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -417,6 +417,8 @@ CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
 # entry's line sample: enough to wrap a title and to fold a legend into the figure's width.
 _TITLE_CHAR_PX, _LEGEND_CHAR_PX, _LEGEND_HANDLE_PX = 9.0, 7.0, 45
 CURVE_MIN_WIDTH_PX = 480       # a figure of one or two panels still holds its title and legend
+
+
 def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
     """Small multiples of curves: one panel per group, with a line and a shaded band each.
 
@@ -475,7 +477,7 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             figure.suptitle(textwrap.fill(title, max(20, int(width / _TITLE_CHAR_PX))))
         handles = [axes.ravel()[0].plot([], [], color=rgb(PALETTE[i % len(PALETTE)]), label=lab)[0]
                    for i, lab in enumerate(labels)]
-        entry = _LEGEND_CHAR_PX * max(len(str(lab)) for lab in labels) + _LEGEND_HANDLE_PX
+        entry = _LEGEND_CHAR_PX * max((len(str(lab)) for lab in labels), default=0) + _LEGEND_HANDLE_PX
         figure.legend(handles=handles, loc="outside lower center", frameon=False,
                       ncols=max(1, min(len(labels), 6, int(width // entry))))
     return figure
