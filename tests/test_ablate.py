@@ -652,12 +652,57 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()} == stamps
     assert (out / "REPORT.md").read_text() == report
 
-    # After editing `set:` the finished runs no longer match their names: refuse to mix configs.
-    sweep.write_text(REAL_TINY.replace("train.steps: 12", "train.steps: 14"))
+    # After editing `set:` the finished runs no longer match their names: refuse to mix configs,
+    # also in the dry run's plan.
+    sweep.write_text(REAL_TINY.replace("train.batch_size: 32", "train.batch_size: 16"))
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 2
     err = capsys.readouterr().err
-    assert "4 run folder(s)" in err and "train.steps: run has 12, sweep asks 14" in err
+    assert "4 run folder(s)" in err and "train.batch_size: run has 32, sweep asks 16" in err
+    assert main([str(sweep), "--out", str(out), "--dry-run"]) == 2
+    assert "train.batch_size: run has 32, sweep asks 16" in capsys.readouterr().err
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()} == stamps
+
+
+CONSTANT_RATE = "\n  optim.generator.schedule: constant\n  optim.critic.schedule: constant"
+
+
+def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trainer, capsys):
+    """Raising `train.steps` in the sweep continues the finished runs from their last checkpoint
+    (at a constant rate they then end where runs made that long from the start end); lowering it
+    is a mismatch."""
+    short = REAL_TINY.replace("train.steps: 12", "train.steps: 12" + CONSTANT_RATE)
+    short = short.replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]").replace("[0, 1]", "[0]")
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(short)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0, capsys.readouterr()
+    capsys.readouterr()
+
+    sweep.write_text(short.replace("train.steps: 12", "train.steps: 18"))
+    assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+    assert "extend   type-r1__weight-1.0__seed-0 (to 18 steps)" in capsys.readouterr().out
+    assert main([str(sweep), "--out", str(out)]) == 0, capsys.readouterr()
+    assert "skipped 0, started 0, resumed 0, extended 1; finished 1" in capsys.readouterr().out
+    [run] = out.glob("runs/*/*")
+    final = json.loads((run / "final.json").read_text())
+    assert final["steps"] == 18
+    assert "--resume" in (run / "stdout.log").read_text() and "train.steps=18" in (run / "stdout.log").read_text()
+
+    direct = tmp_path / "direct.yaml"
+    direct.write_text(short.replace("train.steps: 12", "train.steps: 18"))
+    out_direct = tmp_path / "out_direct"
+    assert main([str(direct), "--out", str(out_direct)]) == 0, capsys.readouterr()
+    [run_direct] = out_direct.glob("runs/*/*")
+    assert json.loads((run_direct / "final.json").read_text())["final"] == final["final"]
+    with np.load(run / "checkpoints" / "ckpt_000018.npz") as a, \
+            np.load(run_direct / "checkpoints" / "ckpt_000018.npz") as b:
+        params = [k for k in a.files if k.startswith(("module/", "optimizer/"))]
+        assert params and all(np.array_equal(a[k], b[k]) for k in params)
+    capsys.readouterr()
+
+    sweep.write_text(short.replace("train.steps: 12", "train.steps: 15"))
+    assert main([str(sweep), "--out", str(out)]) == 2
+    assert "train.steps: run has 18, sweep asks 15" in capsys.readouterr().err
 
 
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):

@@ -12,7 +12,7 @@ import os
 import sys
 
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
-from gpgan.studies.runner import config_mismatches, stale_message
+from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
 
 
 def _devices(text):
@@ -118,12 +118,14 @@ def main(argv=None):
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
 
     if args.dry_run:
-        specs = expand_runs(sweep)
-        for spec in specs:
-            state, _ = run_state(out, spec.name)
-            action = {"finished": "skip", "resumable": "resume", "stale": "restart", "absent": "start"}[state]
-            print(f"{action:8s} {spec.name}")
-        print(f"{len(specs)} runs in {out}")
+        stale = config_mismatches(sweep, out, allow_longer=True)
+        if stale:
+            print(f"gpgan-ablate: {stale_message(out, stale)}", file=sys.stderr)
+            return 2
+        plan = plan_runs(sweep, out)
+        for spec, action, _, steps in plan:
+            print(f"{action:8s} {spec.name}" + (f" (to {steps} steps)" if steps is not None else ""))
+        print(f"{len(plan)} runs in {out}")
         return 0
 
     if not args.report_only:

@@ -9,7 +9,10 @@ Output folder layout (``OUT`` is the sweep's output folder)::
 
 A run is skipped when its final.json says ``"status": "finished"``; a run folder without it is
 continued with ``--resume`` when it holds a checkpoint and otherwise cleared and started afresh.
-Failed runs are recorded and retried the next time the sweep runs.
+A run whose config differs from the sweep's only in a larger ``train.steps`` (the sweep was made
+longer) is extended: resumed from its newest checkpoint with ``--set train.steps=N``, as one
+uninterrupted run of N steps would continue. Failed runs are recorded and retried the next time
+the sweep runs.
 """
 
 import glob
@@ -42,6 +45,7 @@ __all__ = [
     "StaleRunError",
     "config_mismatches",
     "stale_message",
+    "plan_runs",
 ]
 
 TRAINER_ENV = "GPGAN_TRAIN_CMD"
@@ -109,12 +113,25 @@ class StaleRunError(SweepError):
     """Existing run folders were made with a config other than the one the sweep asks for."""
 
 
-def config_mismatches(sweep, out_dir, specs=None):
+def _wanted_config(sweep, spec):
+    """The config the sweep asks ``spec`` to run with (raises ValueError/OSError when the trainer
+    would refuse it)."""
+    return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
+
+
+def _is_extension(diff):
+    """A difference in ``train.steps`` only upward: the run can be extended, not a mismatch."""
+    key, old, new = diff
+    return key == "train.steps" and isinstance(old, int) and isinstance(new, int) and new > old
+
+
+def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
     """[(run name, [(key, value in the run's config.yaml, value the sweep asks for)])] for every
     existing run folder (finished or resumable) whose config differs from base + set + axes (e.g.
     after ``set:`` was edited: its name alone would make the old run count as done), ignoring the
-    keys that do not change what a run computes. Folders without a config.yaml (another trainer's)
-    and settings the trainer rejects are left to the trainer."""
+    keys that do not change what a run computes. With ``allow_longer``, a larger ``train.steps``
+    is no mismatch (such a run is extended, see :func:`plan_runs`). Folders without a config.yaml
+    (another trainer's) and settings the trainer rejects are left to the trainer."""
     out = []
     for spec in expand_runs(sweep) if specs is None else specs:
         run_dir = find_run_dir(out_dir, spec.name)
@@ -124,13 +141,42 @@ def config_mismatches(sweep, out_dir, specs=None):
         if not run.exists() or run.state() == "stale":  # a stale folder is cleared and started again
             continue
         try:
-            wanted = load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
-            diffs = run.config_differences(wanted)
+            diffs = run.config_differences(_wanted_config(sweep, spec))
         except (OSError, ValueError):  # an unreadable folder or a setting the trainer rejects
             continue
+        if allow_longer:
+            diffs = [d for d in diffs if not _is_extension(d)]
         if diffs:
             out.append((spec.name, diffs))
     return out
+
+
+def _longer_steps(sweep, spec, run_dir):
+    """The sweep's ``train.steps`` for ``spec`` when it is larger than the run's, else None."""
+    try:
+        diffs = RunFolder(run_dir).config_differences(_wanted_config(sweep, spec))
+    except (OSError, ValueError):
+        return None
+    return next((d[2] for d in diffs if _is_extension(d)), None)
+
+
+def plan_runs(sweep, out_dir, specs=None):
+    """``[(spec, action, run folder or None, steps or None)]`` for every run of ``sweep``, in
+    order. ``action``: "skip" (finished), "start" (no folder), "restart" (a stale folder, cleared),
+    "resume" (interrupted, from its newest checkpoint) or "extend" (finished or interrupted with
+    fewer ``train.steps`` than the sweep asks, ``steps``: resumed with ``train.steps=steps``).
+    Call :func:`config_mismatches` with ``allow_longer=True`` first: other differences are not
+    looked at here."""
+    plan = []
+    for spec in expand_runs(sweep) if specs is None else specs:
+        state, run_dir = run_state(out_dir, spec.name)
+        steps = _longer_steps(sweep, spec, run_dir) if state in ("finished", "resumable") else None
+        if steps is not None:
+            action = "extend"
+        else:
+            action = {"finished": "skip", "absent": "start", "stale": "restart", "resumable": "resume"}[state]
+        plan.append((spec, action, run_dir, steps))
+    return plan
 
 
 def stale_message(out_dir, stale):
@@ -147,7 +193,7 @@ def stale_message(out_dir, stale):
 @dataclass
 class JobResult:
     name: str
-    action: str          # "start" (no folder), "restart" (stale folder cleared), "resume"
+    action: str          # "start" (no folder), "restart" (stale folder cleared), "resume", "extend"
     status: str          # "finished" | "failed" | "interrupted" (exit 130 with a checkpoint)
     returncode: int      # None when the trainer never ran
     seconds: float       # wall time of this attempt
@@ -167,7 +213,7 @@ class SweepSummary:
 
     def counts(self):
         c = {"total": self.total, "skipped": self.skipped}
-        for action in ("start", "restart", "resume"):
+        for action in ("start", "restart", "resume", "extend"):
             c[action] = sum(r.action == action for r in self.results)
         c["finished"] = sum(r.status == "finished" for r in self.results)
         c["failed"] = len(self.failed)
@@ -176,8 +222,9 @@ class SweepSummary:
 
     def line(self):
         c = self.counts()
+        extended = f", extended {c['extend']}" if c["extend"] else ""
         text = (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
-                f"resumed {c['resume']}; finished {c['finished']}, failed {c['failed']}")
+                f"resumed {c['resume']}{extended}; finished {c['finished']}, failed {c['failed']}")
         if c["interrupted"]:
             text += f", interrupted {c['interrupted']}"
         cpu = [r.cpu_seconds for r in self.results if r.cpu_seconds is not None]
@@ -199,9 +246,11 @@ class _Runner:
         self.lock = threading.Lock()
         self.done = 0
 
-    def command(self, spec, action, run_dir, device):
-        if action == "resume":
+    def command(self, spec, action, run_dir, device, steps=None):
+        if action in ("resume", "extend"):
             cmd = self.trainer + ["--resume", str(run_dir)]
+            if steps is not None:
+                cmd += ["--set", f"train.steps={steps}"]
         else:
             cmd = self.trainer + [os.path.realpath(self.sweep.base)]
             for key, value in spec.overrides:
@@ -211,22 +260,22 @@ class _Runner:
             cmd += ["--device", "cuda"]
         return cmd
 
-    def run(self, index, total, spec, action, run_dir):
+    def run(self, index, total, spec, action, run_dir, steps):
         device = self.devices.get() if self.devices is not None else None
         try:
-            return self._run(index, total, spec, action, run_dir, device)
+            return self._run(index, total, spec, action, run_dir, steps, device)
         finally:
             if self.devices is not None:
                 self.devices.put(device)
 
-    def _run(self, index, total, spec, action, run_dir, device):
+    def _run(self, index, total, spec, action, run_dir, steps, device):
         if self.trainers.stopping:
             return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
         if action == "restart":
             shutil.rmtree(run_dir)
         logs = logs_dir(self.out_dir, spec.name)
         os.makedirs(logs, exist_ok=True)
-        cmd = self.command(spec, action, run_dir, device)
+        cmd = self.command(spec, action, run_dir, device, steps)
         where = f" on device {device}" if device is not None else ""
         with self.lock:
             self.log(f"[{index}/{total}] {action} {spec.name}{where}")
@@ -298,22 +347,17 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
     out_dir = os.fspath(out_dir)
     trainer = trainer_command(trainer_cmd)
     specs = expand_runs(sweep)
-    stale = config_mismatches(sweep, out_dir, specs)
+    stale = config_mismatches(sweep, out_dir, specs, allow_longer=True)
     if stale:
         raise StaleRunError(stale_message(out_dir, stale))
-    todo, skipped = [], 0
-    for spec in specs:
-        state, run_dir = run_state(out_dir, spec.name)
-        if state == "finished":
-            skipped += 1
-            continue
-        action = {"absent": "start", "stale": "restart", "resumable": "resume"}[state]
-        todo.append((spec, action, run_dir))
+    plan = plan_runs(sweep, out_dir, specs)
+    todo = [job for job in plan if job[1] != "skip"]
+    skipped = len(plan) - len(todo)
     jobs = max(1, int(jobs if jobs is not None else (len(todo) if cluster == "ray" else 1)))
     if cluster == "ray":
         from gpgan.studies.cluster import RayTrainers
 
-        gpu = bool(devices) or any(_config_device(sweep, spec) == "cuda" for spec, _, _ in todo)
+        gpu = bool(devices) or any(_config_device(sweep, spec) == "cuda" for spec, *_ in todo)
         trainers = RayTrainers(ray_address, gpu=gpu, forces_cuda=bool(devices))
         devices = None  # Ray assigns the GPUs
     else:
@@ -337,13 +381,13 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
     finally:
         trainers.close()
     pool.shutdown(wait=True)
-    ordered = [results[spec.name] for spec, _, _ in todo]
+    ordered = [results[spec.name] for spec, *_ in todo]
     return SweepSummary(total=len(specs), skipped=skipped, results=ordered)
 
 
 def _config_device(sweep, spec):
     """The device a run's config asks for (None when the trainer would refuse the config)."""
     try:
-        return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])["device"]
+        return _wanted_config(sweep, spec)["device"]
     except (OSError, ValueError):
         return None
