@@ -523,7 +523,7 @@ def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
     assert statuses == {n: ("interrupted" if n in running else "not run") for n in statuses}
     report = (out / "REPORT.md").read_text()
     assert "## Failures\n\nNone." in report and "## Incomplete runs" in report
-    assert f"- `{running[0]}`: interrupted (fake trainer: interrupted)" in report
+    assert f"- `{running[0]}`: interrupted, checkpoint at step 1\n" in report  # no config.yaml: no target
     for name in running:
         assert "fake trainer: interrupted" in (out / "logs" / name / "stderr.log").read_text()
     assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
@@ -717,6 +717,8 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
     assert rows["1.0"]["status"] == "interrupted" and rows["-1"]["status"] == "failed"
+    report = (out / "REPORT.md").read_text()
+    assert re.search(r"- `type-r1__weight-1.0__seed-0`: interrupted, checkpoint at step 6 of 12\n", report)
     assert "penalty.weight: got" in rows["-1"]["error"] and "out of range" in rows["-1"]["error"]
     assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1

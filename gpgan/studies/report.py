@@ -346,10 +346,19 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
     if incomplete:
         lines += ["## Incomplete runs", ""]
         for r in incomplete:
-            last = r.error.splitlines()[-1] if r.error else ""
-            lines.append(f"- `{r.spec.name}`: {r.status}" + (f" ({last})" if last else ""))
+            lines.append(f"- `{r.spec.name}`: {r.status}" + _progress_text(r))
         lines += ["", "Running the sweep again resumes interrupted and unfinished runs and starts the others.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _progress_text(rec):
+    """Where an incomplete run stands: its checkpoint (the step a new sweep resumes it from),
+    else the last line of its error."""
+    if rec.checkpoint_step is not None:
+        of = f" of {rec.target_steps:,}" if rec.target_steps is not None else ""
+        return f", checkpoint at step {rec.checkpoint_step:,}{of}"
+    last = rec.error.splitlines()[-1] if rec.error else ""
+    return f" ({last})" if last else ""
 
 
 def write_report(sweep, out_dir, report_dir=None):

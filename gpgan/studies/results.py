@@ -43,6 +43,8 @@ class RunRecord:
     error: str = ""
     sample: str = None                           # samples/final.png, when there is one
     curves: dict = field(default_factory=dict)   # metric -> [(step, value)]
+    checkpoint_step: int = None                  # an unfinished run: its newest checkpoint's step
+    target_steps: int = None                     # an unfinished run: train.steps of its config
 
 
 def _aliases(name):
@@ -118,6 +120,18 @@ def _read_failure(out_dir, name):
     return status, str(data.get("error") or f"exit code {data.get('returncode')}")
 
 
+def _read_progress(rec, run):
+    """Where an unfinished run stands: its newest checkpoint's step, and the steps it is to run
+    (left None where the folder does not say)."""
+    checkpoints = run.checkpoints()
+    if checkpoints:
+        rec.checkpoint_step = checkpoints[-1][0]
+    try:
+        rec.target_steps = run.read_config()["train"]["steps"]
+    except (OSError, ValueError, KeyError, TypeError):  # another trainer's folder, a damaged config
+        pass
+
+
 def collect_results(sweep, out_dir, metrics=None):
     """One record per run of the sweep, in sweep order."""
     out_dir = os.fspath(out_dir)
@@ -140,6 +154,8 @@ def collect_results(sweep, out_dir, metrics=None):
             steps = final.get("steps")
             rec.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
             rec.wall_time_s = _number(final.get("wall_time_s"))
+        if run_dir is not None and rec.status != "finished":
+            _read_progress(rec, RunFolder(run_dir))
         if run_dir is not None and rec.status == "finished":
             try:
                 rows = RunFolder(run_dir).read_metrics()
