@@ -60,8 +60,9 @@ sweep file (YAML):
 
 output folder: runs/<config>/<run>/ (gpgan-train run folders), logs/<run>/ (trainer stdout and
 stderr), results.csv, REPORT.md, figures/. Finished runs are skipped, runs with a checkpoint are
-resumed, failed runs are recorded and retried on the next invocation. GPGAN_TRAIN_CMD replaces
-the trainer command (default: python -m gpgan.cli.train).
+resumed, failed runs are recorded and retried on the next invocation. A larger train.steps in the
+sweep file extends its runs from their last checkpoint; any other config change is refused.
+GPGAN_TRAIN_CMD replaces the trainer command (default: python -m gpgan.cli.train).
 
 --cluster ray: every run is a Ray task on an existing cluster (`ray start --head` on one node,
 `ray start --address HEAD:PORT` on the others; pip install -e '.[ray]' on each), with one GPU
