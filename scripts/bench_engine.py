@@ -60,12 +60,14 @@ import sys
 import time
 import tracemalloc
 
-import numpy
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+# gpgan before NumPy, as in gpgan-train: it sets OpenBLAS's idle spin before OpenBLAS loads.
 import gpgan  # noqa: E402
+import numpy  # noqa: E402
 from gpgan.backend import (  # noqa: E402
+    BLAS_IDLES_BRIEFLY,
+    available_cores,
     cupy_available,
     device_description,
     get_num_threads,
@@ -77,11 +79,6 @@ from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 
 WORKLOADS = ("r1", "wgangp", "generator", "toy_r1", "plain")
 DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
-
-
-def cpu_cores():
-    """Cores this process may run on."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
 
 
 def blas_description():
@@ -378,7 +375,7 @@ def memory_child(args):
     if args.memory_child[1] == "torch":
         import torch
 
-        torch.set_num_threads(cpu_cores())
+        torch.set_num_threads(available_cores())
         step = torch_step(work, torch)
     else:
         step = work.step
@@ -444,9 +441,10 @@ def bench_device(args, device, torch):
 
         machine = f"{device_description('cuda')}, CuPy {cupy.__version__}"
     else:
-        machine = (f"{device_description('cpu')}, {cpu_cores()} available to this process; "
+        machine = (f"{device_description('cpu')}, {available_cores()} available to this process; "
                    f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
-                   f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); freed host memory "
+                   f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); OpenBLAS's idle spin "
+                   f"{'short' if BLAS_IDLES_BRIEFLY else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host memory "
                    f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}}
@@ -596,7 +594,7 @@ def main(argv=None):
         except ImportError:
             print("PyTorch is not installed: --torch skipped")
         else:
-            torch.set_num_threads(cpu_cores())
+            torch.set_num_threads(available_cores())
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
     reports = [bench_device(args, device, torch) for device in devices]

@@ -22,12 +22,13 @@ import statistics
 import sys
 import time
 
-import numpy
-
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-from gpgan.backend import device_description  # noqa: E402
+# gpgan before NumPy: it sets OpenBLAS's idle spin before OpenBLAS loads (gpgan.backend.blas_idle).
+import gpgan  # noqa: E402,F401
+import numpy  # noqa: E402
+from gpgan.backend import available_cores, device_description  # noqa: E402
 from gpgan.metrics.inception import InceptionV3, load_state_dict, random_state_dict  # noqa: E402
 
 
@@ -71,7 +72,7 @@ def main():
     parser.add_argument("--torch", action="store_true", help="also time pytorch-fid (CPU)")
     args = parser.parse_args()
 
-    threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    threads = available_cores()
     state = load_state_dict(args.weights) if args.weights else random_state_dict(0)
     images = numpy.random.default_rng(0).integers(0, 256, (args.n, 3, args.size, args.size), numpy.uint8)
     runners = {"gpgan": gpgan_runner(state, images, args.batch_size, args.device)}

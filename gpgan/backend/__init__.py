@@ -6,6 +6,8 @@ allocator's policy); it knows nothing of Variables or graphs.
 
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
 """
+# First, before anything imports NumPy: OpenBLAS reads its idle-spin setting when it is loaded.
+from gpgan.backend.blas_idle import BLAS_IDLES_BRIEFLY  # noqa: I001
 from gpgan.backend.array_module import (
     DEVICES,
     check_same_device,
@@ -17,9 +19,10 @@ from gpgan.backend.array_module import (
 )
 from gpgan.backend.host_memory import keep_freed_host_memory
 from gpgan.backend.random import get_rng, manual_seed
-from gpgan.backend.threads import get_num_threads, parallel_range, set_num_threads
+from gpgan.backend.threads import available_cores, get_num_threads, parallel_range, set_num_threads
 
 __all__ = [
+    "BLAS_IDLES_BRIEFLY",
     "DEVICES",
     "check_same_device",
     "cupy_available",
@@ -29,6 +32,7 @@ __all__ = [
     "to_device",
     "get_rng",
     "manual_seed",
+    "available_cores",
     "get_num_threads",
     "set_num_threads",
     "parallel_range",

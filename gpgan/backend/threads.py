@@ -5,18 +5,21 @@ while it does, so a few Python threads working on disjoint slices of one array r
 :func:`parallel_range` splits a range of indexes (usually the batch axis) into one contiguous
 chunk per thread; the calling thread takes the first chunk, a small pool the others.
 
-The number of threads is 1 (no splitting) unless ``GPGAN_NUM_THREADS`` or :func:`set_num_threads`
-says otherwise. It is off by default because it did not pay on the 2-core machine it was measured
-on: clean-step medians of the DCGAN R1 step 274 ms on one thread against 293 ms on two, the
-generator step 641 against 618 ms (OpenBLAS's worker threads, spinning after each GEMM, compete
-with the split copies for the same cores). CuPy arrays are never split: a GPU kernel is parallel
-already.
+The number of threads is ``GPGAN_NUM_THREADS`` or :func:`set_num_threads`'s; by default, the cores
+this process may use, provided OpenBLAS's idle workers sleep at once
+(:mod:`gpgan.backend.blas_idle`, which gpgan arranges when it is imported before NumPy), else 1.
+Split passes only pay on cores no BLAS worker is spinning on: on the 2-core Xeon of the README's
+benchmarks, two threads took the DCGAN R1 step from 143 to 133 ms and the generator step from
+325 to 269 ms with OpenBLAS's idle spin cut short, and gained nothing with its default spin.
+CuPy arrays are never split: a GPU kernel is parallel already.
 """
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["get_num_threads", "set_num_threads", "parallel_range"]
+from gpgan.backend.blas_idle import BLAS_IDLES_BRIEFLY
+
+__all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range"]
 
 # Below this many bytes of work per thread, splitting costs more than it saves (waking a pool
 # thread and handing the GIL back and forth takes tens of microseconds, about what NumPy needs to
@@ -24,10 +27,17 @@ __all__ = ["get_num_threads", "set_num_threads", "parallel_range"]
 MIN_BYTES_PER_THREAD = 4 << 20
 
 
+def available_cores():
+    """The number of cores this process may run on (its affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _default_threads():
     env = os.environ.get("GPGAN_NUM_THREADS")
     if not env:
-        return 1
+        return available_cores() if BLAS_IDLES_BRIEFLY else 1
     try:
         value = int(env)
     except ValueError:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 
-from gpgan.studies.trainers import gpgan_pythonpath, start_trainer, wait_for
+from gpgan.studies.trainers import THREAD_VARS, gpgan_pythonpath, start_trainer, wait_for
 from gpgan.studies.sweep import SweepError
 from gpgan.train.loop import PARENT_ENV
 
@@ -136,8 +136,8 @@ class RayTrainers:
         resources = {"num_gpus": 1, "num_cpus": 0} if gpu else {"num_cpus": 1}
         self.task = ray.remote(run_trainer_task).options(max_retries=0, **resources)
         self.forces_cuda = forces_cuda
-        # One BLAS thread per trainer: each task holds one CPU.
-        self.env = {var: "1" for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
+        # One thread per trainer: each task holds one CPU.
+        self.env = {var: "1" for var in THREAD_VARS}
         self.lock = threading.Lock()
         self.live = set()
         self.stopping = False

@@ -10,9 +10,10 @@ import time
 
 from gpgan.train.loop import PARENT_ENV
 
-__all__ = ["LocalTrainers", "start_trainer", "wait_for", "gpgan_pythonpath"]
+__all__ = ["THREAD_VARS", "LocalTrainers", "start_trainer", "wait_for", "gpgan_pythonpath"]
 
-_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+#: The variables that set a trainer's threads: BLAS's, OpenMP's and gpgan's own array passes.
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GPGAN_NUM_THREADS")
 
 
 def wait_for(proc, poll=None):
@@ -63,9 +64,9 @@ def gpgan_pythonpath(existing=""):
 def _child_env(device, jobs):
     env = dict(os.environ)
     env["PYTHONPATH"] = gpgan_pythonpath(env.get("PYTHONPATH", ""))
-    # N concurrent trainers should not each spawn one BLAS thread per core.
+    # N concurrent trainers should not each spawn one thread per core.
     threads = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
-    for var in _THREAD_VARS:
+    for var in THREAD_VARS:
         env.setdefault(var, threads)
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)

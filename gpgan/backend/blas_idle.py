@@ -1,0 +1,42 @@
+"""OpenBLAS's idle worker threads are told to sleep at once, so that gpgan's own threads get the cores.
+
+After each GEMM, OpenBLAS's worker threads spin on their core waiting for the next one, by default
+for 2**28 CPU cycles (about a tenth of a second). A CPU training step runs GEMMs between large
+copies and elementwise passes (im2col, col2im, batch normalization), and those passes split over
+the cores (:mod:`gpgan.backend.threads`) only pay if no BLAS thread is spinning on the other core.
+On the 2-core Xeon of the README's benchmarks, with the passes on two threads, the DCGAN R1
+critic step took 142 ms with OpenBLAS's default spin and 133 ms with it cut short, the generator
+step 325 and 269 ms; with OpenBLAS spinning, two threads were no faster than one.
+
+OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` (the spin as a power of two of cycles, 4 to 30) once,
+when it is loaded, which NumPy's import does. So this module must run before NumPy is imported:
+``gpgan/backend/__init__.py`` imports it first, and ``gpgan/__init__.py`` imports the backend
+first. A value the user set is kept. When NumPy was loaded before gpgan without the variable, the
+spin stays long and :data:`BLAS_IDLES_BRIEFLY` is False; the thread default then stays at one.
+
+This module imports nothing but the standard library, and must keep it that way.
+"""
+import os
+import sys
+
+__all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "BLAS_IDLES_BRIEFLY"]
+
+TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
+#: 2**4 cycles, the shortest spin OpenBLAS accepts: an idle worker goes to sleep at once.
+SHORT_TIMEOUT = 4
+# A spin of at most 2**18 cycles (about 0.1 ms) measured as well as the shortest.
+_BRIEF_ENOUGH = 18
+
+
+def _configure():
+    """Set the short spin if NumPy (and so OpenBLAS) is not loaded yet; True when it is in effect."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault(TIMEOUT_ENV, str(SHORT_TIMEOUT))
+    try:
+        return int(os.environ.get(TIMEOUT_ENV, "")) <= _BRIEF_ENOUGH
+    except ValueError:
+        return False
+
+
+#: True when this process's OpenBLAS was loaded with a brief idle spin (see the module docstring).
+BLAS_IDLES_BRIEFLY = _configure()
