@@ -19,9 +19,10 @@ PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are
   plain      the DCGAN critic's first-order step (non-saturating loss, no penalty).
 
 gpgan's penalties and losses are gpgan.losses' (what training runs); PyTorch's are the same
-formulas written with torch. With ``--torch`` the two engines' steps are timed interleaved (one
-gpgan step, one PyTorch step, ..., alternating which goes first), so load from other processes
-hits both alike; PyTorch runs with TF32 off and ``torch.set_num_threads`` = the cores this process
+formulas written with torch. With ``--torch`` the two engines' steps are timed interleaved in
+turns (``--turn K``: K gpgan steps, K PyTorch steps, ..., alternating which goes first; each turn's
+first step untimed, the others back to back as in training), so load from other processes hits
+both alike; PyTorch runs with TF32 off and ``torch.set_num_threads`` = the cores this process
 may use. Reported per workload: median and min over ``--steps`` timed steps (after ``--warmup``),
 quartiles, process CPU time, the ratio gpgan / PyTorch of the medians (and of the mins), the loss
 of both, the relative error of both engines' gradients against gpgan's float64 gradients (same
@@ -270,15 +271,22 @@ def foreign_load(before, after, wall_ms):
     return max(foreign, 0) * 10.0 / (wall_ms * (os.cpu_count() or 1))
 
 
-def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0, settle_s=0.0):
-    """Wall and process-CPU milliseconds of each runner's steps, interleaved (the runners' order
-    alternates every round), with the share of the machine other processes used during each step.
+def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0, settle_s=0.0, turn=1):
+    """Wall and process-CPU milliseconds of each runner's steps, interleaved in turns (the runners'
+    order alternates every round), with the share of the machine other processes used during each
+    step.
+
+    ``turn``: steps a runner takes in a row. With ``turn`` > 1 the first step of each turn is run
+    untimed and the next ``turn - 1`` are timed: back to back, as a training loop takes them, with
+    the runner's data warm in the caches (on a machine whose last-level cache holds a whole step,
+    another engine's step in between evicts it) and the other engine's spinning worker threads
+    gone to sleep during the untimed step.
 
     A step is *clean* when other processes used less than ``clean_fraction`` of the machine's
-    cores during it. With ``budget_s`` > 0, rounds go on past ``steps`` until every runner has
-    ``steps`` clean steps or the budget is spent (for a machine shared with other work).
+    cores during it. With ``budget_s`` > 0, rounds go on past ``steps`` timed steps until every
+    runner has ``steps`` clean steps or the budget is spent (for a machine shared with other work).
 
-    ``settle_s``: a pause before every timed step. BLAS and OpenMP worker threads spin for a while
+    ``settle_s``: a pause before every turn. BLAS and OpenMP worker threads spin for a while
     after their last parallel region (OpenBLAS up to about 0.1 s) before they sleep; without the
     pause the threads of the engine that ran last would compete for the cores with the next one.
     """
@@ -288,6 +296,7 @@ def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0, 
         sync()
     times = {name: ([], [], []) for name in runners}
     names = list(runners)
+    timed_per_turn = max(1, turn - 1)
     start = time.perf_counter()
     k = 0
     while True:
@@ -295,16 +304,20 @@ def time_interleaved(runners, steps, warmup, clean_fraction=0.05, budget_s=0.0, 
             step, sync = runners[name]
             if settle_s:
                 time.sleep(settle_s)
-            j0 = _jiffies()
-            t0, c0 = time.perf_counter(), time.process_time()
-            step()
-            sync()
-            wall = (time.perf_counter() - t0) * 1e3
-            times[name][0].append(wall)
-            times[name][1].append((time.process_time() - c0) * 1e3)
-            times[name][2].append(foreign_load(j0, _jiffies(), wall))
+            if turn > 1:
+                step()
+                sync()
+            for _ in range(timed_per_turn):
+                j0 = _jiffies()
+                t0, c0 = time.perf_counter(), time.process_time()
+                step()
+                sync()
+                wall = (time.perf_counter() - t0) * 1e3
+                times[name][0].append(wall)
+                times[name][1].append((time.process_time() - c0) * 1e3)
+                times[name][2].append(foreign_load(j0, _jiffies(), wall))
         k += 1
-        if k < steps:
+        if k * timed_per_turn < steps:
             continue
         clean = min(len(_clean(t, clean_fraction)) for t in times.values())
         if budget_s <= 0 or clean >= steps or time.perf_counter() - start > budget_s:
@@ -485,8 +498,8 @@ def bench_device(args, device, torch):
             entry["grad_difference_gpgan_torch"] = relative_error([_host(g) for g in grads[0]], ref)
 
     settle = args.settle if args.settle is not None else (0.2 if device == "cpu" and torch is not None else 0.0)
-    report["settle_s"] = settle
-    times = time_interleaved(runners, args.steps, args.warmup, args.clean_fraction, args.budget, settle)
+    report["settle_s"], report["turn"] = settle, args.turn
+    times = time_interleaved(runners, args.steps, args.warmup, args.clean_fraction, args.budget, settle, args.turn)
     for name, work in works.items():
         entry = report["workloads"][name]
         entry["gpgan"] = summary(times[(name, "gpgan")], args.clean_fraction)
@@ -563,6 +576,9 @@ def main(argv=None):
     parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
                         help="pause before every timed step so the other engine's spinning worker threads "
                              "go to sleep first (default: 0.2 on the CPU with --torch, else 0)")
+    parser.add_argument("--turn", type=int, default=4, metavar="K",
+                        help="steps an engine takes in a row: one untimed, then K-1 timed back to back, as "
+                             "in training (default 4; 1: one timed step per turn)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--torch", action="store_true",

@@ -39,6 +39,7 @@ def test_gpgan_first_cuts_the_spin_short_and_splits_over_every_core():
 def test_a_users_setting_is_kept():
     assert probe("import gpgan", **{TIMEOUT_ENV: "28"}) == {"timeout": "28", "brief": False, "threads": 1}
     assert probe("import gpgan", **{TIMEOUT_ENV: "10"})["brief"] is True
+    assert probe("import gpgan", **{TIMEOUT_ENV: "22"})["brief"] is False
     assert probe("import gpgan", **{TIMEOUT_ENV: "10", "GPGAN_NUM_THREADS": "3"})["threads"] == 3
 
 

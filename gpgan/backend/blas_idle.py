@@ -1,12 +1,15 @@
-"""OpenBLAS's idle worker threads are told to sleep at once, so that gpgan's own threads get the cores.
+"""OpenBLAS's idle worker threads are told to sleep soon, so that gpgan's own threads get the cores.
 
 After each GEMM, OpenBLAS's worker threads spin on their core waiting for the next one, by default
 for 2**28 CPU cycles (about a tenth of a second). A CPU training step runs GEMMs between large
 copies and elementwise passes (im2col, col2im, batch normalization), and those passes split over
 the cores (:mod:`gpgan.backend.threads`) only pay if no BLAS thread is spinning on the other core.
 On the 2-core Xeon of the README's benchmarks, with the passes on two threads, the DCGAN R1
-critic step took 142 ms with OpenBLAS's default spin and 133 ms with it cut short, the generator
-step 325 and 269 ms; with OpenBLAS spinning, two threads were no faster than one.
+critic step took 142 ms with OpenBLAS's default spin and 131 ms with a spin of 2**20 cycles
+(about 0.4 ms), the generator step 325 and 272 ms; with OpenBLAS spinning, two threads were no
+faster than one. A shorter spin (2**4 cycles) gained nothing more on those and cost the MLP step
+of the toy problems 5% (14.5 against 13.9 ms): its many small GEMMs come faster than a sleeping
+worker wakes.
 
 OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` (the spin as a power of two of cycles, 4 to 30) once,
 when it is loaded, which NumPy's import does. So this module must run before NumPy is imported:
@@ -22,10 +25,11 @@ import sys
 __all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "BLAS_IDLES_BRIEFLY"]
 
 TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
-#: 2**4 cycles, the shortest spin OpenBLAS accepts: an idle worker goes to sleep at once.
-SHORT_TIMEOUT = 4
-# A spin of at most 2**18 cycles (about 0.1 ms) measured as well as the shortest.
-_BRIEF_ENOUGH = 18
+#: 2**20 cycles (about 0.4 ms at 2.6 GHz): back-to-back small GEMMs find the workers awake, and
+#: they sleep before the array passes that follow a GEMM need the cores.
+SHORT_TIMEOUT = 20
+# A spin of 2**22 cycles already cost the convolution steps 3 to 4%.
+_BRIEF_ENOUGH = 20
 
 
 def _configure():

@@ -6,11 +6,11 @@ while it does, so a few Python threads working on disjoint slices of one array r
 chunk per thread; the calling thread takes the first chunk, a small pool the others.
 
 The number of threads is ``GPGAN_NUM_THREADS`` or :func:`set_num_threads`'s; by default, the cores
-this process may use, provided OpenBLAS's idle workers sleep at once
+this process may use, provided OpenBLAS's idle workers go to sleep soon
 (:mod:`gpgan.backend.blas_idle`, which gpgan arranges when it is imported before NumPy), else 1.
 Split passes only pay on cores no BLAS worker is spinning on: on the 2-core Xeon of the README's
-benchmarks, two threads took the DCGAN R1 step from 143 to 133 ms and the generator step from
-325 to 269 ms with OpenBLAS's idle spin cut short, and gained nothing with its default spin.
+benchmarks, two threads took the DCGAN R1 step from 142 to 131 ms and the generator step from
+325 to 272 ms with OpenBLAS's idle spin cut short, and gained nothing with its default spin.
 CuPy arrays are never split: a GPU kernel is parallel already.
 """
 import os
