@@ -574,7 +574,7 @@ def main(argv=None):
                              "used under --clean-fraction of the cores), for at most SECONDS")
     parser.add_argument("--clean-fraction", type=float, default=0.05)
     parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
-                        help="pause before every timed step so the other engine's spinning worker threads "
+                        help="pause before every turn so the other engine's spinning worker threads "
                              "go to sleep first (default: 0.2 on the CPU with --torch, else 0)")
     parser.add_argument("--turn", type=int, default=4, metavar="K",
                         help="steps an engine takes in a row: one untimed, then K-1 timed back to back, as "

@@ -53,6 +53,6 @@ def test_sweep_trainers_share_the_cores(monkeypatch, jobs):
     for var in THREAD_VARS:
         monkeypatch.delenv(var, raising=False)
     env = _child_env(None, jobs)
-    want = str(max(1, (os.cpu_count() or 1) // jobs))
+    want = str(max(1, available_cores() // jobs))
     assert {var: env[var] for var in THREAD_VARS} == {var: want for var in THREAD_VARS}
     assert "GPGAN_NUM_THREADS" in THREAD_VARS

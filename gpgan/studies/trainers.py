@@ -8,6 +8,7 @@ import subprocess
 import threading
 import time
 
+from gpgan.backend import available_cores
 from gpgan.train.loop import PARENT_ENV
 
 __all__ = ["THREAD_VARS", "LocalTrainers", "start_trainer", "wait_for", "gpgan_pythonpath"]
@@ -65,7 +66,7 @@ def _child_env(device, jobs):
     env = dict(os.environ)
     env["PYTHONPATH"] = gpgan_pythonpath(env.get("PYTHONPATH", ""))
     # N concurrent trainers should not each spawn one thread per core.
-    threads = str(max(1, (os.cpu_count() or 1) // max(1, jobs)))
+    threads = str(max(1, available_cores() // max(1, jobs)))
     for var in THREAD_VARS:
         env.setdefault(var, threads)
     if device is not None:
