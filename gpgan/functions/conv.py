@@ -30,6 +30,7 @@ weight gradient run on the data-lighter side too.
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import check_4d, check_int, pair
+from gpgan.functions._compiled import cpu_kernels
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
 
@@ -131,18 +132,49 @@ def _windows(xp, xpad, origin, out_hw, taps, tap_step, s, groups):
     return col.reshape(groups, N * Ho * Wo, tH * tW * Cg)
 
 
+class _PaddedWindows:
+    """Windows of ``x`` (N, C, H, W) zero-padded by ``pads`` ``((top, bottom), (left, right))``.
+
+    With the Numba kernels (NumPy, one group) each window copy reads ``x`` itself and writes the
+    zeros of the padding as it goes; otherwise the padded channels-last copy is made once, on the
+    first request, and every window copy reads it.
+    """
+
+    def __init__(self, xp, x, pads):
+        self.xp, self.x, self.pads = xp, x, pads
+        self._xpad = None
+
+    def columns(self, origin, out_hw, taps, tap_step, s, groups):
+        """As :func:`_windows` on the padded input: ``(G, N*Ho*Wo, tH*tW*Cg)``."""
+        xp, x = self.xp, self.x
+        kernels = cpu_kernels(xp, x.dtype) if groups == 1 else None
+        if kernels is not None:
+            N, C = x.shape[:2]
+            col = xp.empty((N,) + tuple(out_hw) + tuple(taps) + (C,), dtype=x.dtype)
+            xh = _nhwc(x)
+            off_h, off_w = origin[0] - self.pads[0][0], origin[1] - self.pads[1][0]
+
+            def copy(a, b):
+                kernels.window_columns(xh, col, a, b, off_h, off_w, s[0], s[1], tap_step[0], tap_step[1])
+
+            _over_batch(xp, copy, N, col.nbytes)
+            return col.reshape(1, N * out_hw[0] * out_hw[1], -1)
+        if self._xpad is None:
+            self._xpad = _padded_nhwc(xp, x, self.pads)
+        return _windows(xp, self._xpad, origin, out_hw, taps, tap_step, s, groups)
+
+
 def _im2col(xp, x, ksize, out_hw, s, p, d, groups):
     """Columns ``(G, N*Ho*Wo, kH*kW*Cg)`` of ``x`` (N, C, H, W) for a convolution.
 
-    The windows are read from a channels-last copy of the padded input. A 1x1 convolution with
-    stride 1 and no padding of a channels-last input needs no copy at all.
+    The windows are read from the channels-last padded input. A 1x1 convolution with stride 1
+    and no padding of a channels-last input needs no copy at all.
     """
     N, C, H, W = x.shape
     Ho, Wo = out_hw
-    xpad = _padded_nhwc(xp, x, ((p[0], p[0]), (p[1], p[1])))
-    if tuple(ksize) == (1, 1) and s == (1, 1) and groups == 1 and (Ho, Wo) == xpad.shape[1:3]:
-        return xpad.reshape(1, N * Ho * Wo, C)
-    return _windows(xp, xpad, (0, 0), out_hw, ksize, d, s, groups)
+    if tuple(ksize) == (1, 1) and s == (1, 1) and groups == 1 and p == (0, 0) and (Ho, Wo) == (H, W):
+        return _padded_nhwc(xp, x, ((0, 0), (0, 0))).reshape(1, N * Ho * Wo, C)
+    return _PaddedWindows(xp, x, ((p[0], p[0]), (p[1], p[1]))).columns((0, 0), out_hw, ksize, d, s, groups)
 
 
 def _gemm(xp, a, b):
@@ -240,6 +272,11 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
     rows = _group_rows(xp, x, groups)  # (G, N*H*W, Cig)
     if groups == 1 and Cog < _CHANNELS_FIRST_BELOW:
         cols = xp.matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
+        kernels = cpu_kernels(xp, cols.dtype)
+        if kernels is not None:
+            y = xp.empty((Cog, N, Ho, Wo), dtype=cols.dtype)
+            _over_batch(xp, lambda a, b: kernels.col2im_planes(cols, y, a, b, *s, *p, *d), N, cols.nbytes)
+            return y.transpose(1, 0, 2, 3)
         ypad = xp.empty((Cog, N, Hp, Wp), dtype=cols.dtype)
 
         def col2im_planes(a, b):
@@ -252,6 +289,11 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
         _over_batch(xp, col2im_planes, N, cols.nbytes)
         return ypad[:, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(1, 0, 2, 3)
     cols = _gemm(xp, rows, w2).reshape(groups, N, H, W, kH, kW, Cog)
+    kernels = cpu_kernels(xp, cols.dtype) if groups == 1 else None
+    if kernels is not None:
+        y = xp.empty((N, Ho, Wo, Cog), dtype=cols.dtype)
+        _over_batch(xp, lambda a, b: kernels.col2im_channels_last(cols[0], y, a, b, *s, *p, *d), N, cols.nbytes)
+        return _nchw(y)
     ypad = xp.empty((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
 
     def col2im(a, b):
@@ -307,7 +349,7 @@ def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
         hi = max([m0 + count - 1 - (shift - step * (len(taps) - 1)) - (n_in - 1)
                   for taps, m0, count, shift, step in phases if taps and count] + [0])
         pads.append((lo, hi))
-    xpad = _padded_nhwc(xp, x, pads)
+    xpad = _PaddedWindows(xp, x, pads)
     # (kH, kW, G, Cig, Cog): one cheap copy (runs of kH*kW); a phase's weight rows, in the
     # columns' (tap, tap, channel) order, are then a gather of whole (G, Cig, Cog) blocks.
     wk = xp.ascontiguousarray(w.reshape(groups, Cig, Cog, kH, kW).transpose(3, 4, 0, 1, 2))
@@ -321,8 +363,7 @@ def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
                 out[...] = 0
                 continue
             origin = (m0h - shift_h + pads[0][0], m0w - shift_w + pads[1][0])
-            col = _windows(xp, xpad, origin, (nh, nw), (len(taps_h), len(taps_w)), (step_h, step_w), (1, 1),
-                           groups)
+            col = xpad.columns(origin, (nh, nw), (len(taps_h), len(taps_w)), (step_h, step_w), (1, 1), groups)
             wp = wk[taps_h][:, taps_w].transpose(2, 0, 1, 3, 4)  # (G, tH, tW, Cig, Cog)
             wp = wp.reshape(groups, len(taps_h) * len(taps_w) * Cig, Cog)
             res = _gemm(xp, col, wp).reshape(groups, N, nh, nw, Cog)

@@ -1,0 +1,99 @@
+"""Numba kernels of the convolutions' data movement on the CPU (optional; see gpgan.backend.compiled).
+
+Each kernel works on a range of batch items ``[a, b)`` so that :func:`gpgan.backend.parallel_range`
+can split it over the cores (the kernels release the GIL), and each output element is written by
+one call, in a fixed order: results do not depend on the thread count. Each kernel adds the same
+terms in the same order as the NumPy code it replaces in ``conv.py`` (starting from zero, taps in
+(row, column) order), so the two agree bit for bit; no fast-math (no reassociation).
+
+Imported only through :func:`gpgan.functions._compiled.cpu_kernels`, which this module's import
+error or compile error turns off.
+"""
+import numba
+
+__all__ = ["window_columns", "col2im_channels_last", "col2im_planes"]
+
+_jit = numba.njit(nogil=True, cache=True)
+
+
+@_jit
+def window_columns(x, col, a, b, off_h, off_w, s_h, s_w, step_h, step_w):
+    """Windows of ``x`` (N, H, W, C), zero outside it, into ``col`` (N, Ho, Wo, tH, tW, C).
+
+    ``col[n, h, w, i, j] = x[n, off_h + h*s_h + i*step_h, off_w + w*s_w + j*step_w]`` where that
+    index is inside ``x`` and 0 elsewhere: im2col and its zero padding in one pass.
+    """
+    H, W, C = x.shape[1], x.shape[2], x.shape[3]
+    Ho, Wo, tH, tW = col.shape[1], col.shape[2], col.shape[3], col.shape[4]
+    for n in range(a, b):
+        for h in range(Ho):
+            for w in range(Wo):
+                for i in range(tH):
+                    ih = off_h + h * s_h + i * step_h
+                    for j in range(tW):
+                        iw = off_w + w * s_w + j * step_w
+                        dst = col[n, h, w, i, j]
+                        if ih < 0 or ih >= H or iw < 0 or iw >= W:
+                            for c in range(C):
+                                dst[c] = 0
+                        else:
+                            src = x[n, ih, iw]
+                            for c in range(C):
+                                dst[c] = src[c]
+
+
+@_jit
+def col2im_channels_last(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
+    """Transposed-convolution col2im: ``cols`` (N, H, W, kH, kW, C) -> ``y`` (N, Ho, Wo, C).
+
+    Input pixel (h, w)'s tap (i, j) lands on output ``(h*s - p + i*d)`` per axis; each output
+    pixel is the sum of the taps landing on it, taken in (i, j) order from zero. Each ``cols``
+    value is read once and each ``y`` value written once (the NumPy form zeroes ``y`` and makes
+    kH*kW strided read-modify-write passes over it).
+    """
+    H, W, kH, kW, C = cols.shape[1], cols.shape[2], cols.shape[3], cols.shape[4], cols.shape[5]
+    Ho, Wo = y.shape[1], y.shape[2]
+    for n in range(a, b):
+        for oh in range(Ho):
+            for ow in range(Wo):
+                out = y[n, oh, ow]
+                for c in range(C):
+                    out[c] = 0
+                for i in range(kH):
+                    th = oh + p_h - i * d_h
+                    if th < 0 or th % s_h != 0 or th // s_h >= H:
+                        continue
+                    for j in range(kW):
+                        tw = ow + p_w - j * d_w
+                        if tw < 0 or tw % s_w != 0 or tw // s_w >= W:
+                            continue
+                        src = cols[n, th // s_h, tw // s_w, i, j]
+                        for c in range(C):
+                            out[c] += src[c]
+
+
+@_jit
+def col2im_planes(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
+    """col2im channels-first: ``cols`` (kH, kW, C, N, H, W) -> ``y`` (C, N, Ho, Wo).
+
+    The same sums as :func:`col2im_channels_last` for a layer with few output channels, whose
+    GEMM writes one (N, H, W) plane per (tap, channel).
+    """
+    kH, kW, C, H, W = cols.shape[0], cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
+    Ho, Wo = y.shape[2], y.shape[3]
+    for n in range(a, b):
+        for c in range(C):
+            for oh in range(Ho):
+                row = y[c, n, oh]
+                for ow in range(Wo):
+                    row[ow] = 0
+                for i in range(kH):
+                    th = oh + p_h - i * d_h
+                    if th < 0 or th % s_h != 0 or th // s_h >= H:
+                        continue
+                    for ow in range(Wo):
+                        for j in range(kW):
+                            tw = ow + p_w - j * d_w
+                            if tw < 0 or tw % s_w != 0 or tw // s_w >= W:
+                                continue
+                            row[ow] += cols[i, j, c, n, th // s_h, tw // s_w]

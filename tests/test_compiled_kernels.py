@@ -1,0 +1,158 @@
+"""The optional Numba kernels of the convolutions: bit for bit the NumPy path's results.
+
+Every convolution geometry of test_functions_conv runs twice, with the compiled kernels and with
+NumPy only, in float32 and float64, in several memory layouts, split over threads and not: values
+and first- and second-order gradients must be identical, and the compiled kernels must have run.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpgan
+import gpgan.functions as F
+from gpgan.backend import compiled, threads
+from naive_helpers import pair
+from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
+
+numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
+
+KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes")
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts the calls of each compiled kernel; restores the switch afterwards."""
+    before = compiled.compiled_kernels_enabled()
+    calls = dict.fromkeys(KERNEL_NAMES, 0)
+    for name in KERNEL_NAMES:
+        original = getattr(numba_kernels, name)
+
+        def counting(*args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(numba_kernels, name, counting)
+    yield calls
+    compiled.set_compiled_kernels(before)
+
+
+@pytest.fixture(params=["one thread", "split"])
+def thread_split(request, monkeypatch):
+    before = threads.get_num_threads()
+    if request.param == "split":
+        monkeypatch.setattr(threads, "MIN_BYTES_PER_THREAD", 0)
+        threads.set_num_threads(3)
+    else:
+        threads.set_num_threads(1)
+    yield
+    threads.set_num_threads(before)
+
+
+def _values_and_grads(fn, arrays):
+    """fn's value, the gradient of <fn, r> w.r.t. every input, and the gradient of the squared
+    norm of those gradients (second order), as arrays."""
+    vs = [gpgan.Variable(a, requires_grad=True) for a in arrays]
+    y = fn(*vs)
+    r = gpgan.Variable(np.cos(np.arange(y.size, dtype=y.dtype)).reshape(y.shape))
+    grads = gpgan.grad((y * r).sum(), vs, create_graph=True)
+    second = gpgan.grad(sum((g * g).sum() for g in grads), vs, allow_unused=True)  # a bias has none
+    return [y.data] + [g.data for g in grads] + [g.data for g in second if g is not None]
+
+
+def _both_paths(fn, arrays, counted):
+    compiled.set_compiled_kernels(False)
+    plain = _values_and_grads(fn, arrays)
+    assert sum(counted.values()) == 0
+    compiled.set_compiled_kernels(True)
+    fast = _values_and_grads(fn, arrays)
+    for a, b in zip(plain, fast):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    return counted
+
+
+DTYPES = [np.float32, np.float64]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CONV_CASES + [(3, 3, 9, 8, 5, 4, 2, 1, 1, 1), (2, 6, 5, 5, 2, 3, 1, 1, 1, 1)])
+def test_conv2d_identical_with_and_without_kernels(case, dtype, counted, thread_split, rng):
+    N, C, H, W, O, k, s, p, d, g = case
+    kH, kW = pair(k)
+    x = _in_layout(rng.standard_normal((N, C, H, W)).astype(dtype), "channels_last")
+    w = rng.standard_normal((O, C // g, kH, kW)).astype(dtype)
+    b = rng.standard_normal(O).astype(dtype)
+    calls = _both_paths(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b], counted)
+    if g == 1:
+        assert calls["window_columns"] > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("case", CONVT_CASES + KERNEL_CASES)
+def test_conv_transpose2d_identical_with_and_without_kernels(case, dtype, counted, thread_split, rng):
+    N, Cin, H, W, Cout, k, s, p, op, g, d = case
+    kH, kW = pair(k)
+    x = rng.standard_normal((N, Cin, H, W)).astype(dtype)
+    w = rng.standard_normal((Cin, Cout // g, kH, kW)).astype(dtype)
+    b = rng.standard_normal(Cout).astype(dtype)
+    calls = _both_paths(lambda *v: F.conv_transpose2d(*v, stride=s, padding=p, output_padding=op, groups=g,
+                                                      dilation=d), [x, w, b], counted)
+    if g == 1:
+        assert calls["window_columns"] > 0
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "cnhw"])
+@pytest.mark.parametrize("case", FEW_OUTPUTS_CASES)
+def test_few_output_channels_identical_with_and_without_kernels(case, layout, counted, rng):
+    N, C, H, W, O, k, p, d = case
+    kH, kW = pair(k)
+    x = _in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
+    w = rng.standard_normal((O, C, kH, kW)).astype(np.float32)
+    calls = _both_paths(lambda *v: F.conv2d(*v, padding=p, dilation=d), [x, w], counted)
+    assert calls["window_columns"] > 0
+
+
+def test_dcgan_shapes_identical_and_every_kernel_runs(counted, rng):
+    # The generator's k4 s2 p1 transposed convolutions (channels-last col2im), its 3x3 image
+    # layer (few outputs: the channel-planes col2im) and the critic's convolutions.
+    x = rng.standard_normal((4, 32, 4, 4)).astype(np.float32)
+    w1 = (0.1 * rng.standard_normal((32, 16, 4, 4))).astype(np.float32)
+    w2 = (0.1 * rng.standard_normal((3, 16, 3, 3))).astype(np.float32)
+    w3 = (0.1 * rng.standard_normal((8, 3, 4, 4))).astype(np.float32)
+
+    def net(x, w1, w2, w3):
+        h = F.relu(F.conv_transpose2d(x, w1, stride=2, padding=1))
+        img = F.tanh(F.conv2d(h, w2, padding=1))
+        return F.leaky_relu(F.conv2d(img, w3, stride=2, padding=1), 0.2)
+
+    calls = _both_paths(net, [x, w1, w2, w3], counted)
+    assert all(calls[name] > 0 for name in KERNEL_NAMES), calls
+
+
+def test_switch_rejects_bad_values():
+    with pytest.raises(ValueError, match="True or False"):
+        compiled.set_compiled_kernels("yes")
+    env = dict(os.environ, GPGAN_NUMBA="fast")
+    out = subprocess.run([sys.executable, "-c", "import gpgan.backend.compiled as c; c.compiled_kernels_enabled()"],
+                         env=env, capture_output=True, text=True)
+    assert out.returncode != 0 and "GPGAN_NUMBA must be 0" in out.stderr and "'fast'" in out.stderr
+
+
+def test_environment_switches_kernels_off_and_numpy_path_runs():
+    code = ("import numpy as np, gpgan, gpgan.functions as F, sys\n"
+            "from gpgan.backend import compiled\n"
+            "x = gpgan.Variable(np.ones((1, 2, 5, 5), np.float32)); w = gpgan.Variable(np.ones((3, 2, 3, 3), np.float32))\n"
+            "y = F.conv2d(x, w, padding=1)\n"
+            "print(compiled.compiled_kernels_enabled(), 'gpgan.functions._numba_kernels' in sys.modules, "
+            "float(y.data.sum()))\n")
+    runs = {}
+    for value in ("0", "1"):
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_NUMBA=value),
+                             capture_output=True, text=True, check=True)
+        runs[value] = out.stdout.split()
+    assert runs["0"][:2] == ["False", "False"] and runs["1"][:2] == ["True", "True"]
+    # Each output sums 2 channels over its taps inside the 5x5 input (per axis 2, 3, 3, 3, 2 of 3).
+    assert runs["0"][2] == runs["1"][2] == str(float(3 * 2 * 13 * 13))
