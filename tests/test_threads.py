@@ -118,3 +118,32 @@ def test_split_kernels_give_the_serial_results(split_everything, rng):
     serial = run()
     for a, b in zip(split, serial):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+def test_split_activations_give_the_serial_results(layout, split_everything, rng):
+    # relu, leaky relu (forward, its gradient's scale, and the mask product) and a convolution's
+    # bias add, split over 3 threads, in float32, to second order (R1's path through the critic):
+    # identical values, and the output keeps the input's memory layout.
+    x = rng.standard_normal((7, 5, 4, 3)).astype(np.float32)
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    w = rng.standard_normal((6, 5, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+
+    def run():
+        xv = gpgan.Variable(x, requires_grad=True)
+        wv, bv = gpgan.Variable(w, requires_grad=True), gpgan.Variable(b, requires_grad=True)
+        h = F.leaky_relu(F.conv2d(xv, wv, bv, padding=1), 0.2)
+        out = F.relu(h) + F.leaky_relu(xv, 0.1).sum()
+        gx, = gpgan.grad((out * out).sum(), [xv], create_graph=True)
+        second = gpgan.grad((gx * gx).sum(), [wv, bv])
+        return [h.data, out.data, gx.data] + [g.data for g in second]
+
+    split = run()
+    assert F.relu(gpgan.Variable(x)).data.strides == x.strides
+    threads.set_num_threads(1)
+    serial = run()
+    for a, b in zip(split, serial):
+        assert a.dtype == b.dtype == np.float32
+        np.testing.assert_array_equal(a, b)

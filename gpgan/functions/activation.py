@@ -18,6 +18,7 @@ The exp-based functions are evaluated in forms that do not overflow for any fini
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 from gpgan.functions._args import axis_index, scalar_like
+from gpgan.functions._split import elementwise
 from gpgan.functions.math import exp, mask_scale, where
 from gpgan.functions.reduction import sum as _sum
 
@@ -42,7 +43,8 @@ class ReLU(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         self.retain_outputs((0,))
-        return (get_array_module(x).maximum(x, scalar_like(0, x)),)
+        xp, zero = get_array_module(x), scalar_like(0, x)
+        return (elementwise(xp, lambda out, x: xp.maximum(x, zero, out=out), x),)
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
@@ -57,21 +59,27 @@ class LeakyReLU(FunctionNode):
         x, = inputs
         # For a positive slope, y > 0 exactly where x > 0, so the output suffices for the mask.
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
-        xp = get_array_module(x)
-        y = x * scalar_like(self.slope, x)
+        xp, slope = get_array_module(x), scalar_like(self.slope, x)
         if 0 <= self.slope <= 1:
             # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
-            return (xp.maximum(x, y, out=y),)
-        return (xp.where(x > 0, x, y),)
+            def leaky(out, x):
+                xp.multiply(x, slope, out=out)
+                xp.maximum(x, out, out=out)
+
+            return (elementwise(xp, leaky, x),)
+        return (xp.where(x > 0, x, x * slope),)
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_outputs() if self.slope > 0 else self.get_retained_inputs()
-        positive = ref.data > 0
-        # scale = 1 where positive, slope elsewhere: slope + (1 - slope) * mask, in place.
-        scale = positive.astype(ref.dtype)
-        scale *= scalar_like(1 - self.slope, ref.data)
-        scale += scalar_like(self.slope, ref.data)
-        return (mask_scale(grad_outputs[0], scale, ref),)
+        xp = get_array_module(ref.data)
+        rise, slope = scalar_like(1 - self.slope, ref.data), scalar_like(self.slope, ref.data)
+
+        def scale(out, r):
+            # 1 where positive, slope elsewhere: slope + (1 - slope) * mask.
+            xp.multiply(r > 0, rise, out=out)
+            out += slope
+
+        return (mask_scale(grad_outputs[0], elementwise(xp, scale, ref.data), ref),)
 
 
 class ELU(FunctionNode):

@@ -28,9 +28,10 @@ flipped kernel, so a convolution with few output channels (an image-producing la
 weight gradient run on the data-lighter side too.
 """
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module, parallel_range
+from gpgan.backend import get_array_module
 from gpgan.functions._args import check_4d, check_int, pair
 from gpgan.functions._compiled import cpu_kernels
+from gpgan.functions._split import over_batch as _over_batch
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
 
@@ -65,15 +66,6 @@ def _nchw(y):
 
 
 # -- raw array kernels (NumPy or CuPy by the same code) -----------------------------------------
-def _over_batch(xp, fn, n, nbytes):
-    """``fn(start, stop)`` over batch slices: split over the cores for NumPy (its copies and adds
-    run on one core each), one call for CuPy."""
-    if xp.__name__ == "numpy":
-        parallel_range(fn, n, nbytes)
-    else:
-        fn(0, n)
-
-
 def _as_strided(xp, x, shape, strides):
     if xp.__name__ == "numpy":
         return xp.lib.stride_tricks.as_strided(x, shape, strides, writeable=False)
@@ -427,7 +419,12 @@ class _BiasedConv(_ConvBase):
         self.retain_inputs((0, 1))
         y = self._linear(get_array_module(x), x, w)
         if len(inputs) == 3:
-            y += inputs[2].reshape(1, -1, 1, 1)
+            b = inputs[2].reshape(1, -1, 1, 1)
+
+            def add_bias(start, stop):
+                y[start:stop] += b
+
+            _over_batch(get_array_module(y), add_bias, y.shape[0], 2 * y.nbytes)
         return (y,)
 
 

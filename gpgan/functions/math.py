@@ -19,6 +19,7 @@ import numpy
 from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, broadcast_error, scalar_like
+from gpgan.functions._split import elementwise
 from gpgan.functions.array import sum_to
 
 
@@ -58,7 +59,12 @@ class MaskScale(_MaskNode):
     def forward(self, inputs):
         if len(inputs) == 2:
             self.retain_inputs((1,))  # for the link of the gradient's own backward
-        return (inputs[0] * self.mask,)
+        gy, mask = inputs[0], self.mask
+        if getattr(mask, "shape", None) != gy.shape:
+            return (gy * mask,)
+        xp = get_array_module(gy)
+        return (elementwise(xp, lambda out, g, m: xp.multiply(g, m, out=out), gy, mask,
+                            dtype=xp.result_type(gy, mask)),)
 
     def backward(self, indexes, grad_outputs):
         mask = self.get_mask()

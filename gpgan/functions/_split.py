@@ -1,0 +1,38 @@
+"""Array passes split over batch slices (the cores, for NumPy), with the same values as one call.
+
+NumPy runs a ufunc on one core; a pass over a large activation split into batch slices, one per
+thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Elementwise results do not
+depend on the split. CuPy arrays are never split: a GPU kernel is parallel already.
+"""
+from gpgan.backend import parallel_range
+
+__all__ = ["over_batch", "elementwise"]
+
+
+def over_batch(xp, fn, n, nbytes):
+    """``fn(start, stop)`` over batch slices covering ``range(n)``: split over the cores for NumPy
+    (when ``nbytes``, the bytes the pass moves, make it worth it), one call for CuPy."""
+    if xp.__name__ == "numpy":
+        parallel_range(fn, n, nbytes)
+    else:
+        fn(0, n)
+
+
+def elementwise(xp, fn, *arrays, dtype=None):
+    """A new array ``out`` like ``arrays[0]`` (its shape and memory layout; ``dtype`` or its
+    dtype), filled by ``fn(out_slice, *array_slices)`` on batch slices of ``out`` and ``arrays``.
+
+    ``fn`` must compute its slice of ``out`` elementwise from the slices it is given (ufuncs with
+    ``out=``). Arrays of other shapes than the first (broadcasting) get one call on the whole.
+    """
+    first = arrays[0]
+    out = xp.empty_like(first, dtype=dtype)
+    if first.ndim == 0 or any(a.shape != first.shape for a in arrays[1:]):
+        fn(out, *arrays)
+        return out
+
+    def run(a, b):
+        fn(out[a:b], *(x[a:b] for x in arrays))
+
+    over_batch(xp, run, first.shape[0], out.nbytes + sum(x.nbytes for x in arrays))
+    return out
