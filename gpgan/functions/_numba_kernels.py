@@ -77,7 +77,8 @@ def col2im_planes(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
     """col2im channels-first: ``cols`` (kH, kW, C, N, H, W) -> ``y`` (C, N, Ho, Wo).
 
     The same sums as :func:`col2im_channels_last` for a layer with few output channels, whose
-    GEMM writes one (N, H, W) plane per (tap, channel).
+    GEMM writes one (N, H, W) plane per (tap, channel). Per output row, the taps are added in
+    (i, j) order, each over the run of columns it reaches (contiguous reads for stride 1).
     """
     kH, kW, C, H, W = cols.shape[0], cols.shape[1], cols.shape[2], cols.shape[4], cols.shape[5]
     Ho, Wo = y.shape[2], y.shape[3]
@@ -91,9 +92,17 @@ def col2im_planes(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
                     th = oh + p_h - i * d_h
                     if th < 0 or th % s_h != 0 or th // s_h >= H:
                         continue
-                    for ow in range(Wo):
-                        for j in range(kW):
-                            tw = ow + p_w - j * d_w
-                            if tw < 0 or tw % s_w != 0 or tw // s_w >= W:
-                                continue
-                            row[ow] += cols[i, j, c, n, th // s_h, tw // s_w]
+                    for j in range(kW):
+                        src = cols[i, j, c, n, th // s_h]
+                        off = p_w - j * d_w  # input column (ow + off) / s_w
+                        first = max(0, -off)
+                        rest = (first + off) % s_w
+                        if rest:
+                            first += s_w - rest
+                        last = min(Wo, W * s_w - off)
+                        if s_w == 1:
+                            for ow in range(first, last):
+                                row[ow] += src[ow + off]
+                        else:
+                            for ow in range(first, last, s_w):
+                                row[ow] += src[(ow + off) // s_w]
