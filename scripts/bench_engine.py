@@ -69,6 +69,7 @@ import numpy  # noqa: E402
 from gpgan.backend import (  # noqa: E402
     BLAS_IDLES_BRIEFLY,
     available_cores,
+    compiled_kernels_enabled,
     cupy_available,
     device_description,
     get_num_threads,
@@ -447,6 +448,15 @@ def _host(a):
     return numpy.asarray(to_device(a, "cpu"))
 
 
+def compiled_description():
+    """Which convolution kernels run: Numba's (and its version) or NumPy's."""
+    if not compiled_kernels_enabled():
+        return "NumPy kernels only"
+    import numba
+
+    return f"Numba {numba.__version__} kernels"
+
+
 def bench_device(args, device, torch):
     works = {name: Workload(name, args.dtype, device, args.batch) for name in args.workloads}
     if device == "cuda":
@@ -458,7 +468,8 @@ def bench_device(args, device, torch):
                    f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
                    f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); OpenBLAS's idle spin "
                    f"{'short' if BLAS_IDLES_BRIEFLY else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host memory "
-                   f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY)")
+                   f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
+                   f"{compiled_description()} (GPGAN_NUMBA)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}}
     print(f"\n[{device}] {machine}")

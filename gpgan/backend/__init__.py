@@ -2,7 +2,8 @@
 
 Owns everything device- and randomness-specific below the engine (the array module of an array,
 device names and descriptions, the global random generator and ``manual_seed``, the host
-allocator's policy); it knows nothing of Variables or graphs.
+allocator's policy, the threads of array passes and the switch of the optional Numba kernels);
+it knows nothing of Variables or graphs.
 
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
 """
@@ -17,6 +18,7 @@ from gpgan.backend.array_module import (
     get_array_module,
     to_device,
 )
+from gpgan.backend.compiled import compiled_kernels_enabled, set_compiled_kernels
 from gpgan.backend.host_memory import keep_freed_host_memory
 from gpgan.backend.random import get_rng, manual_seed
 from gpgan.backend.threads import available_cores, get_num_threads, parallel_range, set_num_threads
@@ -37,4 +39,6 @@ __all__ = [
     "set_num_threads",
     "parallel_range",
     "keep_freed_host_memory",
+    "compiled_kernels_enabled",
+    "set_compiled_kernels",
 ]

@@ -17,7 +17,9 @@ computes only the gradients asked for (an R1 penalty's image gradient computes n
 
 Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory;
 the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
-are split over the cores (``gpgan.backend.threads``). A convolution is im2col (a copy of a
+are split over the cores (``gpgan.backend.threads``). Where Numba is installed, NumPy's col2im
+and padded im2col run as compiled single passes instead (``_numba_kernels``, switched by
+``gpgan.backend.compiled``), with the same results bit for bit. A convolution is im2col (a copy of a
 strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
 GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
 scatter form (one GEMM to ``kH*kW*Cout`` values per input pixel, then col2im adds; used when

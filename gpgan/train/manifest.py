@@ -1,5 +1,6 @@
-"""What a run records about where it ran: gpgan, Python, NumPy and CuPy versions, the git commit,
-the platform and the device, the command line and the time."""
+"""What a run records about where it ran: gpgan, Python, NumPy and CuPy versions, the version of
+Numba when its CPU kernels are on, the git commit, the platform and the device, the command line
+and the time."""
 import datetime
 import importlib.metadata
 import os
@@ -11,7 +12,7 @@ import sys
 import numpy
 
 import gpgan
-from gpgan.backend import device_description
+from gpgan.backend import compiled_kernels_enabled, device_description
 
 __all__ = ["environment_info", "git_commit", "invocation"]
 
@@ -44,6 +45,16 @@ def _cupy_version():
     return None
 
 
+def _numba_version():
+    """Numba's version when gpgan's compiled CPU kernels are on, else None (NumPy code only)."""
+    if not compiled_kernels_enabled():
+        return None
+    try:
+        return importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def environment_info(device):
     """Versions, platform and ``device`` (with what it is, in words)."""
     commit, dirty = git_commit()
@@ -54,6 +65,7 @@ def environment_info(device):
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "cupy": _cupy_version(),
+        "numba": _numba_version(),
         "platform": platform.platform(),
         "device": device,
         "device_name": device_description(device),
