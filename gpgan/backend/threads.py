@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from gpgan.backend.blas_idle import BLAS_IDLES_BRIEFLY
 
-__all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range"]
+__all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range", "would_split"]
 
 # Below this many bytes of work per thread, splitting costs more than it saves (waking a pool
 # thread and handing the GIL back and forth takes tens of microseconds, about what NumPy needs to
@@ -91,6 +91,22 @@ def _run_marked(fn, start, stop):
         _state.inside = False
 
 
+def _split_count(n, nbytes):
+    """How many chunks :func:`parallel_range` cuts ``n`` items moving ``nbytes`` bytes into."""
+    threads = min(get_num_threads(), n)
+    if nbytes is not None and MIN_BYTES_PER_THREAD > 0:
+        threads = min(threads, int(nbytes // MIN_BYTES_PER_THREAD))
+    if getattr(_state, "inside", False):
+        return 1
+    return max(threads, 1)
+
+
+def would_split(n, nbytes):
+    """True when :func:`parallel_range` would run ``n`` items moving ``nbytes`` bytes on more than
+    one thread (callers skip the chunking's own cost otherwise)."""
+    return _split_count(n, nbytes) > 1
+
+
 def parallel_range(fn, n, nbytes=None):
     """Call ``fn(start, stop)`` on contiguous chunks covering ``range(n)``, in parallel.
 
@@ -98,10 +114,8 @@ def parallel_range(fn, n, nbytes=None):
     thread, or from inside a chunk, or with one thread, ``fn(0, n)`` runs alone. The chunks must
     touch disjoint memory. Exceptions of any chunk are raised here after all chunks finished.
     """
-    threads = min(get_num_threads(), n)
-    if nbytes is not None and MIN_BYTES_PER_THREAD > 0:
-        threads = min(threads, int(nbytes // MIN_BYTES_PER_THREAD))
-    if threads <= 1 or getattr(_state, "inside", False):
+    threads = _split_count(n, nbytes)
+    if threads <= 1:
         fn(0, n)
         return
     bounds = [n * k // threads for k in range(threads + 1)]

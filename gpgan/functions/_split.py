@@ -4,7 +4,7 @@ NumPy runs a ufunc on one core; a pass over a large activation split into batch 
 thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Elementwise results do not
 depend on the split. CuPy arrays are never split: a GPU kernel is parallel already.
 """
-from gpgan.backend import parallel_range
+from gpgan.backend.threads import parallel_range, would_split
 
 __all__ = ["over_batch", "elementwise"]
 
@@ -27,12 +27,14 @@ def elementwise(xp, fn, *arrays, dtype=None):
     """
     first = arrays[0]
     out = xp.empty_like(first, dtype=dtype)
-    if first.ndim == 0 or any(a.shape != first.shape for a in arrays[1:]):
-        fn(out, *arrays)
+    nbytes = out.nbytes + sum(x.nbytes for x in arrays)
+    if (xp.__name__ != "numpy" or first.ndim == 0 or any(a.shape != first.shape for a in arrays[1:])
+            or not would_split(first.shape[0], nbytes)):
+        fn(out, *arrays)  # one call: nothing to split (small, broadcasting, or a GPU array)
         return out
 
     def run(a, b):
         fn(out[a:b], *(x[a:b] for x in arrays))
 
-    over_batch(xp, run, first.shape[0], out.nbytes + sum(x.nbytes for x in arrays))
+    parallel_range(run, first.shape[0], nbytes)
     return out
