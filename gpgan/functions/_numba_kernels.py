@@ -43,6 +43,16 @@ def window_columns(x, col, a, b, off_h, off_w, s_h, s_w, step_h, step_w):
 
 
 @_jit
+def _tap_source(o, p, k, d, s, size):
+    """The input index whose kernel tap ``k`` lands on output index ``o`` along one axis of a
+    transposed convolution (``o = h*s - p + k*d``), or -1 when no input of ``size`` does."""
+    t = o + p - k * d
+    if t < 0 or t % s != 0 or t // s >= size:
+        return -1
+    return t // s
+
+
+@_jit
 def col2im_channels_last(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
     """Transposed-convolution col2im: ``cols`` (N, H, W, kH, kW, C) -> ``y`` (N, Ho, Wo, C).
 
@@ -60,14 +70,14 @@ def col2im_channels_last(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
                 for c in range(C):
                     out[c] = 0
                 for i in range(kH):
-                    th = oh + p_h - i * d_h
-                    if th < 0 or th % s_h != 0 or th // s_h >= H:
+                    ih = _tap_source(oh, p_h, i, d_h, s_h, H)
+                    if ih < 0:
                         continue
                     for j in range(kW):
-                        tw = ow + p_w - j * d_w
-                        if tw < 0 or tw % s_w != 0 or tw // s_w >= W:
+                        iw = _tap_source(ow, p_w, j, d_w, s_w, W)
+                        if iw < 0:
                             continue
-                        src = cols[n, th // s_h, tw // s_w, i, j]
+                        src = cols[n, ih, iw, i, j]
                         for c in range(C):
                             out[c] += src[c]
 
@@ -89,11 +99,11 @@ def col2im_planes(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
                 for ow in range(Wo):
                     row[ow] = 0
                 for i in range(kH):
-                    th = oh + p_h - i * d_h
-                    if th < 0 or th % s_h != 0 or th // s_h >= H:
+                    ih = _tap_source(oh, p_h, i, d_h, s_h, H)
+                    if ih < 0:
                         continue
                     for j in range(kW):
-                        src = cols[i, j, c, n, th // s_h]
+                        src = cols[i, j, c, n, ih]
                         off = p_w - j * d_w  # input column (ow + off) / s_w
                         first = max(0, -off)
                         rest = (first + off) % s_w
