@@ -63,8 +63,9 @@ class MaskScale(_MaskNode):
         if getattr(mask, "shape", None) != gy.shape:
             return (gy * mask,)
         xp = get_array_module(gy)
-        return (elementwise(xp, lambda out, g, m: xp.multiply(g, m, out=out), gy, mask,
-                            dtype=xp.result_type(gy, mask)),)
+        # The product's dtype: gy's for a boolean mask or one of gy's dtype (every mask gpgan makes).
+        dtype = gy.dtype if mask.dtype == bool or mask.dtype == gy.dtype else xp.result_type(gy, mask)
+        return (elementwise(xp, lambda out, g, m: xp.multiply(g, m, out=out), gy, mask, dtype=dtype),)
 
     def backward(self, indexes, grad_outputs):
         mask = self.get_mask()
