@@ -156,3 +156,30 @@ def test_environment_switches_kernels_off_and_numpy_path_runs():
     assert runs["0"][:2] == ["False", "False"] and runs["1"][:2] == ["True", "True"]
     # Each output sums 2 channels over its taps inside the 5x5 input (per axis 2, 3, 3, 3, 2 of 3).
     assert runs["0"][2] == runs["1"][2] == str(float(3 * 2 * 13 * 13))
+
+
+def test_a_failing_numba_import_falls_back_to_numpy_with_one_warning(monkeypatch, rng):
+    # E.g. a NumPy newer than the installed Numba supports: the import raises; the convolution
+    # runs on NumPy, warns once, and the kernels stay off for the process.
+    from gpgan.functions import _compiled
+
+    before = compiled.compiled_kernels_enabled()
+    monkeypatch.setattr(_compiled, "_kernels", None)
+    monkeypatch.setitem(sys.modules, "gpgan.functions._numba_kernels", None)  # import raises
+    monkeypatch.delattr(sys.modules["gpgan.functions"], "_numba_kernels")
+    compiled.set_compiled_kernels(True)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    try:
+        with pytest.warns(RuntimeWarning, match="Numba kernels unavailable.*using NumPy only"):
+            y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1)
+        assert compiled.compiled_kernels_enabled() is False
+        assert _compiled.cpu_kernels(np, np.float32) is None
+    finally:
+        compiled.set_compiled_kernels(before)
+    monkeypatch.undo()
+    compiled.set_compiled_kernels(False)
+    try:
+        np.testing.assert_array_equal(y.data, F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1).data)
+    finally:
+        compiled.set_compiled_kernels(before)
