@@ -162,13 +162,14 @@ def _im2col(xp, x, ksize, out_hw, s, p, d, groups):
     """Columns ``(G, N*Ho*Wo, kH*kW*Cg)`` of ``x`` (N, C, H, W) for a convolution.
 
     The windows are read from the channels-last padded input. A 1x1 convolution with stride 1
-    and no padding of a channels-last input needs no copy at all.
+    is that padded input itself (no copy at all without padding, for a channels-last input).
     """
     N, C, H, W = x.shape
     Ho, Wo = out_hw
-    if tuple(ksize) == (1, 1) and s == (1, 1) and groups == 1 and p == (0, 0) and (Ho, Wo) == (H, W):
-        return _padded_nhwc(xp, x, ((0, 0), (0, 0))).reshape(1, N * Ho * Wo, C)
-    return _PaddedWindows(xp, x, ((p[0], p[0]), (p[1], p[1]))).columns((0, 0), out_hw, ksize, d, s, groups)
+    pads = ((p[0], p[0]), (p[1], p[1]))
+    if tuple(ksize) == (1, 1) and s == (1, 1) and groups == 1 and (Ho, Wo) == (H + 2 * p[0], W + 2 * p[1]):
+        return _padded_nhwc(xp, x, pads).reshape(1, N * Ho * Wo, C)
+    return _PaddedWindows(xp, x, pads).columns((0, 0), out_hw, ksize, d, s, groups)
 
 
 def _gemm(xp, a, b):
@@ -419,14 +420,15 @@ class _BiasedConv(_ConvBase):
     def forward(self, inputs):
         x, w = inputs[0], inputs[1]
         self.retain_inputs((0, 1))
-        y = self._linear(get_array_module(x), x, w)
+        xp = get_array_module(x)
+        y = self._linear(xp, x, w)
         if len(inputs) == 3:
             b = inputs[2].reshape(1, -1, 1, 1)
 
             def add_bias(start, stop):
                 y[start:stop] += b
 
-            _over_batch(get_array_module(y), add_bias, y.shape[0], 2 * y.nbytes)
+            _over_batch(xp, add_bias, y.shape[0], 2 * y.nbytes)
         return (y,)
 
 
