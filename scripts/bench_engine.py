@@ -69,7 +69,7 @@ import numpy  # noqa: E402
 from gpgan.backend import (  # noqa: E402
     BLAS_IDLES_BRIEFLY,
     available_cores,
-    compiled_kernels_enabled,
+    compiled_kernels_version,
     cupy_available,
     device_description,
     get_num_threads,
@@ -450,11 +450,8 @@ def _host(a):
 
 def compiled_description():
     """Which convolution kernels run: Numba's (and its version) or NumPy's."""
-    if not compiled_kernels_enabled():
-        return "NumPy kernels only"
-    import numba
-
-    return f"Numba {numba.__version__} kernels"
+    version = compiled_kernels_version()
+    return f"Numba {version} kernels" if version else "NumPy kernels only"
 
 
 def bench_device(args, device, torch):

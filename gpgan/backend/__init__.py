@@ -18,7 +18,7 @@ from gpgan.backend.array_module import (
     get_array_module,
     to_device,
 )
-from gpgan.backend.compiled import compiled_kernels_enabled, set_compiled_kernels
+from gpgan.backend.compiled import compiled_kernels_enabled, compiled_kernels_version, set_compiled_kernels
 from gpgan.backend.host_memory import keep_freed_host_memory
 from gpgan.backend.random import get_rng, manual_seed
 from gpgan.backend.threads import available_cores, get_num_threads, parallel_range, set_num_threads
@@ -40,5 +40,6 @@ __all__ = [
     "parallel_range",
     "keep_freed_host_memory",
     "compiled_kernels_enabled",
+    "compiled_kernels_version",
     "set_compiled_kernels",
 ]

@@ -12,11 +12,12 @@ They are used when Numba can be imported (``pip install 'gpgan[cpu]'``) unless
 way: each compiled kernel adds the same terms in the same order as the NumPy code it replaces,
 and the tests compare the two bit for bit.
 """
+import importlib.metadata
 import importlib.util
 import os
 import threading
 
-__all__ = ["COMPILED_ENV", "compiled_kernels_enabled", "set_compiled_kernels"]
+__all__ = ["COMPILED_ENV", "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels"]
 
 COMPILED_ENV = "GPGAN_NUMBA"
 
@@ -40,6 +41,16 @@ def compiled_kernels_enabled():
             if _enabled is None:
                 _enabled = _default()
     return _enabled
+
+
+def compiled_kernels_version():
+    """Numba's version while the kernels are on (what a run records), else None (NumPy only)."""
+    if not compiled_kernels_enabled():
+        return None
+    try:
+        return importlib.metadata.version("numba")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def set_compiled_kernels(enabled):

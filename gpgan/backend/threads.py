@@ -93,6 +93,8 @@ def _run_marked(fn, start, stop):
 
 def _split_count(n, nbytes):
     """How many chunks :func:`parallel_range` cuts ``n`` items moving ``nbytes`` bytes into."""
+    if nbytes is not None and nbytes < 2 * MIN_BYTES_PER_THREAD:
+        return 1  # the cheap test first: small passes (a toy MLP's activations) come every call
     threads = min(get_num_threads(), n)
     if nbytes is not None and MIN_BYTES_PER_THREAD > 0:
         threads = min(threads, int(nbytes // MIN_BYTES_PER_THREAD))

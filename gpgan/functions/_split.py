@@ -4,8 +4,7 @@ NumPy runs a ufunc on one core; a pass over a large activation split into batch 
 thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Elementwise results do not
 depend on the split. CuPy arrays are never split: a GPU kernel is parallel already.
 """
-from gpgan.backend import threads
-from gpgan.backend.threads import parallel_range
+from gpgan.backend.threads import parallel_range, would_split
 
 __all__ = ["over_batch", "elementwise"]
 
@@ -28,11 +27,9 @@ def elementwise(xp, fn, *arrays, dtype=None):
     """
     first = arrays[0]
     out = xp.empty_like(first, dtype=dtype)
-    # The same-shape bytes moved; a pass below two threads' minimum is never split, and the cheap
-    # test comes first: activations of small models (the toy MLPs) take this path every call.
-    nbytes = first.nbytes * (len(arrays) + 1)
-    if (nbytes < 2 * threads.MIN_BYTES_PER_THREAD or xp.__name__ != "numpy" or first.ndim == 0
-            or any(a.shape != first.shape for a in arrays[1:]) or not threads.would_split(first.shape[0], nbytes)):
+    nbytes = first.nbytes * (len(arrays) + 1)  # the bytes moved, when all have one shape
+    if (xp.__name__ != "numpy" or first.ndim == 0 or not would_split(first.shape[0], nbytes)
+            or any(a.shape != first.shape for a in arrays[1:])):
         fn(out, *arrays)  # one call: nothing to split (small, broadcasting, or a GPU array)
         return out
 

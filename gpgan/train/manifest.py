@@ -12,7 +12,7 @@ import sys
 import numpy
 
 import gpgan
-from gpgan.backend import compiled_kernels_enabled, device_description
+from gpgan.backend import compiled_kernels_version, device_description
 
 __all__ = ["environment_info", "git_commit", "invocation"]
 
@@ -45,16 +45,6 @@ def _cupy_version():
     return None
 
 
-def _numba_version():
-    """Numba's version when gpgan's compiled CPU kernels are on, else None (NumPy code only)."""
-    if not compiled_kernels_enabled():
-        return None
-    try:
-        return importlib.metadata.version("numba")
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def environment_info(device):
     """Versions, platform and ``device`` (with what it is, in words)."""
     commit, dirty = git_commit()
@@ -65,7 +55,7 @@ def environment_info(device):
         "python": platform.python_version(),
         "numpy": numpy.__version__,
         "cupy": _cupy_version(),
-        "numba": _numba_version(),
+        "numba": compiled_kernels_version(),
         "platform": platform.platform(),
         "device": device,
         "device_name": device_description(device),
