@@ -105,6 +105,46 @@ def test_value_and_weight_gradient_match_references(name):
         np.testing.assert_allclose(got, numeric, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("name", ["r1", "r2"])
+def test_shared_forward_gives_the_same_value_and_weight_gradient(name):
+    """R1/R2 through the critic loss's own forward (``forward=(x, D(x))``) against the penalty's
+    separate forward: the same value, and the same weight gradient of ``loss + penalty``. The
+    tanh critic makes the shared forward's nodes get gradient from both terms."""
+    real, fake = make_data(5)
+    critic = TinyCritic(np.random.default_rng(6), scale=1.3)
+    penalty = make_penalty(name, weight=4.0)
+    assert penalty.shared_points == {"r1": "real", "r2": "fake"}[name]
+
+    def total_and_gradients(shared):
+        x_real = Variable(real, requires_grad=shared and name == "r1")
+        x_fake = Variable(fake, requires_grad=shared and name == "r2")
+        d_real, d_fake = critic(x_real), critic(x_fake)
+        loss = F.mean(F.softplus(-d_real)) + F.mean(F.softplus(d_fake))
+        forward = {"r1": (x_real, d_real), "r2": (x_fake, d_fake)}[name] if shared else None
+        value, _ = penalty(critic, x_real, x_fake, rng=np.random.default_rng(0), forward=forward)
+        grads = gpgan.grad(loss + value, critic.params)
+        return value.item(), [g.data for g in grads]
+
+    value_shared, grads_shared = total_and_gradients(True)
+    value_alone, grads_alone = total_and_gradients(False)
+    expected, _ = reference_value(name, critic, real, fake, 0, 4.0)
+    np.testing.assert_allclose(value_shared, expected, rtol=1e-12)
+    assert value_shared == value_alone
+    for a, b in zip(grads_shared, grads_alone):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["wgan_gp", "dragan", "zero_gp", "lp"])
+def test_penalties_with_their_own_points_refuse_a_shared_forward(name):
+    real, fake = make_data()
+    critic = TinyCritic(np.random.default_rng(0))
+    x = Variable(real, requires_grad=True)
+    penalty = make_penalty(name)
+    assert penalty.shared_points is None
+    with pytest.raises(ValueError, match=f"penalty {name}: its points .* pass forward=None"):
+        penalty(critic, x, fake, forward=(x, critic(x)))
+
+
 @pytest.mark.parametrize("name", ["wgan_gp", "r1", "lp"])
 def test_center_and_lazy_interval_scale_the_value(name):
     real, fake = make_data(3)

@@ -45,3 +45,28 @@ def test_lazy_regularization_penalizes_every_interval_th_critic_step(tmp_path, i
     weight = trainer.config["penalty"]["weight"]
     for applied, term in values:
         np.testing.assert_allclose(applied, weight / 2 * interval * term, rtol=1e-5)
+
+
+@pytest.mark.parametrize("penalty", ["r1", "r2"])
+def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty):
+    """A penalized R1/R2 critic step runs the critic twice (real, fake), not three times, and
+    trains the same weights as the step that gives the penalty a forward of its own."""
+    def train(folder, share):
+        trainer = tiny_trainer(tmp_path / folder, f"penalty.type={penalty}", "train.steps=4")
+        if not share:
+            monkeypatch.setattr(type(trainer.step_fn.penalty), "shared_points", None)
+        critic, calls = trainer.parts.critic, []
+        forward = critic.forward
+        monkeypatch.setattr(critic, "forward", lambda x: calls.append(x.shape) or forward(x))
+        for _ in range(4):
+            trainer.train_step()
+        monkeypatch.undo()
+        return calls, [p.data.copy() for p in critic.parameters()]
+
+    shared_calls, shared_weights = train("shared", True)
+    own_calls, own_weights = train("own", False)
+    # Per generator step: real and fake for the critic loss (+1 for the penalty's own), 1 for
+    # the generator's loss.
+    assert len(shared_calls) == 4 * 3 and len(own_calls) == 4 * 4
+    for a, b in zip(shared_weights, own_weights):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)

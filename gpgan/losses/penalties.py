@@ -156,29 +156,52 @@ class GradientPenalty:
             gap = F.relu(gap)
         return gap * gap
 
-    def evaluate(self, critic, real, fake, draws):
+    @property
+    def shared_points(self):
+        """``"real"`` or ``"fake"`` when the points are the critic loss's own, so a caller that
+        has the critic's output there can pass that forward to :meth:`evaluate` (one forward and
+        one backward serve the loss and the penalty, as in GAN_stability and StyleGAN2-ADA);
+        None when the points are made here (interpolates, perturbed samples)."""
+        return self.points if self.points in ("real", "fake") else None
+
+    def evaluate(self, critic, real, fake, draws, forward=None):
         """``(value, mean_term, sq)``, all on the device, nothing read back: ``value`` the scalar
         penalty (weighted, scaled), ``mean_term`` its unweighted mean term and ``sq`` the (N,)
-        squared input-gradient norms. ``draws``: :meth:`draw`'s arrays, on the data's device."""
-        real = _array(real, "real")
-        fake = _array(fake, "fake")
-        with no_grad():
-            x = self.sample_points(real, fake, draws)
-        _, g = input_gradient(critic, x, create_graph=True)
+        squared input-gradient norms. ``draws``: :meth:`draw`'s arrays, on the data's device.
+
+        ``forward``: optionally ``(x, out)``, the critic's output ``out`` at the points
+        :attr:`shared_points` names, computed from the leaf Variable ``x`` that requires grad.
+        The input gradient is then taken through that graph instead of a second forward; the
+        value is the same, and the weights' gradient of ``loss + value`` needs one backward
+        through the critic at those points instead of two.
+        """
+        if forward is not None:
+            if self.shared_points is None:
+                raise ValueError(f"penalty {self.name}: its points ({self.points}) are made inside the "
+                                 "penalty, so no forward of the caller's can be reused; pass forward=None")
+            x_var, out = forward
+            with enable_grad():
+                g, = grad(F.sum(out), x_var, create_graph=True)
+        else:
+            real = _array(real, "real")
+            fake = _array(fake, "fake")
+            with no_grad():
+                x = self.sample_points(real, fake, draws)
+            _, g = input_gradient(critic, x, create_graph=True)
         with enable_grad():
             sq = _squared_norms(g)
             mean_term = F.mean(self.term(sq))
             value = mean_term * self.scale
         return value, mean_term, sq
 
-    def __call__(self, critic, real, fake, rng=None):
+    def __call__(self, critic, real, fake, rng=None, forward=None):
         """``(value, stats)``: the penalty with its random numbers drawn from ``rng`` (default: the
         global generator), and ``stats`` of floats read back: ``grad_norm`` (mean ||g||) and
-        ``penalty`` (the unweighted mean term)."""
+        ``penalty`` (the unweighted mean term). ``forward``: as in :meth:`evaluate`."""
         real_array = _array(real, "real")
         device = device_of(real_array)
         draws = {k: to_device(v, device) for k, v in self.draw(get_rng(rng), real_array).items()}
-        value, mean_term, sq = self.evaluate(critic, real, fake, draws)
+        value, mean_term, sq = self.evaluate(critic, real, fake, draws, forward=forward)
         xp = get_array_module(sq.data)
         return value, {"grad_norm": float(xp.sqrt(sq.data).mean()), "penalty": float(mean_term.data)}
 
@@ -257,6 +280,7 @@ class NoPenalty:
     name = "none"
     weight = 0.0
     center = 0.0
+    shared_points = None
 
     def __init__(self, weight=None, center=None, interval=1, **unused):
         self.interval = int(interval)
@@ -264,12 +288,12 @@ class NoPenalty:
     def draw(self, rng, real):
         return {}
 
-    def evaluate(self, critic, real, fake, draws):
+    def evaluate(self, critic, real, fake, draws, forward=None):
         real = _array(real, "real")
         zero = Variable(get_array_module(real).zeros((), dtype=real.dtype))
         return zero, zero, None
 
-    def __call__(self, critic, real, fake, rng=None):
+    def __call__(self, critic, real, fake, rng=None, forward=None):
         value, _, _ = self.evaluate(critic, real, fake, {})
         return value, {"grad_norm": math.nan, "penalty": 0.0}
 

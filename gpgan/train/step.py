@@ -122,13 +122,19 @@ class TrainingStep:
         return StepResult(values, real, fake)
 
     def _critic_update(self, j, inputs, values):
-        real = Variable(inputs.real)
         with no_grad():
-            fake = self.generator(Variable(inputs.noise))
-        loss = self.loss.critic_loss(self.critic(real), self.critic(fake))
+            fake_data = self.generator(Variable(inputs.noise)).data
+        # R1 and R2 differentiate the critic at the loss's own points: then those points are
+        # leaves that require grad and the loss's forward serves the penalty too.
+        shared = self.penalty.shared_points if inputs.draws is not None else None
+        real = Variable(inputs.real, requires_grad=shared == "real")
+        fake = Variable(fake_data, requires_grad=shared == "fake")
+        d_real, d_fake = self.critic(real), self.critic(fake)
+        loss = self.loss.critic_loss(d_real, d_fake)
         total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
-            pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws)
+            forward = {"real": (real, d_real), "fake": (fake, d_fake)}.get(shared)
+            pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws, forward=forward)
             total = loss + pen
             computed["penalty"], computed["penalty/term"] = pen.data, term.data
         values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
