@@ -9,6 +9,8 @@ PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are
   r1         DCGAN critic (gpgan.models.DCGANCritic, width 64: conv 3->64->128->256, k4 s2 p1,
              leaky ReLU 0.2, linear 4096->1), batch 64 of 32x32x3: non-saturating loss on a real
              and a fake batch + R1 (weight 10: 5 * mean ||grad_x D(x_real)||^2), a double backward.
+             One forward at the real batch serves the loss and R1, as in gpgan's trainer,
+             GAN_stability and StyleGAN2-ADA.
   wgangp     the same critic: WGAN loss + WGAN-GP penalty (lambda 10) on random interpolates.
   generator  DCGAN generator (gpgan.models.DCGANGenerator: latent 128, width 64, linear to
              4x4x512, BatchNorm in training mode, 3 transposed convs 512->256->128->64, a 3x3 conv
@@ -143,9 +145,13 @@ class Workload:
             fake = self.modules["generator"](gpgan.Variable(self.z))
             loss = self.loss.generator_loss(critic(fake))
         else:
-            loss = self.loss.critic_loss(critic(gpgan.Variable(self.real)), critic(gpgan.Variable(self.fake)))
+            shared = self.penalty.shared_points if self.penalty is not None else None
+            real = gpgan.Variable(self.real, requires_grad=shared == "real")
+            d_real = critic(real)
+            loss = self.loss.critic_loss(d_real, critic(gpgan.Variable(self.fake)))
             if self.penalty is not None:
-                value, _ = self.penalty(critic, self.real, self.fake, rng=self.penalty_rng())
+                forward = (real, d_real) if shared == "real" else None
+                value, _ = self.penalty(critic, real, self.fake, rng=self.penalty_rng(), forward=forward)
                 loss = loss + value
         grads = gpgan.grad(loss, self.params)
         return loss.data, [g.data for g in grads]
@@ -229,10 +235,14 @@ def torch_step(work, torch):
             eps = tensor(work.penalty_rng().random((work.batch, 1, 1, 1)).astype(work.dtype))
             sq = input_gradient(eps * real + (1 - eps) * fake)
             loss = loss + 10.0 * ((sq + 1e-12).sqrt() - 1.0).pow(2).mean()
+        elif work.name in ("r1", "toy_r1"):  # one forward at the real batch for the loss and R1
+            x = real.detach().requires_grad_(True)
+            d_real = critic(x)
+            loss = TF.softplus(-d_real).mean() + TF.softplus(critic(fake)).mean()
+            g, = torch.autograd.grad(d_real.sum(), [x], create_graph=True)
+            loss = loss + work.penalty.scale * g.pow(2).flatten(1).sum(1).mean()
         else:
             loss = TF.softplus(-critic(real)).mean() + TF.softplus(critic(fake)).mean()
-            if work.name in ("r1", "toy_r1"):
-                loss = loss + work.penalty.scale * input_gradient(real).mean()
         grads = torch.autograd.grad(loss, params)
         return loss, grads
 
