@@ -1,5 +1,6 @@
-"""gpgan.backend.blas_idle: OpenBLAS's idle spin is cut short when gpgan is imported before NumPy,
-and the default thread count of gpgan's array passes follows it."""
+"""gpgan.backend.blas_idle and core_share: OpenBLAS's idle spin is cut short when gpgan is imported
+before NumPy, and the default thread count of gpgan's array passes follows it; the ranks an MPI
+launcher starts on one machine, and a sweep's trainers, share its cores."""
 import json
 import os
 import subprocess
@@ -8,7 +9,8 @@ import sys
 import pytest
 
 from gpgan.backend.blas_idle import SHORT_TIMEOUT, TIMEOUT_ENV
-from gpgan.backend.threads import available_cores
+from gpgan.backend.core_share import (BLAS_THREAD_VARS, LOCAL_SIZE_VARIABLES, available_cores, cores_per_process,
+                                      local_processes)
 from gpgan.studies.trainers import THREAD_VARS, _child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -17,18 +19,24 @@ PROBE = """
 import json, os, sys
 {first}
 from gpgan.backend import BLAS_IDLES_BRIEFLY, get_num_threads
-print(json.dumps({{"timeout": os.environ.get("{var}"), "brief": BLAS_IDLES_BRIEFLY, "threads": get_num_threads()}}))
+print(json.dumps({{"timeout": os.environ.get("{var}"), "brief": BLAS_IDLES_BRIEFLY, "threads": get_num_threads(),
+                  "blas": {{v: os.environ.get(v) for v in {blas!r}}}}}))
 """
 
 
-def probe(first, **env):
-    """Import gpgan in a fresh interpreter (after ``first``) and report what it set."""
-    environ = {k: v for k, v in os.environ.items() if k not in (TIMEOUT_ENV, "GPGAN_NUM_THREADS")}
+def probe(first, blas=False, **env):
+    """Import gpgan in a fresh interpreter (after ``first``) and report what it set (with
+    ``blas``, also the BLAS thread variables)."""
+    unset = (TIMEOUT_ENV, "GPGAN_NUM_THREADS") + BLAS_THREAD_VARS + LOCAL_SIZE_VARIABLES
+    environ = {k: v for k, v in os.environ.items() if k not in unset}
     environ.update(env, PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-c", PROBE.format(first=first, var=TIMEOUT_ENV)], env=environ,
-                         capture_output=True, text=True, timeout=120)
+    code = PROBE.format(first=first, var=TIMEOUT_ENV, blas=BLAS_THREAD_VARS)
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout)
+    got = json.loads(out.stdout)
+    if not blas:
+        del got["blas"]
+    return got
 
 
 def test_gpgan_first_cuts_the_spin_short_and_splits_over_every_core():
@@ -46,6 +54,39 @@ def test_a_users_setting_is_kept():
 def test_numpy_loaded_first_leaves_openblas_alone_and_one_thread():
     # OpenBLAS read its setting when NumPy loaded it: setting the variable now would change nothing.
     assert probe("import numpy") == {"timeout": None, "brief": False, "threads": 1}
+
+
+def _share(ranks):
+    """This machine's cores split among ``ranks`` local processes, as the module documents it:
+    a process pinned to fewer than all of them keeps its mask."""
+    cores = available_cores()
+    return max(1, cores // ranks) if cores >= os.cpu_count() else cores
+
+
+@pytest.mark.parametrize("variable", LOCAL_SIZE_VARIABLES)
+def test_mpi_ranks_on_one_machine_share_its_cores(variable):
+    got = probe("import gpgan", blas=True, **{variable: "2"})
+    assert got["threads"] == _share(2)
+    assert got["blas"] == {v: str(_share(2)) for v in BLAS_THREAD_VARS}
+    # Not started by a launcher: BLAS keeps its own default, gpgan's passes take every core.
+    alone = probe("import gpgan", blas=True)
+    assert alone["threads"] == available_cores() and alone["blas"] == {v: None for v in BLAS_THREAD_VARS}
+
+
+def test_a_users_thread_settings_are_kept_under_mpi():
+    got = probe("import gpgan", blas=True, MPI_LOCALNRANKS="2", OPENBLAS_NUM_THREADS="3", GPGAN_NUM_THREADS="5")
+    assert got["threads"] == 5 and got["blas"]["OPENBLAS_NUM_THREADS"] == "3"
+    # NumPy loaded first: its BLAS has its thread count already, so nothing is set.
+    assert probe("import numpy", blas=True, MPI_LOCALNRANKS="2")["blas"] == {v: None for v in BLAS_THREAD_VARS}
+
+
+def test_local_processes_and_shares():
+    assert local_processes({}) == 1
+    assert local_processes({"OMPI_COMM_WORLD_LOCAL_SIZE": "4"}) == 4
+    assert local_processes({"MPI_LOCALNRANKS": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4"}) == 3
+    assert local_processes({"MPI_LOCALNRANKS": "", "MV2_COMM_WORLD_LOCAL_SIZE": "x"}) == 1
+    assert local_processes({"MPI_LOCALNRANKS": "0"}) == 1
+    assert [cores_per_process(n, cores=16) for n in (1, 2, 3, 16, 32)] == [16, 8, 5, 1, 1]
 
 
 @pytest.mark.parametrize("jobs", [1, 2])

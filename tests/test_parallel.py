@@ -7,6 +7,7 @@ brings); they are skipped, with the reason, without them.
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -323,6 +324,26 @@ def test_a_process_that_cannot_start_stops_every_process_before_anything_is_writ
     proc = train(2, *args, program=[os.path.join(PROGRAMS, "faulty_rank.py"), "build"], check=1)
     assert proc.stderr.count("error: FileNotFoundError: rank 1: test: rank 1 sees no data set") == 1
     assert not (tmp_path / "quickstart").exists()
+
+
+@needs_mpi
+def test_ranks_on_one_machine_split_its_cores_between_them():
+    """Under mpiexec -n 2 (MPICH's Hydra pins nothing) each rank takes half the cores for BLAS and
+    for gpgan's array passes, instead of every rank taking all of them."""
+    from gpgan.backend.core_share import BLAS_THREAD_VARS, available_cores
+
+    env = _env()
+    for var in BLAS_THREAD_VARS + ("GPGAN_NUM_THREADS",):
+        env.pop(var, None)
+    code = ("import json, os, gpgan; print(json.dumps([gpgan.backend.get_num_threads()] + "
+            f"[os.environ.get(v) for v in {BLAS_THREAD_VARS!r}]))")
+    proc = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    share = max(1, available_cores() // 2)
+    # mpiexec forwards the two ranks' output in chunks that may share a line: take each list.
+    reports = [json.loads(m) for m in re.findall(r"\[[^\]]*\]", proc.stdout)]
+    assert reports == [[share] + [str(share)] * 3] * 2, proc.stdout
 
 
 @needs_mpi

@@ -7,8 +7,10 @@ it knows nothing of Variables or graphs.
 
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
 """
-# First, before anything imports NumPy: OpenBLAS reads its idle-spin setting when it is loaded.
+# First, before anything imports NumPy: OpenBLAS reads its idle spin and thread count when it is
+# loaded.
 from gpgan.backend.blas_idle import BLAS_IDLES_BRIEFLY  # noqa: I001
+from gpgan.backend import core_share  # noqa: F401, I001
 from gpgan.backend.array_module import (
     DEVICES,
     check_same_device,

@@ -6,7 +6,8 @@ while it does, so a few Python threads working on disjoint slices of one array r
 chunk per thread; the calling thread takes the first chunk, a small pool the others.
 
 The number of threads is ``GPGAN_NUM_THREADS`` or :func:`set_num_threads`'s; by default, the cores
-this process may use, provided OpenBLAS's idle workers go to sleep soon
+this process should use (:func:`gpgan.backend.core_share.process_cores`: its share in an MPI run),
+provided OpenBLAS's idle workers go to sleep soon
 (:mod:`gpgan.backend.blas_idle`, which gpgan arranges when it is imported before NumPy), else 1.
 Split passes only pay on cores no BLAS worker is spinning on: on the 2-core Xeon of the README's
 benchmarks, two threads took the DCGAN R1 step from 142 to 131 ms and the generator step from
@@ -18,6 +19,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from gpgan.backend.blas_idle import BLAS_IDLES_BRIEFLY
+from gpgan.backend.core_share import available_cores, process_cores
 
 __all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range", "would_split"]
 
@@ -27,17 +29,10 @@ __all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_ra
 MIN_BYTES_PER_THREAD = 4 << 20
 
 
-def available_cores():
-    """The number of cores this process may run on (its affinity mask where the OS has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def _default_threads():
     env = os.environ.get("GPGAN_NUM_THREADS")
     if not env:
-        return available_cores() if BLAS_IDLES_BRIEFLY else 1
+        return process_cores() if BLAS_IDLES_BRIEFLY else 1
     try:
         value = int(env)
     except ValueError:

@@ -8,13 +8,13 @@ import subprocess
 import threading
 import time
 
-from gpgan.backend import available_cores
+from gpgan.backend.core_share import BLAS_THREAD_VARS, cores_per_process
 from gpgan.train.loop import PARENT_ENV
 
 __all__ = ["THREAD_VARS", "LocalTrainers", "start_trainer", "wait_for", "gpgan_pythonpath"]
 
 #: The variables that set a trainer's threads: BLAS's, OpenMP's and gpgan's own array passes.
-THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "GPGAN_NUM_THREADS")
+THREAD_VARS = BLAS_THREAD_VARS + ("GPGAN_NUM_THREADS",)
 
 
 def wait_for(proc, poll=None):
@@ -66,7 +66,7 @@ def _child_env(device, jobs):
     env = dict(os.environ)
     env["PYTHONPATH"] = gpgan_pythonpath(env.get("PYTHONPATH", ""))
     # N concurrent trainers should not each spawn one thread per core.
-    threads = str(max(1, available_cores() // max(1, jobs)))
+    threads = str(cores_per_process(jobs))
     for var in THREAD_VARS:
         env.setdefault(var, threads)
     if device is not None:
