@@ -249,3 +249,24 @@ def test_matmul_derivatives(r, shapes):
     a, b = r.standard_normal(shapes[0]), r.standard_normal(shapes[1])
     np.testing.assert_allclose(F.matmul(gpgan.Variable(a), gpgan.Variable(b)).data, a @ b, rtol=1e-13)
     check(F.matmul, [a, b])
+
+
+def test_products_with_inner_dimension_one_are_exact_and_differentiable(r):
+    """An inner dimension of 1 (a critic's last layer: out_features 1) takes a broadcast multiply
+    instead of BLAS: the same numbers bit for bit, in float32 too, and the same derivatives."""
+    a, b = r.standard_normal((6, 1)), r.standard_normal((1, 5))
+    check(F.matmul, [a, b])
+    x, w = r.standard_normal((6, 4)), r.standard_normal((1, 4))
+    check(lambda *v: F.tanh(F.linear(*v)), [x, w])
+    a32, b32 = a.astype(np.float32), b.astype(np.float32)
+    product = F.matmul(gpgan.Variable(a32), gpgan.Variable(b32)).data
+    assert product.dtype == np.float32 and product.flags.c_contiguous
+    np.testing.assert_array_equal(product, a32 @ b32)
+    # The input gradient of a one-output linear layer, first order (no graph) and recorded.
+    xv = gpgan.Variable(x.astype(np.float32), requires_grad=True)
+    wv = gpgan.Variable(w.astype(np.float32), requires_grad=True)
+    gy = r.standard_normal((6, 1)).astype(np.float32)
+    first, = gpgan.grad(F.linear(xv, wv), xv, grad_outputs=gy)
+    recorded, = gpgan.grad(F.linear(xv, wv), xv, grad_outputs=gy, create_graph=True)
+    np.testing.assert_array_equal(first.data, gy @ wv.data)
+    np.testing.assert_array_equal(recorded.data, gy @ wv.data)

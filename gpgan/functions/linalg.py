@@ -13,6 +13,16 @@ def _const(array):
     return Variable._from_node(array, None)
 
 
+def _product(a, b):
+    """``a @ b`` of arrays. An inner dimension of 1 makes it an outer product, which BLAS does
+    badly (0.14 ms for (256, 1) @ (1, 512) on the README's Xeon, against 0.05 ms for the
+    broadcast multiply; the last layer of every critic has one output): then it is that
+    multiply, which gives the same numbers (one rounded product per element)."""
+    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1:
+        return a * b
+    return get_array_module(a).matmul(a, b)
+
+
 def _swap_last(x):
     axes = list(range(x.ndim))
     axes[-1], axes[-2] = axes[-2], axes[-1]
@@ -32,14 +42,15 @@ class MatMul(FunctionNode):
                 raise ValueError(f"matmul: batch dimensions {batch_a} of shape {a.shape} and {batch_b} of "
                                  f"shape {b.shape} cannot be broadcast together") from None
         self.retain_inputs((0, 1))
-        return (get_array_module(a).matmul(a, b),)
+        return (_product(a, b),)
 
     def backward(self, indexes, grad_outputs):
         a, b = self.get_retained_inputs()
         gy, = grad_outputs
         if a.ndim == 2 and b.ndim == 2 and not is_grad_enabled():
             # No graph recorded (first order): the two products on arrays, without building nodes.
-            return tuple(_const(gy.data @ b.data.T if i == 0 else a.data.T @ gy.data) for i in indexes)
+            return tuple(_const(_product(gy.data, b.data.T) if i == 0 else _product(a.data.T, gy.data))
+                         for i in indexes)
         # Promote vectors to matrices so one rule covers every case.
         a2 = reshape(a, (1, a.shape[0])) if a.ndim == 1 else a
         b2 = reshape(b, (b.shape[0], 1)) if b.ndim == 1 else b
@@ -92,7 +103,7 @@ class Linear(FunctionNode):
         if not is_grad_enabled():
             # No graph recorded (first order): the products on arrays, without building nodes.
             g = gy.data.reshape(-1, out_features)
-            raw = {0: lambda: (g @ w.data).reshape(x.shape),
+            raw = {0: lambda: _product(g, w.data).reshape(x.shape),
                    1: lambda: g.T @ x.data.reshape(-1, in_features),
                    2: lambda: g.sum(axis=0)}
             return tuple(_const(raw[i]()) for i in indexes)
