@@ -4,7 +4,10 @@ A penalty evaluates the critic at some points ``x`` (real samples, generated sam
 interpolates or perturbed real samples), takes the input gradient
 ``g = grad(D(x).sum(), x, create_graph=True)`` (only the image gradient: the engine skips weight
 gradients), and returns a scalar Variable that is differentiable with respect to the critic's
-weights (a double backward).
+weights (a double backward). R1 and R2 take their points from the critic loss (real or fake
+samples), so a caller that has the critic's output there passes that forward
+(:attr:`GradientPenalty.shared_points`, ``evaluate(..., forward=(x, D(x)))``) and the penalty
+differentiates through it instead of running the critic again, as the training step does.
 
 ==========  =============================================  ======  =========  =========================
 name        points                                         centre  form       reference
