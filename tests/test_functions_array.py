@@ -258,6 +258,11 @@ def test_products_with_inner_dimension_one_are_exact_and_differentiable(r):
     check(F.matmul, [a, b])
     x, w = r.standard_normal((6, 4)), r.standard_normal((1, 4))
     check(lambda *v: F.tanh(F.linear(*v)), [x, w])
+    # One input feature (the forward's product) and a batch of one (the weight gradient's).
+    check(lambda *v: F.tanh(F.linear(*v)), [r.standard_normal((6, 1)), r.standard_normal((3, 1))])
+    check(lambda *v: F.tanh(F.linear(*v)), [r.standard_normal((1, 4)), r.standard_normal((3, 4))])
+    x1, w1 = r.standard_normal((6, 1)).astype(np.float32), r.standard_normal((3, 1)).astype(np.float32)
+    np.testing.assert_array_equal(F.linear(gpgan.Variable(x1), gpgan.Variable(w1)).data, x1 @ w1.T)
     a32, b32 = a.astype(np.float32), b.astype(np.float32)
     product = F.matmul(gpgan.Variable(a32), gpgan.Variable(b32)).data
     assert product.dtype == np.float32 and product.flags.c_contiguous

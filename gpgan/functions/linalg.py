@@ -14,10 +14,10 @@ def _const(array):
 
 
 def _product(a, b):
-    """``a @ b`` of arrays. An inner dimension of 1 makes it an outer product, which BLAS does
-    badly (0.14 ms for (256, 1) @ (1, 512) on the README's Xeon, against 0.05 ms for the
-    broadcast multiply; the last layer of every critic has one output): then it is that
-    multiply, which gives the same numbers (one rounded product per element)."""
+    """``a @ b`` of arrays, for every product of this module. An inner dimension of 1 makes it an
+    outer product, which BLAS does badly (0.14 ms for (256, 1) @ (1, 512) on the README's Xeon,
+    against 0.05 ms for the broadcast multiply; the last layer of every critic has one output):
+    then it is that multiply, which gives the same numbers (one rounded product per element)."""
     if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1:
         return a * b
     return get_array_module(a).matmul(a, b)
@@ -91,7 +91,7 @@ class Linear(FunctionNode):
                              f"{w.shape}, got {b.shape}")
         self.retain_inputs((0, 1))
         # Fold leading dimensions into one, so the product is a single 2-D GEMM.
-        y = get_array_module(x).matmul(x.reshape(-1, w.shape[1]), w.T)
+        y = _product(x.reshape(-1, w.shape[1]), w.T)
         if b is not None:
             y += b
         return (y.reshape(x.shape[:-1] + (w.shape[0],)),)
@@ -104,7 +104,7 @@ class Linear(FunctionNode):
             # No graph recorded (first order): the products on arrays, without building nodes.
             g = gy.data.reshape(-1, out_features)
             raw = {0: lambda: _product(g, w.data).reshape(x.shape),
-                   1: lambda: g.T @ x.data.reshape(-1, in_features),
+                   1: lambda: _product(g.T, x.data.reshape(-1, in_features)),
                    2: lambda: g.sum(axis=0)}
             return tuple(_const(raw[i]()) for i in indexes)
         gy2 = reshape(gy, (-1, out_features))
