@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from gpgan.backend.blas_idle import SHORT_TIMEOUT, TIMEOUT_ENV
+from gpgan.backend import core_share
 from gpgan.backend.core_share import (BLAS_THREAD_VARS, LOCAL_SIZE_VARIABLES, available_cores, cores_per_process,
                                       local_processes)
 from gpgan.studies.trainers import THREAD_VARS, _child_env
@@ -87,6 +88,18 @@ def test_local_processes_and_shares():
     assert local_processes({"MPI_LOCALNRANKS": "", "MV2_COMM_WORLD_LOCAL_SIZE": "x"}) == 1
     assert local_processes({"MPI_LOCALNRANKS": "0"}) == 1
     assert [cores_per_process(n, cores=16) for n in (1, 2, 3, 16, 32)] == [16, 8, 5, 1, 1]
+
+
+@pytest.mark.parametrize("mask, machine, ranks, want", [
+    (16, 16, "1", 16),   # no MPI run: every core the mask allows
+    (16, 16, "4", 4),    # four unpinned ranks on a 16-core machine: a quarter each
+    (4, 16, "4", 4),     # the launcher pinned this rank to 4 cores: its mask is its share already
+    (1, 16, "4", 1),
+])
+def test_process_cores_divides_only_an_unpinned_machine(monkeypatch, mask, machine, ranks, want):
+    monkeypatch.setattr(core_share, "available_cores", lambda: mask)
+    monkeypatch.setattr(core_share.os, "cpu_count", lambda: machine)
+    assert core_share.process_cores({"MPI_LOCALNRANKS": ranks}) == want
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
