@@ -357,3 +357,39 @@ def test_line_plot_over_two_decades_gets_a_log_axis_and_keeps_inf_marks():
     assert ticks and all(t > 0 for t in ticks)
     # Values within two decades stay linear.
     assert line_figure([("a", xs, [0.2, 0.5, 1.0], None)], "x", "y").axes[0].get_yscale() == "linear"
+
+
+def test_long_curves_label_steps_in_thousands_without_overlap():
+    """200,000 steps on one 300-pixel panel: at most six tick labels, written 50k, 100k, ...,
+    and no two of them overlap once drawn."""
+    from gpgan.viz import curves_figure
+
+    steps = list(range(1000, 200001, 1000))
+    groups = [("wgan_gp", [("w=10", steps, [s / 200000 for s in steps], None)])]
+    figure = curves_figure(groups, "generator step", "eval/high_quality")
+    renderer = figure.canvas.get_renderer()
+    figure.draw(renderer)
+    ax = figure.axes[0]
+    shown = [t for t in ax.get_xticklabels() if t.get_text() and t.get_visible()
+             and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    assert 3 <= len(shown) <= 6
+    assert all(t.get_text() == "0" or t.get_text().endswith("k") for t in shown), [t.get_text() for t in shown]
+    assert "100k" in [t.get_text() for t in shown]
+    boxes = sorted((t.get_window_extent(renderer) for t in shown), key=lambda b: b.x0)
+    assert all(left.x1 < right.x0 for left, right in zip(boxes, boxes[1:]))
+    formatter = ax.xaxis.get_major_formatter()  # small values keep plain labels
+    assert [formatter(v, 0) for v in (0, 500, 5000, 1500000)] == ["0", "500", "5k", "1.5M"]
+
+
+def test_a_panel_above_an_empty_slot_shows_its_step_ticks():
+    """Seven panels in rows of four: the fourth panel has no panel below it, so it carries the
+    x label and its own tick labels (sharex hides tick labels above the last row)."""
+    from gpgan.viz import curves_figure
+
+    groups = [(f"p{k}", [("w", [1000, 20000], [0.0, 1.0], None)]) for k in range(7)]
+    figure = curves_figure(groups, "generator step", "y", ncols=4)
+    figure.draw(figure.canvas.get_renderer())
+    labelled = [ax.get_title() for ax in figure.axes if ax.get_visible()
+                and any(t.get_text() and t.get_visible() for t in ax.get_xticklabels())]
+    assert labelled == ["p3", "p4", "p5", "p6"]
+    assert [ax.get_xlabel() for ax in figure.axes[:7]] == [""] * 3 + ["generator step"] * 4

@@ -188,6 +188,21 @@ def _log_y(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
+def _thousands_x(ax):
+    """Step-count x tick labels in thousands (5k, 100k, 1.5M) and at most six of them: plain
+    labels of 200,000-step curves run into each other on a 300-pixel panel."""
+    from matplotlib.ticker import FuncFormatter, MaxNLocator
+
+    def label(value, _):
+        for scale, suffix in ((1e6, "M"), (1e3, "k")):
+            if abs(value) >= scale:
+                return f"{value / scale:g}{suffix}"
+        return f"{value:g}"
+
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=5, integer=True))
+    ax.xaxis.set_major_formatter(FuncFormatter(label))
+
+
 def _finite(arrays):
     """The finite values of ``arrays``, as one flat array (empty when there are none)."""
     return numpy.concatenate([a[numpy.isfinite(a)].ravel() for a in arrays] + [numpy.zeros(0)])
@@ -468,11 +483,13 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
                                     linewidth=0)
             if floor is not None:
                 ax.set_ylim(bottom=floor)
+            _thousands_x(ax)
             ax.set_title(name)
             if k % ncols == 0:
                 ax.set_ylabel(ylabel)
             if k // ncols == nrows - 1 or k + ncols >= len(groups):
                 ax.set_xlabel(xlabel)
+                ax.xaxis.set_tick_params(labelbottom=True)  # sharex hides them above the last row
         if title:  # wrapped to the figure's width: one narrow panel must not cut it off
             figure.suptitle(textwrap.fill(title, max(20, int(width / _TITLE_CHAR_PX))))
         handles = [axes.ravel()[0].plot([], [], color=rgb(PALETTE[i % len(PALETTE)]), label=lab)[0]
