@@ -441,7 +441,8 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
         groups: list of ``(panel title, lines)`` with ``lines`` a list of ``(label, xs, mean,
             std)``: ``std`` None or an array (the band is mean +- std). A label keeps one colour
             in every panel. Points whose mean is not finite are left out of the line (the
-            caller says so).
+            caller says so). ``xs`` are counts (training steps): the x ticks fall on integers
+            and read in thousands and millions (5k, 100k, 1.5M).
         xlabel, ylabel, title: shared labels and the figure's title.
         ncols: panels per row.
 
