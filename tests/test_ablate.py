@@ -400,6 +400,72 @@ def test_variant_errors(tmp_path, body, message):
     assert message in str(info.value)
 
 
+def test_adjust_overrides_only_the_matching_runs_and_wins_over_set_and_variants(tmp_path, fake):
+    sweep_path = write_sweep(tmp_path, """\
+        base: base.yaml
+        set: {train.steps: 3, optim.critic.lr: 0.002}
+        variants:
+          pairing:
+            common: {}
+            paper: {train.steps: 5}
+        axes:
+          pairing: [common, paper]
+          penalty.type: [none, r1]
+          penalty.weight: [1.0, 10.0]
+          train.seed: [0]
+        ignore:
+          - when: {penalty.type: none}
+            axes: [penalty.weight]
+        adjust:
+          - when: {pairing: paper, penalty.weight: 10.0}
+            set: {train.steps: 7}
+          - when: {penalty.weight: [1.0, 10.0], pairing: common}
+            set: {optim.critic.lr: 0.001}
+    """)
+    sweep = load_sweep(sweep_path)
+    by_name = {s.name: dict(s.overrides) for s in expand_runs(sweep)}
+    assert len(by_name) == 6  # "none" is one run per pairing
+    steps = {n: o["train.steps"] for n, o in by_name.items()}
+    assert steps == {"pairing-common__type-none__seed-0": 3, "pairing-common__type-r1__weight-1.0__seed-0": 3,
+                     "pairing-common__type-r1__weight-10.0__seed-0": 3, "pairing-paper__type-none__seed-0": 5,
+                     "pairing-paper__type-r1__weight-1.0__seed-0": 5, "pairing-paper__type-r1__weight-10.0__seed-0": 7}
+    lrs = {n: o["optim.critic.lr"] for n, o in by_name.items()}
+    # An axis dropped by `ignore` matches no `when` value: "none" keeps set:'s rate.
+    assert lrs["pairing-common__type-none__seed-0"] == 0.002
+    assert lrs["pairing-common__type-r1__weight-1.0__seed-0"] == 0.001
+    assert lrs["pairing-paper__type-r1__weight-1.0__seed-0"] == 0.002
+    # The rule's overrides come last, so the trainer sees them after set:'s and the variant's.
+    spec = next(s for s in expand_runs(sweep) if s.name.endswith("weight-10.0__seed-0") and "paper" in s.name)
+    assert [v for k, v in spec.overrides if k == "train.steps"] == [3, 5, 7]
+
+    out = tmp_path / "out"
+    assert main([str(sweep_path), "--out", str(out), "--jobs", "2"]) == 0
+    state = json.loads(next((out / "runs").glob("*/pairing-paper__type-r1__weight-10.0__seed-0/fake_state.json"))
+                       .read_text())
+    assert state["sets"]["train.steps"] == 7
+    report = (out / "REPORT.md").read_text()
+    assert ("- Adjusted: `train.steps=7` when `pairing` in {paper} and `penalty.weight` in {10.0}." in report)
+    assert ("- Adjusted: `optim.critic.lr=0.001` when `penalty.weight` in {1.0, 10.0} and `pairing` in {common}."
+            in report)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("adjust: {when: {train.seed: 0}, set: {train.steps: 3}}\n", "adjust: must be a list"),
+    ("adjust: [{when: {train.seed: 0}}]\n", "adjust[0]: needs both 'when' and 'set'"),
+    ("adjust: [{when: {train.seed: 0}, sets: {train.steps: 3}}]\n", "unknown key(s) 'sets' (did you mean 'set'?)"),
+    ("adjust: [{when: {train.sed: 0}, set: {train.steps: 3}}]\n", "'train.sed' is not an axis"),
+    ("adjust: [{when: {train.seed: 5}, set: {train.steps: 3}}]\n", "train.seed=5 is not among the axis values"),
+    ("adjust: [{when: {train.seed: 0}, set: {}}]\n", "adjust[0].set: must be a non-empty mapping"),
+    ("adjust: [{when: {train.seed: 0}, set: {train.seed: 1}}]\n", "adjust[0].set.train.seed: is also an axis"),
+    ("adjust: [{when: {train.seed: 0}, set: {train.stesp: 3}}]\n", "did you mean 'train.steps'"),
+])
+def test_adjust_errors(tmp_path, body, message):
+    path = write_sweep(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert message in str(info.value)
+
+
 # ----------------------------------------------------------------------------------------------
 # figures
 
@@ -687,6 +753,14 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
     final = json.loads((run / "final.json").read_text())
     assert final["steps"] == 18
     assert "--resume" in (run / "stdout.log").read_text() and "train.steps=18" in (run / "stdout.log").read_text()
+
+    # An `adjust:` rule lengthens only the runs it matches: the others are skipped as finished.
+    two_seeds = short.replace("train.seed: [0]", "train.seed: [0, 1]").replace("train.steps: 12", "train.steps: 18")
+    sweep.write_text(two_seeds + "adjust: [{when: {train.seed: 0}, set: {train.steps: 24}}]\n")
+    assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "extend   type-r1__weight-1.0__seed-0 (to 24 steps)" in plan and "seed-1" in plan
+    assert "extend   type-r1__weight-1.0__seed-1" not in plan
 
     direct = tmp_path / "direct.yaml"
     direct.write_text(short.replace("train.steps: 12", "train.steps: 18"))

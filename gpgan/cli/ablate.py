@@ -50,6 +50,8 @@ sweep file (YAML):
   ignore: [{when: {penalty.type: none}, axes: [penalty.weight]}]   axes that do not matter there:
                                        one run instead of one per weight (optional)
   exclude: [{penalty.type: r2, penalty.weight: 10}]   combinations not to run (optional)
+  adjust: [{when: {penalty.weight: 10}, set: {train.steps: 40000}}]   overrides for the runs
+                                       matching `when`, after all others (optional)
   out: experiments/ablations/NAME      default output folder (optional)
   title: ...                           REPORT.md heading (optional)
   variants: {pairing: {common: {}, paper: {loss: wgan, train.critic_steps: 5}}}

@@ -260,6 +260,11 @@ def _best_lines(panels, metrics):
     return lines
 
 
+def _condition(rule):
+    """``{axis: [values]}`` as Markdown: "`a` in {1, 2} and `b` in {x}"."""
+    return " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in rule.items())
+
+
 def _alt_text(caption):
     """A figure's alt text: its caption up to the first ';', its brackets closed."""
     head = caption.split(";")[0]
@@ -290,12 +295,13 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
             what = ", ".join(f"`{k}={format_value(v)}`" for k, v in settings.items()) or "no further overrides"
             lines.append(f"- Variant `{name}={variant}`: {what}.")
     for when, dropped in sweep.ignore:
-        cond = " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in when.items())
-        lines.append(f"- Ignored: {', '.join(f'`{k}`' for k in dropped)} when {cond} "
+        lines.append(f"- Ignored: {', '.join(f'`{k}`' for k in dropped)} when {_condition(when)} "
                      "(the base config's value is used; shown as (any), one run per seed).")
     for rule in sweep.exclude:
-        cond = " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in rule.items())
-        lines.append(f"- Excluded: {cond}.")
+        lines.append(f"- Excluded: {_condition(rule)}.")
+    for when, settings in sweep.adjust:
+        what = ", ".join(f"`{k}={format_value(v)}`" for k, v in settings.items())
+        lines.append(f"- Adjusted: {what} when {_condition(when)}.")
     seeds = f"`{sweep.seed_axis}`" if sweep.seed_axis else "runs (no seed axis)"
     lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "
                  "n = finished runs / runs. ↑ higher is better, ↓ lower is better.")

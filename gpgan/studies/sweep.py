@@ -44,6 +44,17 @@ with three weights is therefore one run per seed, not three identical ones.
 
 ``exclude``: each entry is a mapping of axis keys to a value (or a list of values); a combination
 matching every key of an entry is not run.
+
+``adjust``: overrides for the combinations matching ``when`` (as in ``ignore``), e.g. a longer run
+for the one setting whose curves still rise::
+
+    adjust:
+      - when: {pairing: wgan_gp_paper, penalty.weight: 10}
+        set: {train.steps: 400000}
+
+They come after ``set:``, the axes and the variants (so they win), in file order; run names do
+not change. An axis that ``ignore`` dropped from a run matches no ``when`` value. A key of
+``set`` may not be an axis.
 """
 
 import itertools
@@ -71,9 +82,10 @@ __all__ = [
 
 TOP_LEVEL_KEYS = (
     "base", "axes", "set", "variants", "metrics", "seed_axis", "x_axis", "series_axis",
-    "ignore", "exclude", "out", "title", "notes",
+    "ignore", "exclude", "adjust", "out", "title", "notes",
 )
 IGNORE_KEYS = ("when", "axes")
+ADJUST_KEYS = ("when", "set")
 DIRECTIONS = ("max", "min")
 DEFAULT_SEED_AXIS = "train.seed"
 DEFAULT_X_AXIS = "penalty.weight"
@@ -129,6 +141,7 @@ class Sweep:
     base_text: str = ""          # ``base`` exactly as written in the file (for the report)
     variants: dict = field(default_factory=dict)     # axis -> variant -> {dotted key: value}
     notes: str = None            # Markdown placed in REPORT.md under "Findings"
+    adjust: list = field(default_factory=list)       # [({axis: [values]}, {dotted key: value})]
 
     @property
     def stem(self):
@@ -245,6 +258,45 @@ def _same(a, b):
     return a == b
 
 
+def _check_overrides(path, where, axes, mapping, allow_empty=False):
+    """``mapping``: dotted config key -> value, none of them an axis; returns a copy."""
+    if mapping is None and allow_empty:
+        return {}
+    if not isinstance(mapping, dict) or (not mapping and not allow_empty):
+        raise _err(path, where, "must be a " + ("" if allow_empty else "non-empty ")
+                   + "mapping of dotted config keys to values")
+    out = {}
+    for key, value in mapping.items():
+        _check_key(path, where, key)
+        _check_value(path, f"{where}.{key}", value, allow_mapping=True)
+        if key in axes:
+            raise _err(path, f"{where}.{key}", "is also an axis; a key is either set or varied")
+        out[key] = value
+    return out
+
+
+def _parse_adjust(path, axes, raw):
+    """``adjust: [{when: {axis: value or [values]}, set: {dotted key: value}}]``."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise _err(path, "adjust", "must be a list of {when: {axis: value}, set: {key: value}} rules")
+    rules = []
+    for i, rule in enumerate(raw):
+        where = f"adjust[{i}]"
+        if not isinstance(rule, dict):
+            raise _err(path, where, "must be a mapping {when: {axis: value}, set: {key: value}}")
+        bad = [k for k in rule if k not in ADJUST_KEYS]
+        if bad:
+            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{did_you_mean(k, ADJUST_KEYS)}" for k in bad)
+                       + f"; valid keys are {list(ADJUST_KEYS)}")
+        if "when" not in rule or "set" not in rule:
+            raise _err(path, where, "needs both 'when' and 'set'")
+        when = _check_axis_values(path, where + ".when", axes, rule["when"])
+        rules.append((when, _check_overrides(path, where + ".set", axes, rule["set"])))
+    return rules
+
+
 def _parse_metrics(path, raw):
     if raw is None:
         return []
@@ -346,16 +398,7 @@ def parse_sweep(raw, path):
                     raise _err(path, f"variants.{name}.{variant}.{key}", "is also an axis; a key is either "
                                                                         "set by a variant or varied")
 
-    fixed_raw = raw.get("set") or {}
-    if not isinstance(fixed_raw, dict):
-        raise _err(path, "set", "must be a mapping of dotted config keys to values")
-    fixed = {}
-    for key, value in fixed_raw.items():
-        _check_key(path, "set", key)
-        _check_value(path, f"set.{key}", value, allow_mapping=True)
-        if key in axes:
-            raise _err(path, f"set.{key}", "is also an axis; a key is either fixed or varied")
-        fixed[key] = value
+    fixed = _check_overrides(path, "set", axes, raw.get("set") or {}, allow_empty=True)
 
     def axis_option(name, default):
         if name not in raw:
@@ -410,6 +453,7 @@ def parse_sweep(raw, path):
         raise _err(path, "exclude", "must be a list of {axis: value or [values]} mappings")
     for i, rule in enumerate(exclude_raw):
         exclude.append(_check_axis_values(path, f"exclude[{i}]", axes, rule))
+    adjust = _parse_adjust(path, axes, raw.get("adjust"))
 
     out = raw.get("out")
     if out is not None and (not isinstance(out, str) or not out):
@@ -425,7 +469,7 @@ def parse_sweep(raw, path):
         path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
         out=out, title=title, base_text=base_text,
-        variants=variants, notes=notes,
+        variants=variants, notes=notes, adjust=adjust,
     )
     _check_config_keys(sweep)
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
@@ -475,6 +519,7 @@ def _check_config_keys(sweep):
     items += [("axes", k, v) for k, vals in sweep.axes.items() for v in vals if k not in sweep.variants]
     items += [(f"variants.{name}.{variant}", k, v) for name, bundle in sweep.variants.items()
               for variant, settings in bundle.items() for k, v in settings.items()]
+    items += [(f"adjust[{i}].set", k, v) for i, (_, settings) in enumerate(sweep.adjust) for k, v in settings.items()]
     for section, key, value in items:
         try:
             parse_override(f"{key}={override_text(value)}")
@@ -528,6 +573,9 @@ def expand_runs(sweep):
                 continue
             # A variant stands for its bundle of overrides (which win over set:, coming later).
             overrides += list(sweep.variants[k][v].items()) if k in sweep.variants else [(k, v)]
+        for when, settings in sweep.adjust:  # last, so that they win
+            if _matches(values, when):
+                overrides += list(settings.items())
         setting = tuple(format_value(values[k]) for k in sweep.setting_axes)
         seed = values.get(sweep.seed_axis) if sweep.seed_axis else None
         specs.append(RunSpec(name=name, values=values, overrides=overrides, setting=setting, seed=seed))
