@@ -17,10 +17,12 @@ when it is loaded, which NumPy's import does. So this module must run before Num
 first. A value the user set is kept. When NumPy was loaded before gpgan without the variable, the
 spin stays long and :data:`BLAS_IDLES_BRIEFLY` is False; the thread default then stays at one.
 
-This module imports nothing but the standard library, and must keep it that way.
+This module imports nothing but the standard library and :mod:`gpgan.backend.core_share` (which
+owns the "is BLAS loaded yet" test and imports only the standard library), and must keep it that way.
 """
 import os
-import sys
+
+from gpgan.backend.core_share import blas_loaded
 
 __all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "BLAS_IDLES_BRIEFLY"]
 
@@ -34,7 +36,7 @@ _BRIEF_ENOUGH = 20
 
 def _configure():
     """Set the short spin if NumPy (and so OpenBLAS) is not loaded yet; True when it is in effect."""
-    if "numpy" not in sys.modules:
+    if not blas_loaded():
         os.environ.setdefault(TIMEOUT_ENV, str(SHORT_TIMEOUT))
     try:
         return int(os.environ.get(TIMEOUT_ENV, "")) <= _BRIEF_ENOUGH

@@ -16,14 +16,20 @@ the standard library, and must keep it that way.
 import os
 import sys
 
-__all__ = ["LOCAL_SIZE_VARIABLES", "BLAS_THREAD_VARS", "available_cores", "local_processes",
-           "cores_per_process", "process_cores"]
+__all__ = ["LOCAL_SIZE_VARIABLES", "BLAS_THREAD_VARS", "blas_loaded", "available_cores",
+           "local_processes", "cores_per_process", "process_cores"]
 
 #: variables by which MPI launchers tell a process how many ranks run on its machine
 #: (MPICH's Hydra and Intel MPI; Open MPI; MVAPICH2)
 LOCAL_SIZE_VARIABLES = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "MV2_COMM_WORLD_LOCAL_SIZE")
 #: the variables that set the threads of BLAS and OpenMP, read when those libraries load
 BLAS_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def blas_loaded():
+    """True once NumPy, and with it the BLAS library, is loaded: from then on the environment
+    variables that BLAS reads when it loads (threads, idle spin) no longer take effect."""
+    return "numpy" in sys.modules
 
 
 def available_cores():
@@ -63,7 +69,7 @@ def process_cores(environ=None):
 def _configure():
     """Before NumPy loads BLAS: in an MPI run sharing this machine, default each BLAS thread
     variable to this process's share."""
-    if "numpy" in sys.modules or local_processes() <= 1:
+    if blas_loaded() or local_processes() <= 1:
         return
     share = str(process_cores())
     for name in BLAS_THREAD_VARS:
