@@ -83,8 +83,16 @@ def input_gradient(critic, x, create_graph=True):
     x_var = Variable(x, requires_grad=True)
     with enable_grad():
         out = critic(x_var)
+    return x_var, _gradient_of_output(x_var, out, create_graph)
+
+
+def _gradient_of_output(x_var, out, create_graph):
+    """``d sum(out) / d x_var``: the critic's input gradient, given its output ``out`` computed
+    from the leaf ``x_var``. For a critic without batch statistics each sample's output depends on
+    its own input only, so row i is sample i's own gradient."""
+    with enable_grad():
         g, = grad(F.sum(out), x_var, create_graph=create_graph)
-    return x_var, g
+    return g
 
 
 def _squared_norms(g):
@@ -183,8 +191,7 @@ class GradientPenalty:
                 raise ValueError(f"penalty {self.name}: its points ({self.points}) are made inside the "
                                  "penalty, so no forward of the caller's can be reused; pass forward=None")
             x_var, out = forward
-            with enable_grad():
-                g, = grad(F.sum(out), x_var, create_graph=True)
+            g = _gradient_of_output(x_var, out, create_graph=True)
         else:
             real = _array(real, "real")
             fake = _array(fake, "fake")
