@@ -392,4 +392,8 @@ def test_a_panel_above_an_empty_slot_shows_its_step_ticks():
     labelled = [ax.get_title() for ax in figure.axes if ax.get_visible()
                 and any(t.get_text() and t.get_visible() for t in ax.get_xticklabels())]
     assert labelled == ["p3", "p4", "p5", "p6"]
+    # Every panel reads steps in thousands (they share the first panel's x formatter).
+    for ax in figure.axes[3:7]:
+        texts = [t.get_text() for t in ax.get_xticklabels() if t.get_text() and t.get_visible()]
+        assert texts and all(t == "0" or t.endswith("k") for t in texts), (ax.get_title(), texts)
     assert [ax.get_xlabel() for ax in figure.axes[:7]] == [""] * 3 + ["generator step"] * 4

@@ -462,6 +462,7 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
         width = max(CURVE_PANEL_PX[0] * ncols, CURVE_MIN_WIDTH_PX)
         figure = new_figure((width, CURVE_PANEL_PX[1] * nrows + 60))
         axes = figure.subplots(nrows, ncols, squeeze=False, sharex=True)
+        _thousands_x(axes[0, 0])  # sharex: every panel uses this one x locator and formatter
         for k, ax in enumerate(axes.ravel()):
             if k >= len(groups):
                 ax.set_visible(False)
@@ -484,7 +485,6 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
                                     linewidth=0)
             if floor is not None:
                 ax.set_ylim(bottom=floor)
-            _thousands_x(ax)
             ax.set_title(name)
             if k % ncols == 0:
                 ax.set_ylabel(ylabel)
