@@ -394,7 +394,12 @@ def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_
     ("variants: {pairing: {a: {train.stesp: 3}}}\naxes: {pairing: [a]}\n", "did you mean 'train.steps'"),
 ])
 def test_variant_errors(tmp_path, body, message):
-    path = write_sweep(tmp_path, "base: base.yaml\n" + body)
+    assert_sweep_error(tmp_path, "base: base.yaml\n" + body, message)
+
+
+def assert_sweep_error(tmp_path, text, message):
+    """Loading a sweep file with ``text`` raises a SweepError whose message contains ``message``."""
+    path = write_sweep(tmp_path, text)
     with pytest.raises(SweepError) as info:
         load_sweep(path)
     assert message in str(info.value)
@@ -458,12 +463,11 @@ def test_adjust_overrides_only_the_matching_runs_and_wins_over_set_and_variants(
     ("adjust: [{when: {train.seed: 0}, set: {}}]\n", "adjust[0].set: must be a non-empty mapping"),
     ("adjust: [{when: {train.seed: 0}, set: {train.seed: 1}}]\n", "adjust[0].set.train.seed: is also an axis"),
     ("adjust: [{when: {train.seed: 0}, set: {train.stesp: 3}}]\n", "did you mean 'train.steps'"),
+    ("ignore: [{when: {train.seed: 0}}]\n", "ignore[0]: needs both 'when' and 'axes'"),
+    ("ignore: [3]\n", "ignore[0]: must be a mapping {when: {axis: value}, axes: [axis, ...]}"),
 ])
 def test_adjust_errors(tmp_path, body, message):
-    path = write_sweep(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body)
-    with pytest.raises(SweepError) as info:
-        load_sweep(path)
-    assert message in str(info.value)
+    assert_sweep_error(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body, message)
 
 
 # ----------------------------------------------------------------------------------------------

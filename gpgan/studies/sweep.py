@@ -275,26 +275,33 @@ def _check_overrides(path, where, axes, mapping, allow_empty=False):
     return out
 
 
-def _parse_adjust(path, axes, raw):
-    """``adjust: [{when: {axis: value or [values]}, set: {dotted key: value}}]``."""
+def _rules(path, section, raw, keys, shape):
+    """``[(where, rule)]`` for a list of rules that each take exactly ``keys`` (as ``ignore:``'s
+    and ``adjust:``'s do); ``shape`` is the rule's form for the messages."""
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise _err(path, "adjust", "must be a list of {when: {axis: value}, set: {key: value}} rules")
-    rules = []
+        raise _err(path, section, f"must be a list of {shape} rules")
+    out = []
     for i, rule in enumerate(raw):
-        where = f"adjust[{i}]"
+        where = f"{section}[{i}]"
         if not isinstance(rule, dict):
-            raise _err(path, where, "must be a mapping {when: {axis: value}, set: {key: value}}")
-        bad = [k for k in rule if k not in ADJUST_KEYS]
+            raise _err(path, where, f"must be a mapping {shape}")
+        bad = [k for k in rule if k not in keys]
         if bad:
-            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{did_you_mean(k, ADJUST_KEYS)}" for k in bad)
-                       + f"; valid keys are {list(ADJUST_KEYS)}")
-        if "when" not in rule or "set" not in rule:
-            raise _err(path, where, "needs both 'when' and 'set'")
-        when = _check_axis_values(path, where + ".when", axes, rule["when"])
-        rules.append((when, _check_overrides(path, where + ".set", axes, rule["set"])))
-    return rules
+            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{did_you_mean(k, keys)}" for k in bad)
+                       + f"; valid keys are {list(keys)}")
+        if any(k not in rule for k in keys):
+            raise _err(path, where, "needs both " + " and ".join(f"'{k}'" for k in keys))
+        out.append((where, rule))
+    return out
+
+
+def _parse_adjust(path, axes, raw):
+    """``adjust: [{when: {axis: value or [values]}, set: {dotted key: value}}]``."""
+    return [(_check_axis_values(path, where + ".when", axes, rule["when"]),
+             _check_overrides(path, where + ".set", axes, rule["set"]))
+            for where, rule in _rules(path, "adjust", raw, ADJUST_KEYS, "{when: {axis: value}, set: {key: value}}")]
 
 
 def _parse_metrics(path, raw):
@@ -419,19 +426,8 @@ def parse_sweep(raw, path):
         raise _err(path, "x_axis", f"{x_axis!r} cannot also be the series axis")
 
     ignore = []
-    ignore_raw = raw.get("ignore") or []
-    if not isinstance(ignore_raw, list):
-        raise _err(path, "ignore", "must be a list of {when: {axis: value}, axes: [axis, ...]} rules")
-    for i, rule in enumerate(ignore_raw):
-        where = f"ignore[{i}]"
-        if not isinstance(rule, dict):
-            raise _err(path, where, "must be a mapping {when: {axis: value}, axes: [axis, ...]}")
-        bad = [k for k in rule if k not in IGNORE_KEYS]
-        if bad:
-            raise _err(path, where, "unknown key(s) " + ", ".join(f"{k!r}{did_you_mean(k, IGNORE_KEYS)}" for k in bad)
-                       + f"; valid keys are {list(IGNORE_KEYS)}")
-        if "when" not in rule or "axes" not in rule:
-            raise _err(path, where, "needs both 'when' and 'axes'")
+    for where, rule in _rules(path, "ignore", raw.get("ignore") or [], IGNORE_KEYS,
+                              "{when: {axis: value}, axes: [axis, ...]}"):
         when = _check_axis_values(path, where + ".when", axes, rule["when"])
         dropped = rule["axes"]
         if isinstance(dropped, str):
