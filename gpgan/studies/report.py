@@ -260,6 +260,11 @@ def _best_lines(panels, metrics):
     return lines
 
 
+def _assignments(settings):
+    """``{dotted key: value}`` as Markdown: "`a.b=1`, `c=x`"."""
+    return ", ".join(f"`{k}={format_value(v)}`" for k, v in settings.items())
+
+
 def _condition(rule):
     """``{axis: [values]}`` as Markdown: "`a` in {1, 2} and `b` in {x}"."""
     return " and ".join(f"`{k}` in {{{', '.join(format_value(v) for v in vals)}}}" for k, vals in rule.items())
@@ -289,19 +294,17 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
         role = " (seeds)" if key == sweep.seed_axis else ""
         lines.append(f"- Axis `{key}`{role}: " + ", ".join(f"`{format_value(v)}`" for v in values))
     if sweep.fixed:
-        lines.append("- Fixed overrides: " + ", ".join(f"`{k}={format_value(v)}`" for k, v in sweep.fixed.items()))
+        lines.append("- Fixed overrides: " + _assignments(sweep.fixed))
     for name, bundle in sweep.variants.items():
         for variant, settings in bundle.items():
-            what = ", ".join(f"`{k}={format_value(v)}`" for k, v in settings.items()) or "no further overrides"
-            lines.append(f"- Variant `{name}={variant}`: {what}.")
+            lines.append(f"- Variant `{name}={variant}`: {_assignments(settings) or 'no further overrides'}.")
     for when, dropped in sweep.ignore:
         lines.append(f"- Ignored: {', '.join(f'`{k}`' for k in dropped)} when {_condition(when)} "
                      "(the base config's value is used; shown as (any), one run per seed).")
     for rule in sweep.exclude:
         lines.append(f"- Excluded: {_condition(rule)}.")
     for when, settings in sweep.adjust:
-        what = ", ".join(f"`{k}={format_value(v)}`" for k, v in settings.items())
-        lines.append(f"- Adjusted: {what} when {_condition(when)}.")
+        lines.append(f"- Adjusted: {_assignments(settings)} when {_condition(when)}.")
     seeds = f"`{sweep.seed_axis}`" if sweep.seed_axis else "runs (no seed axis)"
     lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "
                  "n = finished runs / runs. ↑ higher is better, ↓ lower is better.")

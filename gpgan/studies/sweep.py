@@ -259,9 +259,7 @@ def _same(a, b):
 
 
 def _check_overrides(path, where, axes, mapping, allow_empty=False):
-    """``mapping``: dotted config key -> value, none of them an axis; returns a copy."""
-    if mapping is None and allow_empty:
-        return {}
+    """``mapping``: dotted config key -> value, none of them one of ``axes``; returns a copy."""
     if not isinstance(mapping, dict) or (not mapping and not allow_empty):
         raise _err(path, where, "must be a " + ("" if allow_empty else "non-empty ")
                    + "mapping of dotted config keys to values")
@@ -494,12 +492,9 @@ def _parse_variants(path, raw):
             if not isinstance(variant, str) or not variant:
                 raise _err(path, where, f"variant name {variant!r} must be a non-empty string")
             settings = {} if settings is None else settings
-            if not isinstance(settings, dict):
-                raise _err(path, f"{where}.{variant}", "must be a mapping of dotted config keys to values")
-            for key, value in settings.items():
-                _check_key(path, f"{where}.{variant}", key)
-                _check_value(path, f"{where}.{variant}.{key}", value, allow_mapping=True)
-            variants[name][variant] = dict(settings)
+            # The axes are not known yet (they are checked against the variants): parse_sweep
+            # rejects a variant key that is also an axis.
+            variants[name][variant] = _check_overrides(path, f"{where}.{variant}", (), settings, allow_empty=True)
     return variants
 
 
