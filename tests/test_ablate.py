@@ -383,6 +383,29 @@ def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_
     steps, mean, std = curve_stats(records, "eval/modes")
     assert steps == [1, 2, 3] and mean == [16.5, 10.5, 11.5]
     assert std == pytest.approx([statistics.stdev([16, 17])] * 3)
+    # The trend table: the last evaluation's mean (10% of 3 rounds up to one) and its change.
+    assert "## Still improving at the end?" in report
+    assert "| common | r1 | 1.0 | 2/2 | 11.5 (+1) |" in report
+
+
+def test_end_trend_averages_the_last_tenth_of_the_seed_mean_curve():
+    from gpgan.studies.report import end_trend
+    from gpgan.studies.results import RunRecord
+
+    def run(values, status="finished"):
+        return RunRecord(spec=None, status=status, curves={"m": list(zip(range(1000, 21000, 1000), values))})
+
+    line = [float(i) for i in range(20)]
+    # Two seeds offset by +-1: the seed mean is 0..19; the last 2 evaluations average 18.5, the 2
+    # before 16.5. A failed run does not count.
+    records = [run([v - 1 for v in line]), run([v + 1 for v in line]), run([100.0] * 20, "failed")]
+    assert end_trend(records, "m") == (18.5, 2.0)
+    assert end_trend(records, "m", fraction=0.25) == (17.0, 5.0)  # 5 and 5 evaluations
+    flat = [run([0.5] * 10 + [0.9] * 10)]
+    assert end_trend(flat, "m") == (0.9, 0.0)
+    assert end_trend([run(line[:1])], "m") is None        # one evaluation: nothing before it
+    assert end_trend([run(line[:-1] + [math.inf])], "m") is None
+    assert end_trend(records, "other") is None
 
 
 @pytest.mark.parametrize("body, message", [

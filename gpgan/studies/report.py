@@ -14,7 +14,7 @@ from gpgan.viz import curves_plot
 from gpgan.studies.results import collect_results, resolve_metrics, write_results_csv
 from gpgan.studies.sweep import IGNORED, format_value
 
-__all__ = ["SettingStats", "mean_std", "summarize", "write_report"]
+__all__ = ["SettingStats", "end_trend", "mean_std", "summarize", "write_report"]
 
 ARROW = {"max": "↑", "min": "↓"}
 
@@ -46,6 +46,7 @@ class SettingStats:
     final: dict             # metric -> (mean, std, n)
     best: dict
     wall: tuple
+    trend: dict             # metric -> (end, change) of end_trend, or None
 
     @property
     def finished(self):
@@ -66,6 +67,7 @@ def summarize(sweep, records, metrics):
             final={m: mean_std([r.final.get(m) for r in done]) for m, _ in metrics},
             best={m: mean_std([r.best.get(m) for r in done]) for m, _ in metrics},
             wall=mean_std([r.wall_time_s for r in done]),
+            trend={m: end_trend(recs, m) for m, _ in metrics},
         ))
     return stats
 
@@ -213,6 +215,32 @@ def curve_stats(records, metric):
     return steps, mean, std
 
 
+TREND_FRACTION = 0.1
+
+
+def end_trend(records, metric, fraction=TREND_FRACTION):
+    """How ``metric`` moved at the end of training, over the finished runs ``records``:
+    ``(end, change)``. ``end`` is the mean of the seed-mean curve (``curve_stats``) over its last
+    k evaluations, k = ``fraction`` of them rounded (at least 1); ``change`` is ``end`` minus the
+    same mean over the k evaluations before. None with fewer than 2k evaluations or a non-finite
+    mean (e.g. a reverse KL of inf)."""
+    stats = curve_stats(records, metric)
+    if stats is None:
+        return None
+    mean = stats[1]
+    k = max(1, round(fraction * len(mean)))
+    if len(mean) < 2 * k:
+        return None
+    end, before = math.fsum(mean[-k:]) / k, math.fsum(mean[-2 * k:-k]) / k
+    if not (math.isfinite(end) and math.isfinite(before)):
+        return None
+    return end, end - before
+
+
+def _trend_cell(trend):
+    return "n/a" if trend is None else f"{_num(trend[0])} ({trend[1]:+.2g})"
+
+
 def _curve_groups(sweep, settings, metric):
     """curves_plot's groups for one panel: one group per series value, one line per x value."""
     groups = {}
@@ -313,15 +341,24 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
         lines += ["## Findings", "", sweep.notes.strip(), ""]
 
     header = list(sweep.setting_axes) + ["n"] + [f"{m} {ARROW[d]}" for m, d in metrics]
-    final_rows, best_rows = [], []
+    final_rows, best_rows, trend_rows = [], [], []
     for st in stats:
         base = [_val(st.values[k]) for k in sweep.setting_axes] + [f"{len(st.finished)}/{len(st.records)}"]
         final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
+        trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics])
     lines += ["## Final metrics", ""] + _table(header + ["wall time (s)"], final_rows) + [""]
     lines += ["## Best value during training", "",
               "Best evaluation of each run (max or min by the metric's direction), then mean ± std over seeds.",
               ""] + _table(header, best_rows) + [""]
+
+    percent = f"{TREND_FRACTION:.0%}"
+    lines += ["## Still improving at the end?", "",
+              f"Each cell: the mean over seeds of the metric over the last {percent} of a setting's "
+              f"evaluations, and in brackets its change from the {percent} before. A change in the "
+              "metric's better direction (↑ up, ↓ down) that is large against the spread over seeds "
+              "(± in the tables above) means the runs were still improving when they stopped.",
+              ""] + _table(header, trend_rows) + [""]
 
     best = _best_lines(panels, metrics)
     lines += ["## Best settings (by mean final value)", ""] + (best or ["No finished runs."]) + [""]
