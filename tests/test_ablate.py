@@ -389,7 +389,7 @@ def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_
 
 
 def test_end_trend_averages_the_last_tenth_of_the_seed_mean_curve():
-    from gpgan.studies.report import end_trend
+    from gpgan.studies.report import curve_stats, end_trend
     from gpgan.studies.results import RunRecord
 
     def run(values, status="finished"):
@@ -399,13 +399,13 @@ def test_end_trend_averages_the_last_tenth_of_the_seed_mean_curve():
     # Two seeds offset by +-1: the seed mean is 0..19; the last 2 evaluations average 18.5, the 2
     # before 16.5. A failed run does not count.
     records = [run([v - 1 for v in line]), run([v + 1 for v in line]), run([100.0] * 20, "failed")]
-    assert end_trend(records, "m") == (18.5, 2.0)
-    assert end_trend(records, "m", fraction=0.25) == (17.0, 5.0)  # 5 and 5 evaluations
+    assert end_trend(curve_stats(records, "m")) == (18.5, 2.0)
+    assert end_trend(curve_stats(records, "m"), fraction=0.25) == (17.0, 5.0)  # 5 and 5 evaluations
     flat = [run([0.5] * 10 + [0.9] * 10)]
-    assert end_trend(flat, "m") == (0.9, 0.0)
-    assert end_trend([run(line[:1])], "m") is None        # one evaluation: nothing before it
-    assert end_trend([run(line[:-1] + [math.inf])], "m") is None
-    assert end_trend(records, "other") is None
+    assert end_trend(curve_stats(flat, "m")) == (0.9, 0.0)
+    assert end_trend(curve_stats([run(line[:1])], "m")) is None        # one evaluation: nothing before it
+    assert end_trend(curve_stats([run(line[:-1] + [math.inf])], "m")) is None
+    assert end_trend(curve_stats(records, "other")) is None
 
 
 @pytest.mark.parametrize("body, message", [

@@ -46,7 +46,8 @@ class SettingStats:
     final: dict             # metric -> (mean, std, n)
     best: dict
     wall: tuple
-    trend: dict             # metric -> (end, change) of end_trend, or None
+    curves: dict            # metric -> curve_stats over the finished seeds, or None
+    trend: dict             # metric -> end_trend of that curve, (end, change) or None
 
     @property
     def finished(self):
@@ -62,12 +63,14 @@ def summarize(sweep, records, metrics):
     for recs in groups.values():
         done = [r for r in recs if r.status == "finished"]
         values = {k: recs[0].spec.values[k] for k in sweep.setting_axes}
+        curves = {m: curve_stats(recs, m) for m, _ in metrics}
         stats.append(SettingStats(
             values=values, records=recs,
             final={m: mean_std([r.final.get(m) for r in done]) for m, _ in metrics},
             best={m: mean_std([r.best.get(m) for r in done]) for m, _ in metrics},
             wall=mean_std([r.wall_time_s for r in done]),
-            trend={m: end_trend(recs, m) for m, _ in metrics},
+            curves=curves,
+            trend={m: end_trend(curves[m]) for m, _ in metrics},
         ))
     return stats
 
@@ -218,16 +221,15 @@ def curve_stats(records, metric):
 TREND_FRACTION = 0.1
 
 
-def end_trend(records, metric, fraction=TREND_FRACTION):
-    """How ``metric`` moved at the end of training, over the finished runs ``records``:
-    ``(end, change)``. ``end`` is the mean of the seed-mean curve (``curve_stats``) over its last
-    k evaluations, k = ``fraction`` of them rounded (at least 1); ``change`` is ``end`` minus the
-    same mean over the k evaluations before. None with fewer than 2k evaluations or a non-finite
-    mean (e.g. a reverse KL of inf)."""
-    stats = curve_stats(records, metric)
-    if stats is None:
+def end_trend(curve, fraction=TREND_FRACTION):
+    """How a metric moved at the end of training: ``(end, change)`` of ``curve``, a
+    ``curve_stats`` result (None: no curve). ``end`` is the mean of the seed-mean curve over its
+    last k evaluations, k = ``fraction`` of them rounded (at least 1); ``change`` is ``end`` minus
+    the same mean over the k evaluations before. None with fewer than 2k evaluations or a
+    non-finite mean (e.g. a reverse KL of inf)."""
+    if curve is None:
         return None
-    mean = stats[1]
+    mean = curve[1]
     k = max(1, round(fraction * len(mean)))
     if len(mean) < 2 * k:
         return None
@@ -245,7 +247,7 @@ def _curve_groups(sweep, settings, metric):
     """curves_plot's groups for one panel: one group per series value, one line per x value."""
     groups = {}
     for st in settings:
-        stats = curve_stats(st.records, metric)
+        stats = st.curves[metric]
         if stats is None:
             continue
         s = format_value(st.values.get(sweep.series_axis)) if sweep.series_axis else "all"
