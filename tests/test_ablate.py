@@ -488,6 +488,11 @@ def test_adjust_overrides_only_the_matching_runs_and_wins_over_set_and_variants(
     ("adjust: [{when: {train.seed: 0}, set: {train.stesp: 3}}]\n", "did you mean 'train.steps'"),
     ("ignore: [{when: {train.seed: 0}}]\n", "ignore[0]: needs both 'when' and 'axes'"),
     ("ignore: [3]\n", "ignore[0]: must be a mapping {when: {axis: value}, axes: [axis, ...]}"),
+    # An empty mapping is no more a list than any other: each section says so, none passes silently.
+    ("ignore: {}\n", "ignore: must be a list of {when: {axis: value}, axes: [axis, ...]} rules"),
+    ("exclude: {}\n", "exclude: must be a list of {axis: value or [values]} rules"),
+    ("exclude: 0\n", "exclude: must be a list of {axis: value or [values]} rules"),
+    ("adjust: {}\n", "adjust: must be a list"),
 ])
 def test_adjust_errors(tmp_path, body, message):
     assert_sweep_error(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body, message)

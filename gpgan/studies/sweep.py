@@ -273,15 +273,21 @@ def _check_overrides(path, where, axes, mapping, allow_empty=False):
     return out
 
 
-def _rules(path, section, raw, keys, shape):
-    """``[(where, rule)]`` for a list of rules that each take exactly ``keys`` (as ``ignore:``'s
-    and ``adjust:``'s do); ``shape`` is the rule's form for the messages."""
+def _rule_list(path, section, raw, shape):
+    """The rules of an optional list section (``ignore:``, ``exclude:``, ``adjust:``): ``[]`` when
+    it is absent or empty (``None``), else ``raw`` itself, which must be a list of ``shape`` rules."""
     if raw is None:
         return []
     if not isinstance(raw, list):
         raise _err(path, section, f"must be a list of {shape} rules")
+    return raw
+
+
+def _rules(path, section, raw, keys, shape):
+    """``[(where, rule)]`` for a list of rules that each take exactly ``keys`` (as ``ignore:``'s
+    and ``adjust:``'s do); ``shape`` is the rule's form for the messages."""
     out = []
-    for i, rule in enumerate(raw):
+    for i, rule in enumerate(_rule_list(path, section, raw, shape)):
         where = f"{section}[{i}]"
         if not isinstance(rule, dict):
             raise _err(path, where, f"must be a mapping {shape}")
@@ -424,7 +430,7 @@ def parse_sweep(raw, path):
         raise _err(path, "x_axis", f"{x_axis!r} cannot also be the series axis")
 
     ignore = []
-    for where, rule in _rules(path, "ignore", raw.get("ignore") or [], IGNORE_KEYS,
+    for where, rule in _rules(path, "ignore", raw.get("ignore"), IGNORE_KEYS,
                               "{when: {axis: value}, axes: [axis, ...]}"):
         when = _check_axis_values(path, where + ".when", axes, rule["when"])
         dropped = rule["axes"]
@@ -441,12 +447,8 @@ def parse_sweep(raw, path):
                 raise _err(path, where + ".axes", f"the seed axis {key!r} cannot be ignored")
         ignore.append((when, list(dropped)))
 
-    exclude = []
-    exclude_raw = raw.get("exclude") or []
-    if not isinstance(exclude_raw, list):
-        raise _err(path, "exclude", "must be a list of {axis: value or [values]} mappings")
-    for i, rule in enumerate(exclude_raw):
-        exclude.append(_check_axis_values(path, f"exclude[{i}]", axes, rule))
+    exclude = [_check_axis_values(path, f"exclude[{i}]", axes, rule) for i, rule in
+               enumerate(_rule_list(path, "exclude", raw.get("exclude"), "{axis: value or [values]}"))]
     adjust = _parse_adjust(path, axes, raw.get("adjust"))
 
     out = raw.get("out")
