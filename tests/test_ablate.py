@@ -494,7 +494,7 @@ def test_adjust_overrides_only_the_matching_runs_and_wins_over_set_and_variants(
     ("exclude: 0\n", "exclude: must be a list of {axis: value or [values]} rules"),
     ("adjust: {}\n", "adjust: must be a list"),
 ])
-def test_adjust_errors(tmp_path, body, message):
+def test_rule_section_errors(tmp_path, body, message):
     assert_sweep_error(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body, message)
 
 
