@@ -493,8 +493,9 @@ def test_adjust_overrides_only_the_matching_runs_and_wins_over_set_and_variants(
     ("exclude: {}\n", "exclude: must be a list of {axis: value or [values]} rules"),
     ("exclude: 0\n", "exclude: must be a list of {axis: value or [values]} rules"),
     ("adjust: {}\n", "adjust: must be a list"),
+    ("metrics: {eval/modes: max}\n", "metrics: must be a list of metric names or {name: max|min} mappings"),
 ])
-def test_rule_section_errors(tmp_path, body, message):
+def test_list_section_errors(tmp_path, body, message):
     assert_sweep_error(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body, message)
 
 

@@ -273,13 +273,14 @@ def _check_overrides(path, where, axes, mapping, allow_empty=False):
     return out
 
 
-def _rule_list(path, section, raw, shape):
-    """The rules of an optional list section (``ignore:``, ``exclude:``, ``adjust:``): ``[]`` when
-    it is absent or empty (``None``), else ``raw`` itself, which must be a list of ``shape`` rules."""
+def _optional_list(path, section, raw, items):
+    """The entries of an optional list section (``ignore:``, ``exclude:``, ``adjust:``,
+    ``metrics:``): ``[]`` when it is absent or empty (``None``), else ``raw`` itself, which must be
+    a list (of ``items``, as the message says)."""
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise _err(path, section, f"must be a list of {shape} rules")
+        raise _err(path, section, f"must be a list of {items}")
     return raw
 
 
@@ -287,7 +288,7 @@ def _rules(path, section, raw, keys, shape):
     """``[(where, rule)]`` for a list of rules that each take exactly ``keys`` (as ``ignore:``'s
     and ``adjust:``'s do); ``shape`` is the rule's form for the messages."""
     out = []
-    for i, rule in enumerate(_rule_list(path, section, raw, shape)):
+    for i, rule in enumerate(_optional_list(path, section, raw, f"{shape} rules")):
         where = f"{section}[{i}]"
         if not isinstance(rule, dict):
             raise _err(path, where, f"must be a mapping {shape}")
@@ -309,12 +310,8 @@ def _parse_adjust(path, axes, raw):
 
 
 def _parse_metrics(path, raw):
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise _err(path, "metrics", "must be a list of metric names or {name: max|min} mappings")
     metrics = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(_optional_list(path, "metrics", raw, "metric names or {name: max|min} mappings")):
         where = f"metrics[{i}]"
         if isinstance(item, str):
             name, direction = item, None
@@ -448,7 +445,7 @@ def parse_sweep(raw, path):
         ignore.append((when, list(dropped)))
 
     exclude = [_check_axis_values(path, f"exclude[{i}]", axes, rule) for i, rule in
-               enumerate(_rule_list(path, "exclude", raw.get("exclude"), "{axis: value or [values]}"))]
+               enumerate(_optional_list(path, "exclude", raw.get("exclude"), "{axis: value or [values]} rules"))]
     adjust = _parse_adjust(path, axes, raw.get("adjust"))
 
     out = raw.get("out")
