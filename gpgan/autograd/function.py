@@ -200,7 +200,7 @@ def _constant(value, like):
     xp = array_module.get_array_module(like)
     if isinstance(value, (int, float, bool)) or isinstance(value, numpy.generic):
         dtype = like.dtype if like.dtype.kind == "f" else None
-        return Variable._from_node(xp.asarray(value, dtype=dtype), None)
+        return Variable._from_node(array_module.scalar_array(xp, value, dtype), None)
     return Variable._from_node(xp.asarray(value), None)
 
 

@@ -17,7 +17,10 @@ from gpgan.backend.array_module import (
     cupy_available,
     device_description,
     device_of,
+    constant_array,
     get_array_module,
+    matmul,
+    scalar_array,
     to_device,
 )
 from gpgan.backend.compiled import compiled_kernels_enabled, compiled_kernels_version, set_compiled_kernels
@@ -33,6 +36,9 @@ __all__ = [
     "device_description",
     "device_of",
     "get_array_module",
+    "matmul",
+    "scalar_array",
+    "constant_array",
     "to_device",
     "get_rng",
     "manual_seed",

@@ -58,6 +58,45 @@ def get_array_module(*arrays):
     return numpy
 
 
+def matmul(a, b):
+    """``a @ b`` of two arrays on one device: NumPy's ``matmul`` on the CPU; on CUDA cuBLAS called
+    directly (:mod:`gpgan.backend.cublas`), so that a step with products can be captured as a CUDA
+    graph."""
+    if get_array_module(a, b) is numpy:
+        return numpy.matmul(a, b)
+    from gpgan.backend.cublas import matmul as cublas_matmul
+
+    return cublas_matmul(a, b)
+
+
+def scalar_array(xp, value, dtype=None):
+    """A 0-d array of ``xp`` holding the host number ``value`` (in ``dtype``; None: NumPy's
+    choice). On CUDA it is made by a fill kernel that takes the value as an argument, not by a copy
+    from the host: a copy inside a step captured as a CUDA graph would be recorded with a pointer
+    into a host buffer that is reused afterwards."""
+    if xp is numpy:
+        return numpy.asarray(value, dtype=dtype)
+    dtype = numpy.asarray(value).dtype if dtype is None else numpy.dtype(dtype)
+    return xp.full((), value, dtype=dtype)
+
+
+_constants = {}
+
+
+def constant_array(xp, host, dtype):
+    """The host array ``host`` as an array of ``xp`` in ``dtype``. On CUDA the copy is made once per
+    values, dtype and GPU and kept, so a step captured as a CUDA graph reads a fixed device array
+    (see :func:`scalar_array`)."""
+    if xp is numpy:
+        return numpy.asarray(host, dtype=dtype)
+    host = numpy.ascontiguousarray(host, dtype=dtype)
+    key = (host.shape, host.dtype.str, host.tobytes(), xp.cuda.Device().id)
+    array = _constants.get(key)
+    if array is None:
+        array = _constants[key] = xp.asarray(host)
+    return array
+
+
 def device_of(array):
     """``"cuda"`` for a CuPy array, ``"cpu"`` otherwise."""
     cupy = _loaded_cupy()

@@ -7,7 +7,7 @@ and raises a ValueError that names all three and what is accepted, e.g.
 import numbers
 
 from gpgan.autograd import Variable
-from gpgan.backend import get_array_module
+from gpgan.backend import get_array_module, scalar_array
 
 
 def is_int(value):
@@ -68,4 +68,4 @@ def constant(array):
 
 def scalar_like(value, like):
     """``value`` as a 0-d array of ``like``'s dtype on its device (float32 math stays float32)."""
-    return get_array_module(like).asarray(value, dtype=like.dtype)
+    return scalar_array(get_array_module(like), value, like.dtype)

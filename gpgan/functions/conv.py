@@ -30,7 +30,7 @@ flipped kernel, so a convolution with few output channels (an image-producing la
 weight gradient run on the data-lighter side too.
 """
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module
+from gpgan.backend import get_array_module, matmul
 from gpgan.functions._args import check_4d, check_int, pair
 from gpgan.functions._compiled import cpu_kernels
 from gpgan.functions._split import over_batch as _over_batch
@@ -178,8 +178,8 @@ def _gemm(xp, a, b):
     Operands may be transposed views of contiguous matrices: BLAS reads them as they are.
     """
     if a.shape[0] == 1:
-        return xp.matmul(a[0], b[0])[None]
-    return xp.matmul(a, b)
+        return matmul(a[0], b[0])[None]
+    return matmul(a, b)
 
 
 def _group_rows(xp, x, groups):
@@ -266,7 +266,7 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
     w2 = w2.reshape(groups, Cig, kH * kW * Cog)
     rows = _group_rows(xp, x, groups)  # (G, N*H*W, Cig)
     if groups == 1 and Cog < _CHANNELS_FIRST_BELOW:
-        cols = xp.matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
+        cols = matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
         kernels = cpu_kernels(xp, cols.dtype)
         if kernels is not None:
             y = xp.empty((Cog, N, Ho, Wo), dtype=cols.dtype)
@@ -359,7 +359,7 @@ def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
                 continue
             origin = (m0h - shift_h + pads[0][0], m0w - shift_w + pads[1][0])
             col = xpad.columns(origin, (nh, nw), (len(taps_h), len(taps_w)), (step_h, step_w), (1, 1), groups)
-            wp = wk[taps_h][:, taps_w].transpose(2, 0, 1, 3, 4)  # (G, tH, tW, Cig, Cog)
+            wp = wk[_taps_slice(taps_h), _taps_slice(taps_w)].transpose(2, 0, 1, 3, 4)  # (G, tH, tW, Cig, Cog)
             wp = wp.reshape(groups, len(taps_h) * len(taps_w) * Cig, Cog)
             res = _gemm(xp, col, wp).reshape(groups, N, nh, nw, Cog)
 
@@ -368,6 +368,14 @@ def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
 
             _over_batch(xp, place, N, res.nbytes)
     return _nchw(y.reshape(N, Ho, Wo, groups * Cog))
+
+
+def _taps_slice(taps):
+    """The decreasing, evenly spaced tap list of :func:`_phase` as a slice: a basic index, which
+    a CUDA-graph capture allows (an index list would be copied from the host)."""
+    step = taps[0] - taps[1] if len(taps) > 1 else 1
+    stop = taps[-1] - step
+    return slice(taps[0], None if stop < 0 else stop, -step)
 
 
 def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):

@@ -2,7 +2,7 @@
 import numpy
 
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
-from gpgan.backend import get_array_module
+from gpgan.backend import matmul as backend_matmul
 from gpgan.functions.array import reshape, sum_to, transpose
 
 
@@ -20,7 +20,7 @@ def _product(a, b):
     then it is that multiply, which gives the same numbers (one rounded product per element)."""
     if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1:
         return a * b
-    return get_array_module(a).matmul(a, b)
+    return backend_matmul(a, b)
 
 
 def _swap_last(x):

@@ -12,6 +12,8 @@ Its forward is a few fused passes over ``x``. Its backward has two forms:
 
 Eval-mode batch norm (fixed running statistics) is an affine map composed from mul and sub.
 """
+import numpy
+
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import array_of, constant
@@ -73,6 +75,14 @@ def _row_passes(xp, fn, rows, nbytes):
     return total
 
 
+def _column_dots(xp, a, b):
+    """``(a * b).sum(axis=0)`` of (M, C) arrays: NumPy's einsum does it in one pass; CuPy's einsum
+    may call cuBLAS through CuPy, which a CUDA-graph capture cannot (see :mod:`gpgan.backend.cublas`)."""
+    if xp is numpy:
+        return numpy.einsum("mc,mc->c", a, b)
+    return (a * b).sum(axis=0)
+
+
 class Normalize(FunctionNode):
     """``(x - mean) / sqrt(var + eps) [* weight] [+ bias]``, statistics over ``axes``.
 
@@ -129,7 +139,7 @@ class Normalize(FunctionNode):
 
         def centre(a, c):
             xc = xp.subtract(x2[a:c], mu, out=y2[a:c])
-            return (xp.einsum("mc,mc->c", xc, xc),)
+            return (_column_dots(xp, xc, xc),)
 
         var = _row_passes(xp, centre, M, x2.nbytes)[0] / x.dtype.type(M)
         inv = 1 / xp.sqrt(var + x.dtype.type(self.eps))
@@ -210,7 +220,7 @@ class Normalize(FunctionNode):
         def sums(a, c):
             xhat = xp.subtract(x2[a:c], mu, out=gx2[a:c])
             xhat *= inv
-            return gy2[a:c].sum(axis=0), xp.einsum("mc,mc->c", gy2[a:c], xhat)
+            return gy2[a:c].sum(axis=0), _column_dots(xp, gy2[a:c], xhat)
 
         g_sum, gx_sum = _row_passes(xp, sums, M, x2.nbytes + gy2.nbytes)
         n = x.dtype.type(1.0 / M)

@@ -16,7 +16,7 @@ gives zeros, as in PyTorch, not an "unused input" error.
 import numpy
 
 from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable, is_grad_enabled
-from gpgan.backend import get_array_module
+from gpgan.backend import constant_array, get_array_module
 from gpgan.functions._args import check_4d, constant, pair
 
 
@@ -182,7 +182,7 @@ def _exclude_padding(y, k, s, p, in_hw):
     Ho, Wo = y.shape[2:]
     counts = numpy.outer(_window_counts(in_hw[0], k[0], s[0], p[0], Ho),
                          _window_counts(in_hw[1], k[1], s[1], p[1], Wo))
-    factor = get_array_module(y.data).asarray((k[0] * k[1]) / counts, dtype=y.dtype)
+    factor = constant_array(get_array_module(y.data), (k[0] * k[1]) / counts, y.dtype)
     return y * constant(factor.reshape(1, 1, Ho, Wo))
 
 

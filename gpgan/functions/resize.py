@@ -17,7 +17,7 @@ import numbers
 import numpy
 
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module
+from gpgan.backend import constant_array, get_array_module, matmul
 from gpgan.functions._args import check_4d, is_int, pair
 
 
@@ -29,7 +29,7 @@ MODES = ("nearest", "bilinear", "area")
 class Resample2d(FunctionNode):
     """``x`` (N, C, H, W) -> ``A @ x @ B.T`` (N, C, Ho, Wo); ``A`` or ``B`` None is the identity.
 
-    The matrices are host (NumPy) arrays, moved to ``x``'s device and dtype per call (they are
+    The matrices are host (NumPy) arrays, moved to ``x``'s device and dtype once (they are
     small). The axis whose pass is cheaper runs first.
     """
 
@@ -40,8 +40,8 @@ class Resample2d(FunctionNode):
         x, = inputs
         xp = get_array_module(x)
         N, C, H, W = x.shape
-        a = None if self.rows is None else xp.asarray(self.rows, dtype=x.dtype)
-        b = None if self.cols is None else xp.asarray(self.cols, dtype=x.dtype)
+        a = None if self.rows is None else constant_array(xp, self.rows, x.dtype)
+        b = None if self.cols is None else constant_array(xp, self.cols, x.dtype)
         Ho = H if a is None else a.shape[0]
         Wo = W if b is None else b.shape[0]
         # Multiply-adds of each order: along W first costs H*W*Wo + Ho*H*Wo per plane.
@@ -49,9 +49,9 @@ class Resample2d(FunctionNode):
         y = x
         for axis in ((3, 2) if w_first else (2, 3)):
             if axis == 3 and b is not None:
-                y = xp.matmul(y.reshape(-1, y.shape[3]), b.T).reshape(N, C, y.shape[2], Wo)  # one GEMM
+                y = matmul(y.reshape(-1, y.shape[3]), b.T).reshape(N, C, y.shape[2], Wo)  # one GEMM
             elif axis == 2 and a is not None:
-                y = xp.matmul(a, y.reshape(N * C, y.shape[2], y.shape[3])).reshape(N, C, Ho, y.shape[3])
+                y = matmul(a, y.reshape(N * C, y.shape[2], y.shape[3])).reshape(N, C, Ho, y.shape[3])
         if y is x:
             y = x.copy()
         return (xp.ascontiguousarray(y),)
