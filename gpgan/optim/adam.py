@@ -46,7 +46,13 @@ class Adam(Optimizer):
         self.beta1 = self._check_fraction("betas[0]", beta1)
         self.beta2 = self._check_fraction("betas[1]", beta2)
 
-    def _update(self, data, grad, state):
+    def _step_numbers(self, state):
+        t = state["step"]
+        correction1 = 1.0 - self.beta1 ** t
+        correction2 = 1.0 - self.beta2 ** t
+        return self.lr / correction1, math.sqrt(correction2)
+
+    def _update(self, data, grad, state, numbers):
         xp = get_array_module(data)
         dt = data.dtype.type  # every scalar in the parameter's dtype: float32 stays float32
         if self.weight_decay != 0:
@@ -56,10 +62,8 @@ class Adam(Optimizer):
         m += dt(1.0 - self.beta1) * grad
         v *= dt(self.beta2)
         v += dt(1.0 - self.beta2) * (grad * grad)
-        t = state["step"]
-        correction1 = 1.0 - self.beta1 ** t
-        correction2 = 1.0 - self.beta2 ** t
+        rate, root_correction2 = numbers
         denom = xp.sqrt(v)
-        denom /= dt(math.sqrt(correction2))
+        denom /= root_correction2
         denom += dt(self.eps)
-        data -= self._rate(self.lr / correction1, dt) * (m / denom)
+        data -= self._rate(rate, dt) * (m / denom)

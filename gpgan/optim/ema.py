@@ -8,6 +8,7 @@ spectral-norm vectors) are not averaged but copied, so the averaged network is s
 import contextlib
 
 from gpgan.backend import device_of, to_device
+from gpgan.backend.graph import host_effect
 
 __all__ = ["EMA"]
 
@@ -82,6 +83,9 @@ class EMA:
                 self.buffers[name] = b.copy()
             else:
                 current[...] = b
+        host_effect(self._count_update)
+
+    def _count_update(self):
         self.num_updates += 1
 
     def copy_to(self, module):

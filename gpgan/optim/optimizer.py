@@ -16,6 +16,7 @@ where ``state.<i>`` is the state of the i-th parameter in the order given to the
 """
 from gpgan.autograd import Variable
 from gpgan.backend import device_of, get_array_module, to_device
+from gpgan.backend.graph import host_effect, host_number
 
 __all__ = ["Optimizer"]
 
@@ -106,36 +107,56 @@ class Optimizer:
                 parameters keep their values exactly and the state stays finite, without reading
                 the device (a training step stops a run on a non-finite gradient this way).
         """
+        updates = []  # (index, data, gradient, state) of each parameter with a gradient
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            grad = p.grad.data if isinstance(p.grad, Variable) else p.grad
+            if grad.shape != p.data.shape:
+                raise ValueError(f"{type(self).__name__}.step: params[{i}] has shape {p.data.shape} "
+                                 f"but its gradient has shape {grad.shape}")
+            grad = grad.astype(p.data.dtype, copy=False)
+            if gate is not None:
+                grad = get_array_module(grad).where(gate, grad, grad.dtype.type(0))
+            updates.append((i, p.data, grad, self._state_for(i, p.data)))
+        numbers = host_effect(self._advance, [(i, data.dtype) for i, data, _, _ in updates])
         self._gate = gate
         self._gate_by_dtype = {}
         try:
-            for i, p in enumerate(self.params):
-                if p.grad is None:
-                    continue
-                grad = p.grad.data if isinstance(p.grad, Variable) else p.grad
-                if grad.shape != p.data.shape:
-                    raise ValueError(f"{type(self).__name__}.step: params[{i}] has shape {p.data.shape} "
-                                     f"but its gradient has shape {grad.shape}")
-                grad = grad.astype(p.data.dtype, copy=False)
-                if gate is not None:
-                    grad = get_array_module(grad).where(gate, grad, grad.dtype.type(0))
-                state = self._state_for(i, p.data)
-                state["step"] += 1
-                self._update(p.data, grad, state)
+            for (i, data, grad, state), step_numbers in zip(updates, numbers):
+                self._update(data, grad, state, step_numbers)
         finally:
             self._gate = None
-        self.step_count += 1
 
     _gate = None
 
-    def _rate(self, value, dt):
-        """A step size ``value`` in the dtype ``dt``, times the gate of :meth:`step` when given."""
+    def _advance(self, updates):
+        """The host side of one step (replayed as it is when the step is a CUDA graph): counts the
+        step for each updated parameter (``(index, dtype)``) and returns, per parameter, its
+        :meth:`_step_numbers` as the kernels read them (:func:`gpgan.backend.graph.host_number`)."""
+        numbers = []
+        for i, dtype in updates:
+            state = self.state[i]
+            state["step"] += 1
+            numbers.append(tuple(host_number(v, dtype) for v in self._step_numbers(state)))
+        self.step_count += 1
+        return numbers
+
+    def _step_numbers(self, state):
+        """The numbers of one parameter's update that change from step to step, computed on the
+        host after its step count advanced: here the learning rate (Adam adds its bias
+        corrections)."""
+        return (self.lr,)
+
+    def _rate(self, rate, dt):
+        """A step size (one of :meth:`_step_numbers`, in the dtype ``dt``) times the gate of
+        :meth:`step` when given."""
         if self._gate is None:
-            return dt(value)
+            return rate
         gate = self._gate_by_dtype.get(dt)
         if gate is None:
             gate = self._gate_by_dtype[dt] = self._gate.astype(dt)
-        return dt(value) * gate
+        return rate * gate
 
     def _state_for(self, i, data):
         """The state of parameter ``i``: arrays it lacks are created as zeros (on its first update,
@@ -156,9 +177,10 @@ class Optimizer:
     #: state arrays that ``_update`` initializes itself (e.g. SGD's buffer starts at the gradient)
     _created_in_update = ()
 
-    def _update(self, data, grad, state):
+    def _update(self, data, grad, state, numbers):
         """Update ``data`` in place from ``grad`` (same dtype and shape); ``state["step"]`` is
-        already incremented, so it is 1 on the first update."""
+        already incremented, so it is 1 on the first update, and ``numbers`` are this update's
+        :meth:`_step_numbers` in ``data``'s dtype (scalars, or 0-d device arrays in a CUDA graph)."""
         raise NotImplementedError
 
     # -- state ---------------------------------------------------------------------------------------

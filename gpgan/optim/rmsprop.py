@@ -42,7 +42,7 @@ class RMSprop(Optimizer):
             names += ("grad_avg",)
         return names
 
-    def _update(self, data, grad, state):
+    def _update(self, data, grad, state, numbers):
         xp = get_array_module(data)
         dt = data.dtype.type
         if self.weight_decay != 0:
@@ -62,6 +62,6 @@ class RMSprop(Optimizer):
             buf = state["momentum_buffer"]
             buf *= dt(self.momentum)
             buf += grad / denom
-            data -= self._rate(self.lr, dt) * buf
+            data -= self._rate(numbers[0], dt) * buf
         else:
-            data -= self._rate(self.lr, dt) * (grad / denom)
+            data -= self._rate(numbers[0], dt) * (grad / denom)

@@ -38,7 +38,7 @@ class SGD(Optimizer):
                              f"got momentum={momentum}, dampening={dampening}")
         self.nesterov = bool(nesterov)
 
-    def _update(self, data, grad, state):
+    def _update(self, data, grad, state, numbers):
         dt = data.dtype.type
         if self.weight_decay != 0:
             grad = grad + dt(self.weight_decay) * data
@@ -51,4 +51,4 @@ class SGD(Optimizer):
                 buf *= dt(self.momentum)
                 buf += dt(1.0 - self.dampening) * grad
             grad = grad + dt(self.momentum) * buf if self.nesterov else buf
-        data -= self._rate(self.lr, dt) * grad
+        data -= self._rate(numbers[0], dt) * grad
