@@ -78,6 +78,7 @@ from gpgan.backend import (  # noqa: E402
     keep_freed_host_memory,
     to_device,
 )
+from gpgan.backend.graph import CapturedStep  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 
@@ -134,6 +135,10 @@ class Workload:
         self.loss = make_loss("wgan" if name == "wgangp" else "non_saturating")
         self.penalty = {"r1": make_penalty("r1", weight=10.0), "toy_r1": make_penalty("r1", weight=1.0),
                         "wgangp": make_penalty("wgan_gp", weight=10.0)}.get(name)
+        # The penalty's random numbers, the same at every step for both engines (drawn once, so
+        # that a CUDA graph of the step reads them from the device).
+        self.draws = None if self.penalty is None else {
+            k: to_device(v, device) for k, v in self.penalty.draw(self.penalty_rng(), self.real).items()}
 
     def penalty_rng(self):
         """The penalty's generator, reset every step so both engines draw the same interpolates."""
@@ -151,10 +156,21 @@ class Workload:
             loss = self.loss.critic_loss(d_real, critic(gpgan.Variable(self.fake)))
             if self.penalty is not None:
                 forward = (real, d_real) if shared == "real" else None
-                value, _ = self.penalty(critic, real, self.fake, rng=self.penalty_rng(), forward=forward)
+                value, _, _ = self.penalty.evaluate(critic, real, self.fake, self.draws, forward=forward)
                 loss = loss + value
         grads = gpgan.grad(loss, self.params)
         return loss.data, [g.data for g in grads]
+
+    def timed_step(self, graph):
+        """The step to time: :meth:`step`, or with ``graph`` (CUDA) its CUDA graph's replay, which
+        returns the same arrays each time. Sets ``self.captured``."""
+        self.captured = None
+        if not graph:
+            return self.step
+        self.captured = CapturedStep(self.step)
+        self.captured.rehearse()  # eager first: kernels compiled, handles created
+        self.captured.capture()
+        return self.captured.replay
 
 
 # -- the same workloads in PyTorch ------------------------------------------------------------------
@@ -491,12 +507,17 @@ def bench_device(args, device, torch):
           "[25%-75%], median process CPU time, and the median of the clean steps (their count), those during "
           f"which other processes used < {args.clean_fraction:.0%} of the cores")
 
+    graph = device == "cuda" and not args.eager
+    report["gpgan_cuda_graph"] = graph
+    if device == "cuda":
+        print("  gpgan's steps " + ("captured once as CUDA graphs and replayed" if graph else "run eagerly (--eager)"))
     runners = {}
     checks = {}
     for name, work in works.items():
-        runners[(name, "gpgan")] = (work.step, _synchronizer(device))
+        step_g = work.timed_step(graph)
+        runners[(name, "gpgan")] = (step_g, _synchronizer(device))
         entry = report["workloads"][name] = {"batch": work.batch}
-        loss_g, grads_g = work.step()
+        loss_g, grads_g = step_g()
         entry["loss"] = {"gpgan": float(_host(loss_g))}
         checks[name] = [grads_g]
         if torch is not None:
@@ -533,6 +554,8 @@ def bench_device(args, device, torch):
                 entry["resident"] = resident_peaks(name, args, ["gpgan"] + (["torch"] if torch is not None else []))
         else:
             entry["cuda_pool_peak_mib"] = cuda_pool_peak(work.step) / 2 ** 20
+            if work.captured is not None:
+                entry["cuda_graph_pool_mib"] = work.captured.pool_bytes() / 2 ** 20
         print_entry(name, entry)
     if args.profile:
         name = args.workloads[0]
@@ -570,7 +593,9 @@ def print_entry(name, e):
     if "tracemalloc_peak_mib" in e:
         details.append(f"tracemalloc peak {e['tracemalloc_peak_mib']:.1f} MiB")
     if "cuda_pool_peak_mib" in e:
-        details.append(f"CuPy pool peak {e['cuda_pool_peak_mib']:.1f} MiB")
+        details.append(f"CuPy pool peak {e['cuda_pool_peak_mib']:.1f} MiB (eager)")
+    if "cuda_graph_pool_mib" in e:
+        details.append(f"graph pool {e['cuda_graph_pool_mib']:.1f} MiB")
     for engine, r in e.get("resident", {}).items():
         if "error" in r:
             details.append(f"{engine} resident: failed {r['error']}")
@@ -599,6 +624,8 @@ def main(argv=None):
                              "in training (default 4; 1: one timed step per turn)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--eager", action="store_true",
+                        help="CUDA: time gpgan's eager steps (default: each step captured as a CUDA graph and replayed)")
     parser.add_argument("--torch", action="store_true",
                         help="also run PyTorch on the same steps, interleaved (optional; never a gpgan dependency)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-': stdout)")

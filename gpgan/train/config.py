@@ -91,6 +91,9 @@ SCHEMA = {
         "generator_batch_size": Field("int", None, "fake samples per generator step; null: batch_size",
                                       nullable=True, minimum=1),
         "critic_steps": Field("int", 1, "critic steps per generator step", minimum=1),
+        "cuda_graph": Field("bool", True, "on CUDA, capture each kind of training step once as a CUDA graph and "
+                            "replay it (same numbers as false, the eager path, kept for debugging); "
+                            "one process only"),
         "seed": Field("int", 0, "seed of weights, noise, data order and penalties", minimum=0),
         "ema": {
             "enabled": Field("bool", False, "keep an exponential moving average of the generator's "
@@ -149,7 +152,7 @@ SCHEMA = {
 
 #: Keys that say where a run trains and where it pauses, not what it computes: a run folder and a
 #: config that differ only here describe the same run (a sweep skips or resumes it).
-VOLATILE_KEYS = ("train.stop_after", "device")
+VOLATILE_KEYS = ("train.stop_after", "train.cuda_graph", "device")
 #: Keys a resumed run may change: the volatile ones and train.steps (only up).
 RESUMABLE_CHANGES = ("train.steps",) + VOLATILE_KEYS
 

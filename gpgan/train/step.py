@@ -6,6 +6,15 @@ so it can be replayed as a whole (a CUDA graph) or wrapped by a communicator tha
 over processes (:meth:`TrainingStep.reduce_gradients`). Its results are device scalars that the
 loop reads when it logs.
 
+CUDA graphs (``graph=True``): each kind of step (which critic steps are penalized, whether the EMA
+still copies, the input shapes) runs eagerly the first time (compiling its kernels), is captured the
+second time
+(:class:`gpgan.backend.graph.CapturedStep`) and replayed from then on, its inputs copied into the
+captured step's input arrays. What changes from step to step on the host (the step number,
+learning rates, Adam's bias corrections, counters) goes through
+:func:`~gpgan.backend.graph.host_effect`, and every state the step keeps is updated in place, so
+a replay computes exactly what the eager step computes.
+
 Non-finite values: each update checks, on the device, that its loss (and penalty) are finite and
 that every parameter's squared gradient norm is finite (a finite loss can still send gradients
 whose squares overflow, which would turn Adam's second moment infinite for good). The first
@@ -21,6 +30,7 @@ import numpy
 import gpgan
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import get_array_module
+from gpgan.backend.graph import CapturedStep, host_effect, host_number
 
 __all__ = ["TrainingStep", "StepResult", "Fault", "FAULTS"]
 
@@ -78,6 +88,7 @@ class TrainingStep:
             loss, penalty); their state is what the step changes.
         critic_steps: critic updates per generator update.
         step: generator steps already done (a resumed run starts there).
+        graph: capture and replay each kind of step as a CUDA graph (CuPy arrays only).
 
     Attributes:
         step: generator steps done.
@@ -85,8 +96,10 @@ class TrainingStep:
             :meth:`read_fault`).
     """
 
-    def __init__(self, parts, critic_steps, step=0):
+    def __init__(self, parts, critic_steps, step=0, graph=False):
         self.parts = parts
+        self.graph = bool(graph)
+        self._graphs = {}   # kind of step -> CapturedStep (rehearsed), then (CapturedStep, its input arrays)
         self.critic_steps = int(critic_steps)
         self.step = int(step)
         self.generator, self.critic = parts.generator, parts.critic
@@ -108,18 +121,53 @@ class TrainingStep:
     # -- the step -----------------------------------------------------------------------------
     def __call__(self, inputs):
         """Train one generator step on ``inputs`` (:class:`gpgan.train.feed.StepInputs` on the
-        device); returns a :class:`StepResult`."""
+        device); returns a :class:`StepResult` (in graph mode, the same arrays at every replay of a
+        kind of step, holding the latest values)."""
+        if not self.graph:
+            return self._run(inputs)
+        kind = self._kind(inputs)
+        entry = self._graphs.get(kind)
+        if entry is None:  # first of its kind: eager, as the capture will run it
+            captured = self._graphs[kind] = CapturedStep(self._run)
+            return captured.rehearse(inputs)
+        if isinstance(entry, CapturedStep):  # second: captured (and run)
+            result = entry.capture(inputs)
+            self._graphs[kind] = (entry, inputs)
+            return result
+        captured, fixed = entry
+        _copy_inputs(inputs, fixed)
+        return captured.replay()
+
+    def _kind(self, inputs):
+        """What a captured step depends on besides its inputs' values."""
+        ema = self.parts.ema
+        return (tuple((c.real.shape, c.noise.shape, None if c.draws is None else
+                       tuple((k, v.shape) for k, v in sorted(c.draws.items()))) for c in inputs.critic),
+                inputs.noise.shape, ema is not None and self.step + 1 < ema.start_step)
+
+    def _run(self, inputs):
         values = {}
         real = fake = None
+        self._step_number = host_effect(self._number_of_step)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
         self._generator_update(inputs.noise, values)
-        self.step += 1
+        host_effect(self._count_step)
         if self.parts.ema is not None:
             self.parts.ema.update(self.step)
+        host_effect(self._advance_schedules)
+        return StepResult(values, real, fake)
+
+    # host effects (run again before each replay of a captured step)
+    def _number_of_step(self):
+        return host_number(self.step + 1, numpy.float64)
+
+    def _count_step(self):
+        self.step += 1
+
+    def _advance_schedules(self):
         self.parts.g_sched.step()
         self.parts.d_sched.step()
-        return StepResult(values, real, fake)
 
     def _critic_update(self, j, inputs, values):
         with no_grad():
@@ -157,7 +205,9 @@ class TrainingStep:
         xp = get_array_module(loss.data)
         if gradients:
             # One dot product per parameter: an infinite or NaN squared norm flags the gradient.
-            squared = xp.stack([xp.vdot(a.ravel(), a.ravel()) for a in gradients])
+            squared = xp.empty(len(gradients), dtype=numpy.result_type(*gradients))
+            for k, a in enumerate(gradients):  # not xp.stack: CuPy copies its list of pointers from the host
+                squared[k] = xp.vdot(a.ravel(), a.ravel())
             bad = (~xp.isfinite(squared)).sum()
             checks = checks + [(3 if who == "critic" else 5, bad)]
         else:
@@ -179,15 +229,16 @@ class TrainingStep:
             code = xp.where(failed, check_code, code)
             if check_code not in (3, 5):
                 value = xp.where(failed, x.astype(numpy.float64), value)
-        record = xp.stack([xp.asarray(self.step + 1, dtype=numpy.float64),
-                           xp.asarray(critic_step, dtype=numpy.float64), code.astype(numpy.float64),
-                           value, bad.astype(numpy.float64), xp.asarray(n_params, dtype=numpy.float64)])
+        record = xp.empty(_RECORD, dtype=numpy.float64)  # (filled in place: see _apply on xp.stack)
+        for k, v in enumerate((self._step_number, critic_step, code, value, bad, n_params)):
+            record[k] = v
         failed = code > 0
         if self._ok is None:
             self.fault = xp.zeros(_RECORD, dtype=numpy.float64)
             self._ok = xp.ones((), dtype=bool)
-        self.fault = xp.where(self._ok & failed, record, self.fault)
-        self._ok = self._ok & ~failed
+        # in place: a captured step reads and writes these arrays at every replay
+        self.fault[...] = xp.where(self._ok & failed, record, self.fault)
+        self._ok &= ~failed
         return self._ok
 
     # -- reading back (the loop's business) ------------------------------------------------------
@@ -201,3 +252,14 @@ class TrainingStep:
         what, owner = FAULTS[int(record[2])]
         return Fault(step=int(record[0]), critic_step=int(record[1]), what=what, owner=owner, value=record[3],
                      bad=int(record[4]), parameters=int(record[5]))
+
+
+def _copy_inputs(inputs, fixed):
+    """Copy the arrays of ``inputs`` into the same-shaped arrays of ``fixed`` (both StepInputs)."""
+    pairs = [(inputs.noise, fixed.noise)]
+    for c, f in zip(inputs.critic, fixed.critic):
+        pairs += [(c.real, f.real), (c.noise, f.noise)]
+        if c.draws is not None:
+            pairs += [(c.draws[k], f.draws[k]) for k in c.draws]
+    for source, target in pairs:
+        target[...] = source

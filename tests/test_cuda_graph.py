@@ -1,0 +1,98 @@
+"""CUDA graphs: cuBLAS products that can be captured, host numbers and host effects around a
+captured step. The host-side rules run everywhere; the rest is marked ``cuda``."""
+import numpy as np
+import pytest
+
+from gpgan.backend.graph import CapturedStep, host_effect, host_number
+
+
+def test_outside_a_capture_host_numbers_are_plain_scalars_and_effects_just_run():
+    calls = []
+    value = host_effect(lambda: calls.append(1) or host_number(0.1, np.float32))
+    assert calls == [1]
+    assert type(value) is np.float32 and value == np.float32(0.1)
+
+
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+LAYOUTS = {
+    "plain": lambda xp, a, b: (a, b),
+    "a transposed": lambda xp, a, b: (xp.ascontiguousarray(a.T).T, b),
+    "b transposed": lambda xp, a, b: (a, xp.ascontiguousarray(b.T).T),
+    "both transposed": lambda xp, a, b: (xp.ascontiguousarray(a.T).T, xp.ascontiguousarray(b.T).T),
+    "strided rows": lambda xp, a, b: (xp.concatenate([a, a], axis=1)[:, :a.shape[1]], b),
+    "a column": lambda xp, a, b: (a[:, :1], b[:1]),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_cublas_matmul_matches_numpy(layout, dtype, rng):
+    cupy = _cupy()
+    from gpgan.backend.cublas import matmul
+
+    a_host, b_host = rng.standard_normal((7, 5)).astype(dtype), rng.standard_normal((5, 3)).astype(dtype)
+    a, b = LAYOUTS[layout](cupy, cupy.asarray(a_host), cupy.asarray(b_host))
+    expected = cupy.asnumpy(a).astype(np.float64) @ cupy.asnumpy(b).astype(np.float64)
+    out = matmul(a, b)
+    assert out.shape == expected.shape and out.dtype == dtype
+    np.testing.assert_allclose(cupy.asnumpy(out), expected, rtol=1e-5 if dtype == np.float32 else 1e-12, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shapes", [((4, 7, 5), (4, 5, 3)), ((7, 5), (4, 5, 3)), ((4, 7, 5), (5, 3)),
+                                    ((1, 7, 5), (4, 5, 3))])
+def test_cublas_batched_matmul_matches_numpy(shapes, rng):
+    cupy = _cupy()
+    from gpgan.backend.cublas import matmul
+
+    a, b = (rng.standard_normal(s) for s in shapes)
+    out = matmul(cupy.asarray(a), cupy.asarray(b))
+    np.testing.assert_allclose(cupy.asnumpy(out), np.matmul(a, b), rtol=1e-12)
+
+
+@pytest.mark.cuda
+def test_captured_step_replays_products_with_new_inputs_and_host_numbers(rng):
+    """A step with a cuBLAS product, a host effect (a counter) and a host number (a rate that
+    changes every step): each replay sees the new input and the new rate, as the eager step does."""
+    cupy = _cupy()
+    from gpgan.backend import matmul
+
+    w = cupy.asarray(rng.standard_normal((4, 3)))
+    x = cupy.asarray(rng.standard_normal((5, 4)))
+    state = {"count": 0}
+
+    def advance():
+        state["count"] += 1
+        return host_number(1.0 / state["count"], np.float64)
+
+    def step(x):
+        # A block of the table's size, written and freed before the first host number: the table
+        # must not be that block, or this write would overwrite the uploaded numbers in a replay.
+        scratch = cupy.full(1024, 7.0)
+        scratch += 1
+        del scratch
+        rate = host_effect(advance)
+        w[...] -= rate * matmul(x.T, matmul(x, w))  # in place: the graph reads and writes w
+        return (w * w).sum()
+
+    w_start, x_start = cupy.asnumpy(w), cupy.asnumpy(x)
+    x_host = [rng.standard_normal((5, 4)) for _ in range(4)]
+    captured = CapturedStep(step)
+    captured.rehearse(x)  # eager first, as the training step does
+    x[...] = cupy.asarray(x_host[0])
+    captured.capture(x)
+    for host in x_host[1:]:
+        x[...] = cupy.asarray(host)
+        result = captured.replay()
+    w_ref = w_start.copy()
+    for k, xk in enumerate([x_start] + x_host, start=1):
+        w_ref -= (1.0 / k) * (xk.T @ (xk @ w_ref))
+    assert state["count"] == 5
+    np.testing.assert_allclose(cupy.asnumpy(w), w_ref, rtol=1e-12)
+    assert float(result) == pytest.approx(float((w_ref * w_ref).sum()), rel=1e-12)
