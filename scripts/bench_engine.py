@@ -135,14 +135,11 @@ class Workload:
         self.loss = make_loss("wgan" if name == "wgangp" else "non_saturating")
         self.penalty = {"r1": make_penalty("r1", weight=10.0), "toy_r1": make_penalty("r1", weight=1.0),
                         "wgangp": make_penalty("wgan_gp", weight=10.0)}.get(name)
-        # The penalty's random numbers, the same at every step for both engines (drawn once, so
-        # that a CUDA graph of the step reads them from the device).
+        # The penalty's random numbers, drawn once and used at every step by both engines (so
+        # that a CUDA graph of the step reads them from the device, and neither engine's timed
+        # step draws or copies them).
         self.draws = None if self.penalty is None else {
-            k: to_device(v, device) for k, v in self.penalty.draw(self.penalty_rng(), self.real).items()}
-
-    def penalty_rng(self):
-        """The penalty's generator, reset every step so both engines draw the same interpolates."""
-        return numpy.random.default_rng(1)
+            k: to_device(v, device) for k, v in self.penalty.draw(numpy.random.default_rng(1), self.real).items()}
 
     def step(self):
         critic = self.modules["critic"]
@@ -243,12 +240,13 @@ def torch_step(work, torch):
         g, = torch.autograd.grad(critic(x).sum(), [x], create_graph=True)
         return g.pow(2).flatten(1).sum(1)
 
+    eps = tensor(work.draws["eps"]) if work.name == "wgangp" else None  # gpgan's interpolation weights
+
     def step():
         if work.name == "generator":
             loss = TF.softplus(-critic(modules["generator"](z))).mean()
         elif work.name == "wgangp":
             loss = critic(fake).mean() - critic(real).mean()
-            eps = tensor(work.penalty_rng().random((work.batch, 1, 1, 1)).astype(work.dtype))
             sq = input_gradient(eps * real + (1 - eps) * fake)
             loss = loss + 10.0 * ((sq + 1e-12).sqrt() - 1.0).pow(2).mean()
         elif work.name in ("r1", "toy_r1"):  # one forward at the real batch for the loss and R1
@@ -625,7 +623,8 @@ def main(argv=None):
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--eager", action="store_true",
-                        help="CUDA: time gpgan's eager steps (default: each step captured as a CUDA graph and replayed)")
+                        help="CUDA: time gpgan's eager steps (default: each step captured as a CUDA graph "
+                             "and replayed)")
     parser.add_argument("--torch", action="store_true",
                         help="also run PyTorch on the same steps, interleaved (optional; never a gpgan dependency)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-': stdout)")

@@ -8,9 +8,8 @@ loop reads when it logs.
 
 CUDA graphs (``graph=True``): each kind of step (which critic steps are penalized, whether the EMA
 still copies, the input shapes) runs eagerly the first time (compiling its kernels), is captured the
-second time
-(:class:`gpgan.backend.graph.CapturedStep`) and replayed from then on, its inputs copied into the
-captured step's input arrays. What changes from step to step on the host (the step number,
+second time (:class:`gpgan.backend.graph.CapturedStep`) and replayed from then on, its inputs
+copied into the captured step's input arrays. What changes from step to step on the host (the step number,
 learning rates, Adam's bias corrections, counters) goes through
 :func:`~gpgan.backend.graph.host_effect`, and every state the step keeps is updated in place, so
 a replay computes exactly what the eager step computes.
