@@ -116,7 +116,7 @@ def test_few_output_channels_identical_with_and_without_kernels(case, layout, co
 
 
 def test_dcgan_shapes_identical_and_every_kernel_runs(counted, rng):
-    # The generator's k4 s2 p1 transposed convolutions (channels-last col2im), its 3x3 image
+    # The generator's k4 s2 p1 transposed convolutions (channels-last col2im) and batch norm, its 3x3 image
     # layer (few outputs: the channel-planes col2im) and the critic's convolutions.
     x = rng.standard_normal((4, 32, 4, 4)).astype(np.float32)
     w1 = (0.1 * rng.standard_normal((32, 16, 4, 4))).astype(np.float32)
@@ -124,7 +124,11 @@ def test_dcgan_shapes_identical_and_every_kernel_runs(counted, rng):
     w3 = (0.1 * rng.standard_normal((8, 3, 4, 4))).astype(np.float32)
 
     def net(x, w1, w2, w3):
-        h = F.relu(F.conv_transpose2d(x, w1, stride=2, padding=1))
+        # Batch norm after the transposed convolution, as in the generator: NumPy's col2im returns
+        # a cropped view, the compiled one a contiguous array, and batch norm must give the same
+        # bits for both.
+        h = F.conv_transpose2d(x, w1, stride=2, padding=1)
+        h = F.relu(F.batch_norm(h, np.zeros(16, np.float32), np.ones(16, np.float32), training=True))
         img = F.tanh(F.conv2d(h, w2, padding=1))
         return F.leaky_relu(F.conv2d(img, w3, stride=2, padding=1), 0.2)
 
