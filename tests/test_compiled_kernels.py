@@ -1,8 +1,9 @@
-"""The optional Numba kernels of the convolutions: bit for bit the NumPy path's results.
+"""The optional Numba kernels of the convolutions and the ReLU family: bit for bit the NumPy path's results.
 
-Every convolution geometry of test_functions_conv runs twice, with the compiled kernels and with
-NumPy only, in float32 and float64, in several memory layouts, split over threads and not: values
-and first- and second-order gradients must be identical, and the compiled kernels must have run.
+Every convolution geometry of test_functions_conv, and relu and leaky_relu, run twice, with the
+compiled kernels and with NumPy only, in float32 and float64, in several memory layouts, split over
+threads and not: values and first- and second-order gradients must be identical, and the compiled
+kernels must have run.
 """
 import os
 import subprocess
@@ -19,7 +20,7 @@ from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERN
 
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
 
-KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes")
+KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient")
 
 
 @pytest.fixture
@@ -134,6 +135,45 @@ def test_dcgan_shapes_identical_and_every_kernel_runs(counted, rng):
 
     calls = _both_paths(net, [x, w1, w2, w3], counted)
     assert all(calls[name] > 0 for name in KERNEL_NAMES), calls
+
+
+def _first_order_grads(fn, arrays):
+    """fn's value and the gradient of <fn, r> w.r.t. every input, with no graph recorded (the
+    backward of a training step's last pass)."""
+    vs = [gpgan.Variable(a, requires_grad=True) for a in arrays]
+    y = fn(*vs)
+    r = gpgan.Variable(np.cos(np.arange(y.size, dtype=y.dtype)).reshape(y.shape))
+    return [y.data] + [g.data for g in gpgan.grad((y * r).sum(), vs)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "cnhw"])
+@pytest.mark.parametrize("activation", [F.relu, lambda x: F.leaky_relu(x, 0.2), lambda x: F.leaky_relu(x, 0.01),
+                                        lambda x: F.leaky_relu(x, 1.0), lambda x: F.leaky_relu(x, -0.3)],
+                         ids=["relu", "leaky0.2", "leaky0.01", "leaky1", "leaky-0.3"])
+def test_relu_family_identical_with_and_without_kernels(activation, layout, dtype, counted, thread_split, rng):
+    # Signed zeros, infinities and a NaN among the inputs, and a layer's weight before it, so that
+    # the gradient reaching the activation and the activation's input differ in layout.
+    x = rng.standard_normal((5, 4, 3, 6)).astype(dtype)
+    x.reshape(-1)[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30]
+    x = _in_layout(x, layout)
+    w = rng.standard_normal((4, 4, 1, 1)).astype(dtype)
+
+    def net(x, w):
+        return F.conv2d(activation(x), w) * 0.5 + activation(x)
+
+    with np.errstate(invalid="ignore"):  # inf * 0 and NaN in the products are part of the test
+        compiled.set_compiled_kernels(False)
+        plain = _values_and_grads(net, [x, w]) + _first_order_grads(net, [x, w])
+        assert sum(counted.values()) == 0
+        compiled.set_compiled_kernels(True)
+        fast = _values_and_grads(net, [x, w]) + _first_order_grads(net, [x, w])
+    for a, b in zip(plain, fast):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+        assert np.array_equal(np.signbit(a), np.signbit(b))  # -0.0 where NumPy gives -0.0
+    if layout != "cnhw":  # (C, N, H, W) memory cannot be split into batch slices: NumPy runs
+        assert counted["rectified_gradient"] > 0
 
 
 def test_switch_rejects_bad_values():

@@ -127,8 +127,13 @@ def test_the_structural_link_changes_no_value_bit_for_bit(monkeypatch):
 
     linked = critic_weight_grads()
     unlinked_scale = fmath.mask_scale
+
+    def unlinked_rectified(gy, ref, positive, negative):  # the same factors as an array, without ref
+        return unlinked_scale(gy, np.where(ref.data > 0, positive, negative).astype(gy.dtype))
+
+    monkeypatch.setattr(fmath, "mask_scale", lambda gy, mask, ref=None: unlinked_scale(gy, mask))
     for module in (fmath, factivation):
-        monkeypatch.setattr(module, "mask_scale", lambda gy, mask, ref=None: unlinked_scale(gy, mask))
+        monkeypatch.setattr(module, "rectified_scale", unlinked_rectified)
     unlinked = critic_weight_grads()
     assert len(linked) == len(unlinked) == 8
     for a, b in zip(linked, unlinked):

@@ -11,7 +11,7 @@ error or compile error turns off.
 """
 import numba
 
-__all__ = ["window_columns", "col2im_channels_last", "col2im_planes"]
+__all__ = ["window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -116,3 +116,21 @@ def col2im_planes(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
                         else:
                             for ow in range(first, last, s_w):
                                 row[ow] += src[(ow + off) // s_w]
+
+
+@_jit
+def leaky_relu(x, slope, out):
+    """``out = max(x, x * slope)`` elementwise on 1-D arrays, for ``0 <= slope <= 1``: ``x`` where
+    ``x > 0``, ``x * slope`` elsewhere (the same values, -0.0 and NaN included, in one pass)."""
+    for i in range(x.size):
+        v = x[i]
+        out[i] = v if v > 0 else v * slope
+
+
+@_jit
+def rectified_gradient(gy, ref, positive, negative, out):
+    """``out = gy * (positive if ref > 0 else negative)`` elementwise on 1-D arrays: the gradient
+    of the ReLU family in one pass, the same products as NumPy's ``gy * mask`` with the mask's two
+    values (``gy * 0`` stays a product, so -0.0 and NaN come out alike)."""
+    for i in range(gy.size):
+        out[i] = gy[i] * (positive if ref[i] > 0 else negative)

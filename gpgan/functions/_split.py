@@ -6,7 +6,7 @@ depend on the split. CuPy arrays are never split: a GPU kernel is parallel alrea
 """
 from gpgan.backend.threads import parallel_range, would_split
 
-__all__ = ["over_batch", "elementwise"]
+__all__ = ["over_batch", "elementwise", "flat_view", "compiled_elementwise"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -38,3 +38,35 @@ def elementwise(xp, fn, *arrays, dtype=None):
 
     parallel_range(run, first.shape[0], nbytes)
     return out
+
+
+def flat_view(a):
+    """A 1-D view of NumPy array ``a`` in its memory order, or None when there is none: ``a`` is not
+    contiguous in any order of its axes, or its axis 0 is not the outermost (then its batch slices
+    would not be contiguous)."""
+    if a.ndim == 0:
+        return None
+    order = sorted(range(a.ndim), key=lambda k: (-a.strides[k], k))
+    if order[0] != 0 and a.shape[0] > 1:
+        return None
+    v = a.transpose(order)
+    return v.reshape(-1) if v.flags.c_contiguous else None
+
+
+def compiled_elementwise(xp, kernel, arrays, *scalars):
+    """A new array like ``arrays[0]``, filled by ``kernel(*flat_slices, *scalars, flat_out)`` on batch
+    slices (split over the cores), for a compiled kernel that works on 1-D arrays elementwise.
+
+    Returns None, computing nothing, when the arrays do not share one dtype and one memory layout
+    that :func:`flat_view` flattens (then the caller runs its NumPy form).
+    """
+    first = arrays[0]
+    if flat_view(first) is None or any(a.shape != first.shape or a.strides != first.strides
+                                       or a.dtype != first.dtype for a in arrays[1:]):
+        return None
+
+    def run(out, *slices):
+        flats = [flat_view(v) for v in slices + (out,)]
+        kernel(*flats[:-1], *scalars, flats[-1])
+
+    return elementwise(xp, run, *arrays)

@@ -4,7 +4,7 @@ Every backward is written with gpgan functions, so each activation can be differ
 order. Two rules shape them:
 
 * Piecewise-linear activations (the ReLU family) compute ``gx = gy * mask`` with
-  :func:`~gpgan.functions.math.mask_scale`: the second derivative is zero almost everywhere,
+  :func:`~gpgan.functions.math.rectified_scale`: the second derivative is zero almost everywhere,
   but the gradient stays a differentiable function of ``gy`` (gradient penalties such as R1 and
   WGAN-GP differentiate exactly that dependence), and stays connected to ``x`` through the mask
   with a zero derivative, so differentiating it with respect to ``x`` gives zeros, not "unused".
@@ -18,8 +18,9 @@ The exp-based functions are evaluated in forms that do not overflow for any fini
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 from gpgan.functions._args import axis_index, scalar_like
-from gpgan.functions._split import elementwise
-from gpgan.functions.math import exp, mask_scale, where
+from gpgan.functions._compiled import cpu_kernels
+from gpgan.functions._split import compiled_elementwise, elementwise
+from gpgan.functions.math import exp, rectified_scale, where
 from gpgan.functions.reduction import sum as _sum
 
 
@@ -48,7 +49,7 @@ class ReLU(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
-        return (mask_scale(grad_outputs[0], y.data > 0, y),)
+        return (rectified_scale(grad_outputs[0], y, 1, 0),)
 
 
 class LeakyReLU(FunctionNode):
@@ -61,6 +62,12 @@ class LeakyReLU(FunctionNode):
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
         xp, slope = get_array_module(x), scalar_like(self.slope, x)
         if 0 <= self.slope <= 1:
+            kernels = cpu_kernels(xp, x.dtype)  # one compiled pass where the Numba kernels run
+            if kernels is not None:
+                y = compiled_elementwise(xp, kernels.leaky_relu, (x,), x.dtype.type(slope))
+                if y is not None:
+                    return (y,)
+
             # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
             def leaky(out, x):
                 xp.multiply(x, slope, out=out)
@@ -71,15 +78,8 @@ class LeakyReLU(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_outputs() if self.slope > 0 else self.get_retained_inputs()
-        xp = get_array_module(ref.data)
-        rise, slope = scalar_like(1 - self.slope, ref.data), scalar_like(self.slope, ref.data)
-
-        def scale(out, r):
-            # 1 where positive, slope elsewhere: slope + (1 - slope) * mask.
-            xp.multiply(r > 0, rise, out=out)
-            out += slope
-
-        return (mask_scale(grad_outputs[0], elementwise(xp, scale, ref.data), ref),)
+        # 1 where positive, the slope elsewhere, both rounded to ref's dtype (as the forward's).
+        return (rectified_scale(grad_outputs[0], ref, 1, self.slope),)
 
 
 class ELU(FunctionNode):

@@ -8,18 +8,20 @@ Conventions at kinks and ties (the derivative is undefined there; these are the 
 * ``clip(x, min, max)``: the gradient passes where ``min <= x <= max`` (bounds inclusive, as
   PyTorch's ``clamp``) and is zero outside.
 
-The piecewise functions (and relu, leaky_relu in :mod:`gpgan.functions.activation`) compute their
-backward as ``gy * mask`` with :func:`mask_scale`: linear in ``gy``, so a penalty on the gradient
-still reaches everything upstream of ``gy``, and connected to the masked value with the zero
-derivative the mask has (a structural zero, which costs nothing), so a penalty on the gradient
-also reaches the function's input, with a zero gradient, as in PyTorch.
+The piecewise functions compute their backward as ``gy * mask`` with :func:`mask_scale` (relu and
+leaky_relu in :mod:`gpgan.functions.activation` with :func:`rectified_scale`, whose mask of two
+factors is read from the activation's value instead of stored): linear in ``gy``, so a penalty
+on the gradient still reaches everything upstream of ``gy``, and connected to the masked value
+with the zero derivative the mask has (a structural zero, which costs nothing), so a penalty on
+the gradient also reaches the function's input, with a zero gradient, as in PyTorch.
 """
 import numpy
 
 from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, broadcast_error, scalar_like
-from gpgan.functions._split import elementwise
+from gpgan.functions._compiled import cpu_kernels
+from gpgan.functions._split import compiled_elementwise, elementwise
 from gpgan.functions.array import sum_to
 
 
@@ -71,6 +73,49 @@ class MaskScale(_MaskNode):
         mask = self.get_mask()
         ref = self.get_retained_inputs()[0] if len(self.inputs) == 2 else None
         return tuple(mask_scale(grad_outputs[0], mask, ref) if i == 0 else STRUCTURAL_ZERO for i in indexes)
+
+
+class RectifiedScale(FunctionNode):
+    """``gy * (positive where ref > 0, else negative)`` for inputs ``(gy, ref)``: the gradient of the
+    ReLU family, a :class:`MaskScale` whose mask has two values and is never stored: it is read
+    from ``ref`` (retained) each time, in one compiled pass where the Numba kernels run (one read
+    of ``gy`` and ``ref``, one write), else by NumPy or CuPy from the same two factors, which gives
+    the same values. Linear in ``gy`` with itself as its gradient; zero derivative in ``ref``.
+    """
+
+    structural_inputs = 1  # ref only ever gets STRUCTURAL_ZERO
+
+    def __init__(self, positive, negative):
+        self.positive, self.negative = positive, negative
+
+    def forward(self, inputs):
+        self.retain_inputs((1,))
+        gy, ref = inputs
+        xp = get_array_module(gy)
+        kernels = cpu_kernels(xp, gy.dtype) if ref.shape == gy.shape else None
+        if kernels is not None:
+            out = compiled_elementwise(xp, kernels.rectified_gradient, (gy, ref),
+                                       gy.dtype.type(self.positive), gy.dtype.type(self.negative))
+            if out is not None:
+                return (out,)
+        positive, negative = scalar_like(self.positive, gy), scalar_like(self.negative, gy)
+
+        def scale(out, g, r):
+            xp.multiply(g, xp.where(r > 0, positive, negative), out=out)
+
+        return (elementwise(xp, scale, gy, ref),)
+
+    def backward(self, indexes, grad_outputs):
+        ref, = self.get_retained_inputs()
+        return tuple(rectified_scale(grad_outputs[0], ref, self.positive, self.negative) if i == 0
+                     else STRUCTURAL_ZERO for i in indexes)
+
+
+def rectified_scale(gy, ref, positive, negative):
+    """``gy * (positive where ref > 0, else negative)``, differentiable in ``gy`` (any order), with
+    a zero derivative in the Variable ``ref`` of ``gy``'s shape; ``positive`` and ``negative`` are
+    host numbers, taken in ``gy``'s dtype (see :class:`RectifiedScale`)."""
+    return RectifiedScale(positive, negative).apply((gy, ref))[0]
 
 
 def mask_scale(gy, mask, ref=None):
