@@ -15,6 +15,7 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.backend import compiled, threads
+from gpgan.functions import _split
 from naive_helpers import pair
 from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
 
@@ -25,7 +26,9 @@ KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "leak
 
 @pytest.fixture
 def counted(monkeypatch):
-    """Counts the calls of each compiled kernel; restores the switch afterwards."""
+    """Counts the calls of each compiled kernel (which run on arrays of any size here); restores the
+    switch afterwards."""
+    monkeypatch.setattr(_split, "COMPILED_MIN_BYTES", 0)
     before = compiled.compiled_kernels_enabled()
     calls = dict.fromkeys(KERNEL_NAMES, 0)
     for name in KERNEL_NAMES:
@@ -174,6 +177,21 @@ def test_relu_family_identical_with_and_without_kernels(activation, layout, dtyp
         assert np.array_equal(np.signbit(a), np.signbit(b))  # -0.0 where NumPy gives -0.0
     if layout != "cnhw":  # (C, N, H, W) memory cannot be split into batch slices: NumPy runs
         assert counted["rectified_gradient"] > 0
+
+
+def test_small_activations_run_on_numpy_and_do_not_load_numba():
+    # A toy MLP's activations (512 KiB) stay below COMPILED_MIN_BYTES: Numba (about 100 MiB) is
+    # never imported; a 2 MiB one takes the compiled pass. Both gradients are exact.
+    code = ("import numpy as np, gpgan, gpgan.functions as F, sys\n"
+            "for shape in [(256, 512), (512, 1024)]:\n"
+            "    x = gpgan.Variable(np.linspace(-1, 1, shape[0] * shape[1], dtype=np.float32).reshape(shape),\n"
+            "                       requires_grad=True)\n"
+            "    g, = gpgan.grad(F.leaky_relu(x, 0.25).sum(), [x])\n"
+            "    positive = int((x.data > 0).sum())\n"
+            "    print('numba' in sys.modules, float(g.data.sum()) == positive + 0.25 * (x.data.size - positive))\n")
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_NUMBA="1"),
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "True", "True", "True"]
 
 
 def test_switch_rejects_bad_values():

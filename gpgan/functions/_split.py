@@ -5,8 +5,9 @@ thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Elementwise 
 depend on the split. CuPy arrays are never split: a GPU kernel is parallel already.
 """
 from gpgan.backend.threads import parallel_range, would_split
+from gpgan.functions._compiled import cpu_kernels
 
-__all__ = ["over_batch", "elementwise", "flat_view", "compiled_elementwise"]
+__all__ = ["over_batch", "elementwise", "flat_view", "compiled_elementwise", "COMPILED_MIN_BYTES"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -53,17 +54,30 @@ def flat_view(a):
     return v.reshape(-1) if v.flags.c_contiguous else None
 
 
-def compiled_elementwise(xp, kernel, arrays, *scalars):
-    """A new array like ``arrays[0]``, filled by ``kernel(*flat_slices, *scalars, flat_out)`` on batch
-    slices (split over the cores), for a compiled kernel that works on 1-D arrays elementwise.
+#: Arrays smaller than this take the NumPy passes even where the compiled kernels run: they stay in
+#: cache, the compiled pass gained nothing measurable on them (the toy MLP's 512 KiB activations),
+#: and a process whose arrays never reach it never loads Numba (about 100 MiB resident).
+COMPILED_MIN_BYTES = 1 << 20
 
-    Returns None, computing nothing, when the arrays do not share one dtype and one memory layout
-    that :func:`flat_view` flattens (then the caller runs its NumPy form).
+
+def compiled_elementwise(xp, name, arrays, *scalars):
+    """A new array like ``arrays[0]``, filled by the compiled kernel ``name`` of
+    ``gpgan.functions._numba_kernels`` as ``kernel(*flat_slices, *scalars, flat_out)`` on batch
+    slices (split over the cores); the kernel works on 1-D arrays elementwise.
+
+    Returns None, computing nothing, when the kernels are off (no Numba, ``GPGAN_NUMBA=0``, not
+    NumPy), when ``arrays[0]`` is smaller than :data:`COMPILED_MIN_BYTES`, or when the arrays do
+    not share one dtype and one memory layout that :func:`flat_view` flattens: the caller then
+    runs its NumPy form, which must give the same values.
     """
     first = arrays[0]
-    if flat_view(first) is None or any(a.shape != first.shape or a.strides != first.strides
-                                       or a.dtype != first.dtype for a in arrays[1:]):
+    if first.nbytes < COMPILED_MIN_BYTES or flat_view(first) is None or any(
+            a.shape != first.shape or a.strides != first.strides or a.dtype != first.dtype for a in arrays[1:]):
         return None
+    kernels = cpu_kernels(xp, first.dtype)
+    if kernels is None:
+        return None
+    kernel = getattr(kernels, name)
 
     def run(out, *slices):
         flats = [flat_view(v) for v in slices + (out,)]

@@ -18,7 +18,6 @@ The exp-based functions are evaluated in forms that do not overflow for any fini
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 from gpgan.functions._args import axis_index, scalar_like
-from gpgan.functions._compiled import cpu_kernels
 from gpgan.functions._split import compiled_elementwise, elementwise
 from gpgan.functions.math import exp, rectified_scale, where
 from gpgan.functions.reduction import sum as _sum
@@ -62,11 +61,9 @@ class LeakyReLU(FunctionNode):
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
         xp, slope = get_array_module(x), scalar_like(self.slope, x)
         if 0 <= self.slope <= 1:
-            kernels = cpu_kernels(xp, x.dtype)  # one compiled pass where the Numba kernels run
-            if kernels is not None:
-                y = compiled_elementwise(xp, kernels.leaky_relu, (x,), x.dtype.type(slope))
-                if y is not None:
-                    return (y,)
+            y = compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(slope))  # one pass
+            if y is not None:
+                return (y,)
 
             # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
             def leaky(out, x):

@@ -20,7 +20,6 @@ import numpy
 from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, broadcast_error, scalar_like
-from gpgan.functions._compiled import cpu_kernels
 from gpgan.functions._split import compiled_elementwise, elementwise
 from gpgan.functions.array import sum_to
 
@@ -92,12 +91,10 @@ class RectifiedScale(FunctionNode):
         self.retain_inputs((1,))
         gy, ref = inputs
         xp = get_array_module(gy)
-        kernels = cpu_kernels(xp, gy.dtype) if ref.shape == gy.shape else None
-        if kernels is not None:
-            out = compiled_elementwise(xp, kernels.rectified_gradient, (gy, ref),
-                                       gy.dtype.type(self.positive), gy.dtype.type(self.negative))
-            if out is not None:
-                return (out,)
+        out = compiled_elementwise(xp, "rectified_gradient", (gy, ref),
+                                   gy.dtype.type(self.positive), gy.dtype.type(self.negative))
+        if out is not None:
+            return (out,)
         positive, negative = scalar_like(self.positive, gy), scalar_like(self.negative, gy)
 
         def scale(out, g, r):
