@@ -128,8 +128,9 @@ def test_the_structural_link_changes_no_value_bit_for_bit(monkeypatch):
     linked = critic_weight_grads()
     unlinked_scale = fmath.mask_scale
 
-    def unlinked_rectified(gy, ref, positive, negative):  # the same factors as an array, without ref
-        return unlinked_scale(gy, np.where(ref.data > 0, positive, negative).astype(gy.dtype))
+    def unlinked_rectified(gy, ref, slope):  # the same factors as an array, without ref
+        dtype = gy.dtype.type
+        return unlinked_scale(gy, np.where(ref.data > 0, dtype(1 - slope) + dtype(slope), dtype(slope)))
 
     monkeypatch.setattr(fmath, "mask_scale", lambda gy, mask, ref=None: unlinked_scale(gy, mask))
     for module in (fmath, factivation):

@@ -48,7 +48,7 @@ class ReLU(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
-        return (rectified_scale(grad_outputs[0], y, 1, 0),)
+        return (rectified_scale(grad_outputs[0], y, 0),)
 
 
 class LeakyReLU(FunctionNode):
@@ -75,8 +75,7 @@ class LeakyReLU(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_outputs() if self.slope > 0 else self.get_retained_inputs()
-        # 1 where positive, the slope elsewhere, both rounded to ref's dtype (as the forward's).
-        return (rectified_scale(grad_outputs[0], ref, 1, self.slope),)
+        return (rectified_scale(grad_outputs[0], ref, self.slope),)
 
 
 class ELU(FunctionNode):

@@ -75,44 +75,46 @@ class MaskScale(_MaskNode):
 
 
 class RectifiedScale(FunctionNode):
-    """``gy * (positive where ref > 0, else negative)`` for inputs ``(gy, ref)``: the gradient of the
-    ReLU family, a :class:`MaskScale` whose mask has two values and is never stored: it is read
-    from ``ref`` (retained) each time, in one compiled pass where the Numba kernels run (one read
-    of ``gy`` and ``ref``, one write), else by NumPy or CuPy from the same two factors, which gives
-    the same values. Linear in ``gy`` with itself as its gradient; zero derivative in ``ref``.
+    """``gy * (1 where ref > 0, else slope)`` for inputs ``(gy, ref)``: the gradient of the ReLU
+    family (slope 0: ReLU), a :class:`MaskScale` whose mask is never stored but read from ``ref``
+    (retained) each time. Where the Numba kernels run, one compiled pass (one read of ``gy`` and
+    ``ref``, one write); else NumPy or CuPy passes. Both take the factor 1 as ``(1 - slope) +
+    slope`` in ``gy``'s dtype (1, or next to it), so they give the same values. Linear in ``gy``
+    with itself as its gradient; zero derivative in ``ref``.
     """
 
     structural_inputs = 1  # ref only ever gets STRUCTURAL_ZERO
 
-    def __init__(self, positive, negative):
-        self.positive, self.negative = positive, negative
+    def __init__(self, slope):
+        self.slope = slope
 
     def forward(self, inputs):
         self.retain_inputs((1,))
         gy, ref = inputs
         xp = get_array_module(gy)
-        out = compiled_elementwise(xp, "rectified_gradient", (gy, ref),
-                                   gy.dtype.type(self.positive), gy.dtype.type(self.negative))
+        rise, slope = scalar_like(1 - self.slope, gy), scalar_like(self.slope, gy)
+        out = compiled_elementwise(xp, "rectified_gradient", (gy, ref), gy.dtype.type(rise + slope),
+                                   gy.dtype.type(slope))
         if out is not None:
             return (out,)
-        positive, negative = scalar_like(self.positive, gy), scalar_like(self.negative, gy)
 
         def scale(out, g, r):
-            xp.multiply(g, xp.where(r > 0, positive, negative), out=out)
+            xp.multiply(r > 0, rise, out=out)  # where positive: rise, then rise + slope
+            out += slope
+            out *= g
 
         return (elementwise(xp, scale, gy, ref),)
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_inputs()
-        return tuple(rectified_scale(grad_outputs[0], ref, self.positive, self.negative) if i == 0
-                     else STRUCTURAL_ZERO for i in indexes)
+        return tuple(rectified_scale(grad_outputs[0], ref, self.slope) if i == 0 else STRUCTURAL_ZERO
+                     for i in indexes)
 
 
-def rectified_scale(gy, ref, positive, negative):
-    """``gy * (positive where ref > 0, else negative)``, differentiable in ``gy`` (any order), with
-    a zero derivative in the Variable ``ref`` of ``gy``'s shape; ``positive`` and ``negative`` are
-    host numbers, taken in ``gy``'s dtype (see :class:`RectifiedScale`)."""
-    return RectifiedScale(positive, negative).apply((gy, ref))[0]
+def rectified_scale(gy, ref, slope):
+    """``gy * (1 where ref > 0, else slope)``, differentiable in ``gy`` (any order), with a zero
+    derivative in the Variable ``ref`` of ``gy``'s shape (see :class:`RectifiedScale`)."""
+    return RectifiedScale(slope).apply((gy, ref))[0]
 
 
 def mask_scale(gy, mask, ref=None):
