@@ -1,4 +1,5 @@
-"""Numba kernels of the convolutions' data movement on the CPU (optional; see gpgan.backend.compiled).
+"""Numba kernels on the CPU (optional; see gpgan.backend.compiled): the convolutions' data movement,
+and the ReLU family's forward and gradient as one pass each.
 
 Each kernel works on a range of batch items ``[a, b)`` so that :func:`gpgan.backend.parallel_range`
 can split it over the cores (the kernels release the GIL), and each output element is written by
