@@ -1,7 +1,8 @@
 """Numba kernels on the CPU (optional; see gpgan.backend.compiled): the convolutions' data movement,
 and the ReLU family's forward and gradient as one pass each.
 
-Each kernel works on a range of batch items ``[a, b)`` so that :func:`gpgan.backend.parallel_range`
+The convolution kernels work on a range of batch items ``[a, b)`` (the elementwise ones on the 1-D
+batch slices that :func:`gpgan.functions._split.compiled_elementwise` hands them) so that :func:`gpgan.backend.parallel_range`
 can split it over the cores (the kernels release the GIL), and each output element is written by
 one call, in a fixed order: results do not depend on the thread count. Each kernel adds the same
 terms in the same order as the NumPy code it replaces in ``conv.py`` (starting from zero, taps in
