@@ -1,12 +1,13 @@
 """Numba kernels on the CPU (optional; see gpgan.backend.compiled): the convolutions' data movement,
 and the ReLU family's forward and gradient as one pass each.
 
-The convolution kernels work on a range of batch items ``[a, b)`` (the elementwise ones on the 1-D
-batch slices that :func:`gpgan.functions._split.compiled_elementwise` hands them) so that :func:`gpgan.backend.parallel_range`
-can split it over the cores (the kernels release the GIL), and each output element is written by
-one call, in a fixed order: results do not depend on the thread count. Each kernel adds the same
-terms in the same order as the NumPy code it replaces in ``conv.py`` (starting from zero, taps in
-(row, column) order), so the two agree bit for bit; no fast-math (no reassociation).
+The convolution kernels work on a range of batch items ``[a, b)`` (the elementwise ones on the
+1-D batch slices that :func:`gpgan.functions._split.compiled_elementwise` hands them) so that
+:func:`gpgan.backend.parallel_range` can split the work over the cores (the kernels release the
+GIL), and each output element is written by one call, in a fixed order: results do not depend on
+the thread count. Each kernel computes the same terms in the same order as the NumPy code it
+replaces (in ``conv.py``: sums from zero, taps in (row, column) order; in ``activation.py`` and
+``math.py``: the same products), so the two agree bit for bit; no fast-math (no reassociation).
 
 Imported only through :func:`gpgan.functions._compiled.cpu_kernels`, which this module's import
 error or compile error turns off.

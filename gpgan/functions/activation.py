@@ -61,7 +61,7 @@ class LeakyReLU(FunctionNode):
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
         xp, slope = get_array_module(x), scalar_like(self.slope, x)
         if 0 <= self.slope <= 1:
-            y = compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(slope))  # one pass
+            y = compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(self.slope))  # one pass
             if y is not None:
                 return (y,)
 

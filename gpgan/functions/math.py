@@ -92,11 +92,13 @@ class RectifiedScale(FunctionNode):
         self.retain_inputs((1,))
         gy, ref = inputs
         xp = get_array_module(gy)
-        rise, slope = scalar_like(1 - self.slope, gy), scalar_like(self.slope, gy)
-        out = compiled_elementwise(xp, "rectified_gradient", (gy, ref), gy.dtype.type(rise + slope),
-                                   gy.dtype.type(slope))
+        # The kernel's factors as host numbers in gy's dtype (from the Python numbers, never from
+        # device arrays: reading one back would stop a CUDA-graph capture).
+        rise, slope = gy.dtype.type(1 - self.slope), gy.dtype.type(self.slope)
+        out = compiled_elementwise(xp, "rectified_gradient", (gy, ref), rise + slope, slope)
         if out is not None:
             return (out,)
+        rise, slope = scalar_like(1 - self.slope, gy), scalar_like(self.slope, gy)
 
         def scale(out, g, r):
             xp.multiply(r > 0, rise, out=out)  # where positive: rise, then rise + slope
