@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from gpgan.backend.blas_idle import SHORT_TIMEOUT, TIMEOUT_ENV
-from gpgan.backend import core_share
+from gpgan.backend.blas_idle import ONEDNN_TIMEOUT, SHORT_TIMEOUT, TIMEOUT_ENV
+from gpgan.backend import compiled, core_share
 from gpgan.backend.core_share import (BLAS_THREAD_VARS, LOCAL_SIZE_VARIABLES, available_cores, cores_per_process,
                                       local_processes)
 from gpgan.studies.trainers import THREAD_VARS, _child_env
@@ -28,7 +28,7 @@ print(json.dumps({{"timeout": os.environ.get("{var}"), "brief": BLAS_IDLES_BRIEF
 def probe(first, blas=False, **env):
     """Import gpgan in a fresh interpreter (after ``first``) and report what it set (with
     ``blas``, also the BLAS thread variables)."""
-    unset = (TIMEOUT_ENV, "GPGAN_NUM_THREADS") + BLAS_THREAD_VARS + LOCAL_SIZE_VARIABLES
+    unset = (TIMEOUT_ENV, "GPGAN_NUM_THREADS", "GPGAN_ONEDNN") + BLAS_THREAD_VARS + LOCAL_SIZE_VARIABLES
     environ = {k: v for k, v in os.environ.items() if k not in unset}
     environ.update(env, PYTHONPATH=ROOT)
     code = PROBE.format(first=first, var=TIMEOUT_ENV, blas=BLAS_THREAD_VARS)
@@ -41,8 +41,19 @@ def probe(first, blas=False, **env):
 
 
 def test_gpgan_first_cuts_the_spin_short_and_splits_over_every_core():
-    got = probe("import gpgan")
+    got = probe("import gpgan", GPGAN_ONEDNN="0")
     assert got == {"timeout": str(SHORT_TIMEOUT), "brief": True, "threads": available_cores()}
+
+
+def test_the_spin_is_shortest_where_onednn_runs_the_convolutions():
+    # Where onednn-cpu-gomp is installed and not switched off, oneDNN's OpenMP threads take the
+    # convolutions, and a spinning BLAS worker would stretch them: the spin is cut to 2**4 cycles.
+    installed = compiled.onednn._installed()
+    expected = str(ONEDNN_TIMEOUT if installed else SHORT_TIMEOUT)
+    assert probe("import gpgan") == {"timeout": expected, "brief": True, "threads": available_cores()}
+    assert probe("import gpgan", GPGAN_ONEDNN="0")["timeout"] == str(SHORT_TIMEOUT)
+    # A bad value is reported where a convolution asks for oneDNN, not as an import traceback.
+    assert probe("import gpgan", GPGAN_ONEDNN="fast")["timeout"] == str(SHORT_TIMEOUT)
 
 
 def test_a_users_setting_is_kept():

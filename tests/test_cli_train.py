@@ -78,11 +78,12 @@ def test_run_folder_contents(reference_runs):
     assert config["train"]["steps"] == 12 and config["penalty"]["type"] == "wgan_gp"
     assert config["model"]["generator_options"]["width"] == 16
     manifest = json.loads((run / "manifest.json").read_text())
-    for key in ("gpgan_version", "git_commit", "python", "numpy", "cupy", "numba", "device", "device_name", "seed", "command"):
+    for key in ("gpgan_version", "git_commit", "python", "numpy", "cupy", "numba", "onednn", "device", "device_name", "seed", "command"):
         assert key in manifest
     assert manifest["device"] == "cpu" and manifest["seed"] == 0 and "quickstart.yaml" in manifest["command"]
-    from gpgan.backend import compiled_kernels_enabled
+    from gpgan.backend import compiled_kernels_enabled, onednn_enabled
     assert (manifest["numba"] is not None) == compiled_kernels_enabled()  # which kernels ran
+    assert (manifest["onednn"] is not None) == onednn_enabled()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [2, 4, 6, 8, 10, 12]
     for r in records:

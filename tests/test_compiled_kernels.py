@@ -24,6 +24,16 @@ numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="ne
 KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient")
 
 
+@pytest.fixture(autouse=True)
+def own_convolutions():
+    """These tests exercise gpgan's own kernels: oneDNN, which would take the float32
+    convolutions, is off (its own tests are in test_onednn.py)."""
+    before = compiled.onednn.enabled()
+    compiled.onednn.set(False)
+    yield
+    compiled.onednn.set(before)
+
+
 @pytest.fixture
 def counted(monkeypatch):
     """Counts the calls of each compiled kernel (which run on arrays of any size here); restores the
@@ -212,7 +222,7 @@ def test_environment_switches_kernels_off_and_numpy_path_runs():
             "float(y.data.sum()))\n")
     runs = {}
     for value in ("0", "1"):
-        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_NUMBA=value),
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_NUMBA=value, GPGAN_ONEDNN="0"),
                              capture_output=True, text=True, check=True)
         runs[value] = out.stdout.split()
     assert runs["0"][:2] == ["False", "False"] and runs["1"][:2] == ["True", "True"]

@@ -2,7 +2,8 @@
 
 Owns everything device- and randomness-specific below the engine (the array module of an array,
 device names and descriptions, the global random generator and ``manual_seed``, the host
-allocator's policy, the threads of array passes and the switch of the optional Numba kernels);
+allocator's policy, the threads of array passes, and the optional CPU accelerators: the Numba
+kernels' switch and oneDNN's convolutions);
 it knows nothing of Variables or graphs.
 
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
@@ -25,6 +26,7 @@ from gpgan.backend.array_module import (
 )
 from gpgan.backend.compiled import compiled_kernels_enabled, compiled_kernels_version, set_compiled_kernels
 from gpgan.backend.host_memory import keep_freed_host_memory
+from gpgan.backend.onednn import onednn_enabled, onednn_version, set_onednn
 from gpgan.backend.random import get_rng, manual_seed
 from gpgan.backend.threads import available_cores, get_num_threads, parallel_range, set_num_threads
 
@@ -50,4 +52,7 @@ __all__ = [
     "compiled_kernels_enabled",
     "compiled_kernels_version",
     "set_compiled_kernels",
+    "onednn_enabled",
+    "onednn_version",
+    "set_onednn",
 ]

@@ -1,4 +1,4 @@
-"""Whether gpgan's optional compiled CPU kernels (Numba) are used.
+"""The switches of gpgan's optional CPU accelerators: Numba kernels and oneDNN convolutions.
 
 A few NumPy passes of a convolution cannot be written as one NumPy call without moving the data
 several times: col2im (zeroing the output, then one strided read-modify-write per kernel tap) and
@@ -11,62 +11,111 @@ They are used when Numba can be imported (``pip install 'gpgan[cpu]'``) unless
 ``GPGAN_NUMBA=0`` or :func:`set_compiled_kernels` says otherwise. Results are identical either
 way: each compiled kernel adds the same terms in the same order as the NumPy code it replaces,
 and the tests compare the two bit for bit.
+
+The oneDNN convolutions (:mod:`gpgan.backend.onednn`) have a switch of the same kind here,
+:data:`onednn` (``GPGAN_ONEDNN``), on where ``onednn-cpu-gomp`` is installed. Both switches live in
+this module, which imports only the standard library, because :mod:`gpgan.backend.blas_idle`
+must read the oneDNN one before NumPy is loaded.
 """
 import importlib.metadata
 import importlib.util
 import os
 import threading
 
-__all__ = ["COMPILED_ENV", "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels"]
+__all__ = ["COMPILED_ENV", "ONEDNN_ENV", "ONEDNN_DISTRIBUTION", "OptionalLibrary", "onednn",
+           "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels"]
 
 COMPILED_ENV = "GPGAN_NUMBA"
+ONEDNN_ENV = "GPGAN_ONEDNN"
+ONEDNN_DISTRIBUTION = "onednn-cpu-gomp"
 
-_lock = threading.Lock()
-_enabled = None
+
+class OptionalLibrary:
+    """On/off switch of an optional accelerator library.
+
+    On by default where the library is installed; ``env=0`` in the environment, or :meth:`set`,
+    turns it off, ``env=1`` asks for it where installed. ``installed()`` and ``version()`` are
+    callables that say whether the library is there and which version it is.
+    """
+
+    def __init__(self, env, what, installed, version, install_hint, setter):
+        self.env, self.what, self.install_hint, self.setter = env, what, install_hint, setter
+        self._installed, self._version = installed, version
+        self._lock = threading.Lock()
+        self._enabled = None
+
+    def _default(self):
+        env = os.environ.get(self.env, "").strip()
+        if env not in ("", "0", "1"):
+            raise ValueError(f"{self.env} must be 0 (without {self.what}) or 1 ({self.what} where "
+                             f"installed), got {env!r}")
+        return env != "0" and self._installed()
+
+    def enabled(self):
+        """True while the library is used (installed, not switched off, not failed)."""
+        if self._enabled is None:
+            with self._lock:
+                if self._enabled is None:
+                    self._enabled = self._default()
+        return self._enabled
+
+    def version(self):
+        """The library's version while it is used (what a run records), else None."""
+        if not self.enabled():
+            return None
+        try:
+            return self._version()
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    def set(self, enabled):
+        """Use the library (``True``; needs it installed) or not (``False``)."""
+        if not isinstance(enabled, bool):
+            raise ValueError(f"{self.setter}: enabled must be True or False, got {enabled!r}")
+        if enabled and not self._installed():
+            raise ValueError(f"{self.setter}(True): {self.what} are not installed ({self.install_hint})")
+        with self._lock:
+            self._enabled = enabled
+
+    def disable_after_failure(self):
+        """Turn the library off for this process (it failed to load or compile)."""
+        with self._lock:
+            self._enabled = False
 
 
-def _default():
-    env = os.environ.get(COMPILED_ENV, "").strip()
-    if env not in ("", "0", "1"):
-        raise ValueError(f"{COMPILED_ENV} must be 0 (NumPy only) or 1 (compiled kernels where Numba "
-                         f"is installed), got {env!r}")
-    return env != "0" and importlib.util.find_spec("numba") is not None
+numba = OptionalLibrary(COMPILED_ENV, "Numba kernels", lambda: importlib.util.find_spec("numba") is not None,
+                        lambda: importlib.metadata.version("numba"), "pip install 'gpgan[cpu]', or numba",
+                        "set_compiled_kernels")
+
+
+def _distribution_installed(name):
+    try:
+        importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+onednn = OptionalLibrary(ONEDNN_ENV, "oneDNN convolutions", lambda: _distribution_installed(ONEDNN_DISTRIBUTION),
+                         lambda: importlib.metadata.version(ONEDNN_DISTRIBUTION),
+                         f"pip install 'gpgan[cpu]', or {ONEDNN_DISTRIBUTION}", "set_onednn")
 
 
 def compiled_kernels_enabled():
     """True when CPU convolutions use the Numba kernels (Numba installed, not switched off)."""
-    global _enabled
-    if _enabled is None:
-        with _lock:
-            if _enabled is None:
-                _enabled = _default()
-    return _enabled
+    return numba.enabled()
 
 
 def compiled_kernels_version():
     """Numba's version while the kernels are on (what a run records), else None (NumPy only)."""
-    if not compiled_kernels_enabled():
-        return None
-    try:
-        return importlib.metadata.version("numba")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+    return numba.version()
 
 
 def set_compiled_kernels(enabled):
     """Use the Numba kernels (``True``; needs Numba) or the NumPy code only (``False``)."""
-    global _enabled
-    if not isinstance(enabled, bool):
-        raise ValueError(f"set_compiled_kernels: enabled must be True or False, got {enabled!r}")
-    if enabled and importlib.util.find_spec("numba") is None:
-        raise ValueError("set_compiled_kernels(True): Numba is not installed "
-                         "(pip install 'gpgan[cpu]', or numba)")
-    with _lock:
-        _enabled = enabled
+    numba.set(enabled)
 
 
 def disable_after_failure():
-    """Turn the kernels off for this process (Numba failed to import or compile)."""
-    global _enabled
-    with _lock:
-        _enabled = False
+    """Turn the Numba kernels off for this process (Numba failed to import or compile)."""
+    numba.disable_after_failure()

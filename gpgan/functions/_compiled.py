@@ -1,7 +1,8 @@
-"""The Numba kernels, when this array should use them (see :mod:`gpgan.backend.compiled`)."""
+"""The optional CPU accelerators, when an array should use them: the Numba kernels (switched by
+:mod:`gpgan.backend.compiled`) and oneDNN's convolutions (:mod:`gpgan.backend.onednn`)."""
 import warnings
 
-from gpgan.backend import compiled
+from gpgan.backend import compiled, onednn
 
 _FLOATS = ("float32", "float64")
 _kernels = None
@@ -27,3 +28,12 @@ def cpu_kernels(xp, dtype):
             return None
         _kernels = _numba_kernels
     return _kernels
+
+
+def onednn_convolutions(xp, *arrays, groups=1):
+    """:mod:`gpgan.backend.onednn` for an ungrouped convolution of float32 NumPy ``arrays`` while
+    oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
+    if (xp.__name__ != "numpy" or groups != 1 or any(str(a.dtype) != "float32" for a in arrays)
+            or not onednn.onednn_enabled()):
+        return None
+    return onednn

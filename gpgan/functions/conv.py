@@ -32,7 +32,7 @@ weight gradient run on the data-lighter side too.
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module, matmul
 from gpgan.functions._args import check_4d, check_int, pair
-from gpgan.functions._compiled import cpu_kernels
+from gpgan.functions._compiled import cpu_kernels, onednn_convolutions
 from gpgan.functions._split import over_batch as _over_batch
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
@@ -219,6 +219,10 @@ def _conv2d_forward(xp, x, w, s, p, d, groups):
     Og = O // groups
     Ho = _conv_out_size(x.shape[2], kH, s[0], p[0], d[0])
     Wo = _conv_out_size(x.shape[3], kW, s[1], p[1], d[1])
+    dnn = onednn_convolutions(xp, x, w, groups=groups)
+    y = dnn and dnn.conv_forward(x, w, s, p, d, (Ho, Wo))
+    if y is not None:
+        return y
     q = _adjoint_padding((kH, kW), p, d)
     if s == (1, 1) and groups == 1 and 2 * O < C and min(q) >= 0:
         # Few output channels (an image-producing layer): gathering windows of the wide input
@@ -238,6 +242,10 @@ def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
     then col2im adds) and the gather form (per output phase, a GEMM of gathered input windows,
     ``kH*kW*Cin / (sH*sW)`` values per output pixel, no adds). The one that moves less data runs.
     """
+    dnn = onednn_convolutions(xp, x, w, groups=groups)
+    y = dnn and dnn.conv_backward_data(x, w, s, p, d, out_hw)
+    if y is not None:
+        return y
     Cin, Cog = w.shape[:2]
     Cig = Cin // groups
     if Cig < Cog or (Cig == Cog and s == (1, 1)):
@@ -384,6 +392,10 @@ def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
     _, O, Ho, Wo = gy.shape
     kH, kW = ksize
     Og, Cg = O // groups, C // groups
+    dnn = onednn_convolutions(xp, x, gy, groups=groups)
+    gw = dnn and dnn.conv_backward_weights(x, gy, ksize, s, p, d)
+    if gw is not None:
+        return gw
     q = _adjoint_padding(ksize, p, d)
     if (s == (1, 1) and groups == 1 and 2 * O < C and min(q) >= 0
             and (H, W) == (_conv_out_size(Ho, kH, 1, q[0], d[0]), _conv_out_size(Wo, kW, 1, q[1], d[1]))):

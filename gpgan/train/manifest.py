@@ -12,7 +12,7 @@ import sys
 import numpy
 
 import gpgan
-from gpgan.backend import compiled_kernels_version, device_description
+from gpgan.backend import compiled_kernels_version, device_description, onednn_version
 
 __all__ = ["environment_info", "git_commit", "invocation"]
 
@@ -56,6 +56,7 @@ def environment_info(device):
         "numpy": numpy.__version__,
         "cupy": _cupy_version(),
         "numba": compiled_kernels_version(),
+        "onednn": onednn_version(),
         "platform": platform.platform(),
         "device": device,
         "device_name": device_description(device),

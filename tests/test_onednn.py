@@ -1,0 +1,201 @@
+"""oneDNN's convolutions (gpgan.backend.onednn): the same values and gradients as gpgan's own kernels.
+
+Every convolution geometry of test_functions_conv runs twice in float32, on oneDNN and on gpgan's
+own kernels: values and first- and second-order gradients must agree to float32 rounding, and
+oneDNN must have run every ungrouped case. What oneDNN does not take (float64, groups, a geometry
+it cannot express) must run gpgan's own kernels, bit for bit. The switch, its environment variable,
+a library that fails to load, and what a run records are checked too.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import gpgan
+import gpgan.functions as F
+from gpgan.backend import compiled, onednn
+from naive_helpers import pair
+from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
+
+pytestmark = pytest.mark.skipif(not compiled.onednn._installed(), reason="needs onednn-cpu-gomp")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture
+def executed(monkeypatch):
+    """Counts oneDNN's primitive executions; restores the switch afterwards."""
+    before = compiled.onednn.enabled()
+    calls = []
+    original = onednn._Library.execute
+
+    def counting(self, prim, args):
+        calls.append(len(args))
+        return original(self, prim, args)
+
+    monkeypatch.setattr(onednn._Library, "execute", counting)
+    yield calls
+    compiled.onednn.set(before)
+
+
+def _values_and_grads(fn, arrays):
+    """fn's value, the gradient of <fn, r> w.r.t. every input, and the gradient of the squared
+    norm of those gradients (second order), as arrays."""
+    vs = [gpgan.Variable(a, requires_grad=True) for a in arrays]
+    y = fn(*vs)
+    r = gpgan.Variable(np.cos(np.arange(y.size, dtype=y.dtype)).reshape(y.shape))
+    grads = gpgan.grad((y * r).sum(), vs, create_graph=True)
+    second = gpgan.grad(sum((g * g).sum() for g in grads), vs, allow_unused=True)  # a bias has none
+    return [y.data] + [g.data for g in grads] + [g.data for g in second if g is not None]
+
+
+def _both(fn, arrays, executed):
+    """(gpgan's own results, oneDNN's results, number of oneDNN executions)."""
+    compiled.onednn.set(False)
+    own = _values_and_grads(fn, arrays)
+    assert not executed
+    compiled.onednn.set(True)
+    dnn = _values_and_grads(fn, arrays)
+    for a, b in zip(own, dnn):
+        assert a.dtype == b.dtype and a.shape == b.shape
+    return own, dnn, len(executed)
+
+
+def _assert_close(own, dnn):
+    # Other summation orders: agreement to a few float32 roundings of the largest term.
+    for a, b in zip(own, dnn):
+        scale = max(float(np.abs(a).max()), 1e-30)
+        np.testing.assert_allclose(b, a, rtol=0, atol=2e-5 * scale)
+
+
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("case", CONV_CASES + [(3, 3, 9, 8, 5, 4, 2, 1, 1, 1), (2, 6, 5, 5, 2, 3, 1, 1, 1, 1)])
+def test_conv2d_matches_own_kernels(case, layout, executed, rng):
+    N, C, H, W, O, k, s, p, d, g = case
+    kH, kW = pair(k)
+    x = _in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
+    w = rng.standard_normal((O, C // g, kH, kW)).astype(np.float32)
+    b = rng.standard_normal(O).astype(np.float32)
+    own, dnn, runs = _both(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b], executed)
+    if g == 1:
+        assert runs > 0
+        _assert_close(own, dnn)
+    else:  # grouped: gpgan's own kernels, bit for bit
+        assert runs == 0
+        for a, b in zip(own, dnn):
+            np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("case", CONVT_CASES + KERNEL_CASES)
+def test_conv_transpose2d_matches_own_kernels(case, executed, rng):
+    N, Cin, H, W, Cout, k, s, p, op, g, d = case
+    kH, kW = pair(k)
+    x = rng.standard_normal((N, Cin, H, W)).astype(np.float32)
+    w = rng.standard_normal((Cin, Cout // g, kH, kW)).astype(np.float32)
+    b = rng.standard_normal(Cout).astype(np.float32)
+    own, dnn, runs = _both(lambda *v: F.conv_transpose2d(*v, stride=s, padding=p, output_padding=op, groups=g,
+                                                         dilation=d), [x, w, b], executed)
+    # Seen as the adjoint of a convolution, output padding beyond the padding is a negative right
+    # padding, which oneDNN does not take: those run gpgan's own kernels.
+    expressible = all(o <= q for o, q in zip(pair(op), pair(p)))
+    assert (runs > 0) == (g == 1 and expressible)
+    _assert_close(own, dnn)
+
+
+@pytest.mark.parametrize("case", FEW_OUTPUTS_CASES)
+def test_few_output_channels_match_own_kernels(case, executed, rng):
+    N, C, H, W, O, k, p, d = case
+    kH, kW = pair(k)
+    x = rng.standard_normal((N, C, H, W)).astype(np.float32)
+    w = rng.standard_normal((O, C, kH, kW)).astype(np.float32)
+    own, dnn, runs = _both(lambda *v: F.conv2d(*v, padding=p, dilation=d), [x, w], executed)
+    assert runs > 0
+    _assert_close(own, dnn)
+
+
+def test_dcgan_critic_layers_match_own_kernels(executed, rng):
+    # The shapes the benchmarks time (batch 8 instead of 64): k4 s2 p1 convolutions and the k4
+    # valid one to a single output, through an R1-like double backward.
+    x = rng.uniform(-1, 1, (8, 3, 32, 32)).astype(np.float32)
+    ws = [(0.05 * rng.standard_normal(shape)).astype(np.float32)
+          for shape in [(64, 3, 4, 4), (128, 64, 4, 4), (256, 128, 4, 4), (1, 256, 4, 4)]]
+
+    def critic(x, *ws):
+        h = x
+        for w in ws[:-1]:
+            h = F.leaky_relu(F.conv2d(h, w, stride=2, padding=1), 0.2)
+        return F.conv2d(h, ws[-1])
+
+    own, dnn, runs = _both(critic, [x] + ws, executed)
+    assert runs > 0
+    _assert_close(own, dnn)
+
+
+def test_float64_runs_own_kernels(executed, rng):
+    x = rng.standard_normal((2, 3, 6, 6))
+    w = rng.standard_normal((4, 3, 3, 3))
+    own, dnn, runs = _both(lambda *v: F.conv2d(*v, padding=1), [x, w], executed)
+    assert runs == 0
+    for a, b in zip(own, dnn):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_geometry_onednn_cannot_express_runs_own_kernels(executed, rng):
+    # 8 rows, k3 s2 p0: 3 outputs, and the 8th row is read by no window. In the weight gradient
+    # (x and gy given) that needs a right padding of -1, which oneDNN does not take.
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    gy = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    assert onednn.conv_backward_weights(x, gy, (3, 3), (2, 2), (0, 0), (1, 1)) is None
+    compiled.onednn.set(False)
+    own = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2).data
+    compiled.onednn.set(True)
+    np.testing.assert_array_equal(F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2).data, own)
+    assert not executed
+
+
+def test_kernels_are_onednn_s_jit_ones():
+    # On an x86-64 CPU oneDNN's JIT kernels (brgconv or jit, with the ISA) run, not its reference
+    # loops, which are 100 to 1000 times slower.
+    names = onednn.implementation_names((4, 64, 16, 16), (128, 64, 4, 4), (2, 2), (1, 1), (1, 1), (8, 8))
+    assert names is not None and len(names) == 3
+    assert all(name and not name.startswith("ref") for name in names), names
+
+
+def test_a_library_that_fails_to_load_falls_back_with_one_warning(monkeypatch, rng):
+    before = compiled.onednn.enabled()
+    monkeypatch.setattr(onednn, "_library", None)
+    monkeypatch.setattr(onednn, "_library_path", lambda: "/nonexistent/libdnnl.so.3")
+    compiled.onednn.set(True)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    try:
+        with pytest.warns(RuntimeWarning, match="oneDNN convolutions unavailable.*using gpgan's own"):
+            y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1).data
+        assert compiled.onednn.enabled() is False
+        compiled.onednn.set(False)
+        np.testing.assert_array_equal(y, F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1).data)
+    finally:
+        compiled.onednn.set(before)
+
+
+def test_switch_and_environment(rng):
+    with pytest.raises(ValueError, match="set_onednn: enabled must be True or False"):
+        gpgan.backend.set_onednn("yes")
+    code = ("import numpy as np, gpgan, gpgan.functions as F, sys\n"
+            "from gpgan.backend import onednn_enabled, onednn_version\n"
+            "x = gpgan.Variable(np.ones((1, 2, 5, 5), np.float32)); w = gpgan.Variable(np.ones((3, 2, 3, 3), np.float32))\n"
+            "y = F.conv2d(x, w, padding=1)\n"
+            "print(onednn_enabled(), onednn_version(), float(y.data.sum()))\n")
+    runs = {}
+    for value in ("0", "1"):
+        out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_ONEDNN=value, PYTHONPATH=ROOT),
+                             capture_output=True, text=True, check=True)
+        runs[value] = out.stdout.split()
+    assert runs["0"][:2] == ["False", "None"] and runs["1"][:2] == ["True", "2023.2.0"]
+    # Each output sums 2 channels over its taps inside the 5x5 input (per axis 2, 3, 3, 3, 2 of 3).
+    assert runs["0"][2] == runs["1"][2] == str(float(3 * 2 * 13 * 13))
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_ONEDNN="fast", PYTHONPATH=ROOT),
+                         capture_output=True, text=True)
+    assert out.returncode != 0 and "GPGAN_ONEDNN must be 0" in out.stderr and "'fast'" in out.stderr
