@@ -199,3 +199,35 @@ def test_switch_and_environment(rng):
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_ONEDNN="fast", PYTHONPATH=ROOT),
                          capture_output=True, text=True)
     assert out.returncode != 0 and "GPGAN_ONEDNN must be 0" in out.stderr and "'fast'" in out.stderr
+
+
+@pytest.mark.parametrize("order", ["rows", "a transposed", "b transposed", "both sliced"])
+def test_large_float32_products_run_on_onednn(order, executed, rng):
+    compiled.onednn.set(True)
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    if order == "a transposed":
+        a = np.ascontiguousarray(a.T).T
+    elif order == "b transposed":
+        b = np.ascontiguousarray(b.T).T
+    elif order == "both sliced":  # row strides larger than the rows
+        a = np.pad(a, ((0, 0), (0, 7)))[:, :200]
+        b = np.pad(b, ((0, 0), (3, 0)))[:, 3:]
+    assert a.shape[0] * a.shape[1] * b.shape[1] >= onednn.MIN_PRODUCT_MACS
+    c = gpgan.backend.matmul(a, b)
+    assert executed and c.shape == (96, 300) and c.dtype == np.float32 and c.flags.c_contiguous
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+
+
+def test_small_float64_batched_and_reversed_products_stay_with_numpy(executed, rng):
+    compiled.onednn.set(True)
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    cases = [(a[:8, :8], b[:8, :8]),                            # below MIN_PRODUCT_MACS
+             (a.astype(np.float64), b.astype(np.float64)),      # float64
+             (np.stack([a, a]), np.stack([b, b])),              # batched
+             (a[::-1], b)]                                      # a negative stride
+    for x, y in cases:
+        np.testing.assert_array_equal(gpgan.backend.matmul(x, y), np.matmul(x, y))
+    assert not executed

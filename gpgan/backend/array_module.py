@@ -10,6 +10,8 @@ import sys
 
 import numpy
 
+from gpgan.backend import compiled, onednn
+
 DEVICES = ("cpu", "cuda")
 
 
@@ -59,10 +61,16 @@ def get_array_module(*arrays):
 
 
 def matmul(a, b):
-    """``a @ b`` of two arrays on one device: NumPy's ``matmul`` on the CPU; on CUDA cuBLAS called
+    """``a @ b`` of two arrays on one device: NumPy's ``matmul`` on the CPU, or oneDNN's for large
+    2-D float32 products where it is enabled (:mod:`gpgan.backend.onednn`); on CUDA cuBLAS called
     directly (:mod:`gpgan.backend.cublas`), so that a step with products can be captured as a CUDA
     graph."""
     if get_array_module(a, b) is numpy:
+        if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype == numpy.float32
+                and compiled.onednn.enabled()):
+            c = onednn.matmul(a, b)
+            if c is not None:
+                return c
         return numpy.matmul(a, b)
     from gpgan.backend.cublas import matmul as cublas_matmul
 

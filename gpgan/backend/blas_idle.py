@@ -15,8 +15,9 @@ Where oneDNN runs the convolutions (:mod:`gpgan.backend.onednn`), the spin is cu
 oneDNN's OpenMP threads split each convolution statically, and a BLAS worker spinning on one of
 their cores stretches the whole call. In the DCGAN generator step, the transposed convolutions
 took 39 and 31 ms with a 2**20 spin against 21 and 15 ms alone, and the step 295 ms against 248
-with a 2**4 spin; the R1 and WGAN-GP steps did not change. The price is the MLP toy step's 3 to 5%
-above.
+with a 2**4 spin; the R1 and WGAN-GP steps did not change. The MLP toy step's large products run
+on oneDNN then too, so the price above is not paid there (13.0 ms, against 13.5 with OpenBLAS and
+the 2**20 spin).
 
 OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` (the spin as a power of two of cycles, 4 to 30) once,
 when it is loaded, which NumPy's import does. So this module must run before NumPy is imported:
