@@ -72,6 +72,7 @@ from gpgan.backend import (  # noqa: E402
     BLAS_IDLES_BRIEFLY,
     available_cores,
     compiled_kernels_version,
+    onednn_version,
     cupy_available,
     device_description,
     get_num_threads,
@@ -478,6 +479,12 @@ def compiled_description():
     return f"Numba {version} kernels" if version else "NumPy kernels only"
 
 
+def onednn_description():
+    """Whether oneDNN runs the float32 convolutions and large products (and its version)."""
+    version = onednn_version()
+    return f"oneDNN {version} convolutions and products" if version else "no oneDNN"
+
+
 def bench_device(args, device, torch):
     works = {name: Workload(name, args.dtype, device, args.batch) for name in args.workloads}
     if device == "cuda":
@@ -490,7 +497,7 @@ def bench_device(args, device, torch):
                    f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); OpenBLAS's idle spin "
                    f"{'short' if BLAS_IDLES_BRIEFLY else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host memory "
                    f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
-                   f"{compiled_description()} (GPGAN_NUMBA)")
+                   f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}}
     print(f"\n[{device}] {machine}")
