@@ -16,7 +16,7 @@ import gpgan
 import gpgan.functions as F
 from gpgan.backend import compiled, threads
 from gpgan.functions import _split
-from naive_helpers import pair
+from naive_helpers import pair, values_and_grads as _values_and_grads
 from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
 
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
@@ -63,17 +63,6 @@ def thread_split(request, monkeypatch):
         threads.set_num_threads(1)
     yield
     threads.set_num_threads(before)
-
-
-def _values_and_grads(fn, arrays):
-    """fn's value, the gradient of <fn, r> w.r.t. every input, and the gradient of the squared
-    norm of those gradients (second order), as arrays."""
-    vs = [gpgan.Variable(a, requires_grad=True) for a in arrays]
-    y = fn(*vs)
-    r = gpgan.Variable(np.cos(np.arange(y.size, dtype=y.dtype)).reshape(y.shape))
-    grads = gpgan.grad((y * r).sum(), vs, create_graph=True)
-    second = gpgan.grad(sum((g * g).sum() for g in grads), vs, allow_unused=True)  # a bias has none
-    return [y.data] + [g.data for g in grads] + [g.data for g in second if g is not None]
 
 
 def _both_paths(fn, arrays, counted):
