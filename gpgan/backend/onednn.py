@@ -304,12 +304,13 @@ class _Convolution:
         lib = getattr(self, "lib", None)
         if lib is None:
             return
-        for prim in self.prims.values():
+        for prim in getattr(self, "prims", {}).values():
             lib.lib.dnnl_primitive_destroy(prim)
-        for pd in self.pds:
+        for pd in getattr(self, "pds", ()):
             lib.lib.dnnl_primitive_desc_destroy(pd)
-        for md in (self.src, self.dst, self.weights_user):
-            lib.lib.dnnl_memory_desc_destroy(md)
+        for name in ("src", "dst", "weights_user"):
+            if hasattr(self, name):
+                lib.lib.dnnl_memory_desc_destroy(getattr(self, name))
 
 
 def _nhwc_shape(nchw):

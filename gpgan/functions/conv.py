@@ -28,6 +28,10 @@ phases is a stride-1 correlation of the input with the kernel taps that reach it
 and one GEMM each, no adds). With stride 1 a convolution equals a transposed convolution with the
 flipped kernel, so a convolution with few output channels (an image-producing layer) and its
 weight gradient run on the data-lighter side too.
+
+Where oneDNN is installed (``gpgan.backend.onednn``), float32 NumPy convolutions of one group run on
+its primitives instead, at the top of each of the three kernels below (forward, backward data for
+the transposed convolution, backward weights); what it does not take falls through to them.
 """
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module, matmul
