@@ -205,112 +205,143 @@ def _load():
     return _library
 
 
-class _Convolution:
-    """The three primitives of one convolution geometry (float32, NHWC data, any weight layout).
+class _Primitive:
+    """One oneDNN operation: its primitive descriptor (made at once; it says whether oneDNN has a
+    kernel) and the primitive (JIT-compiled on the first call), with its scratchpad's size queried
+    once. Owns and destroys both."""
 
-    Built lazily, each on its first use; ``None`` where oneDNN has no implementation.
-    """
+    def __init__(self, lib, pd):
+        self.lib, self.pd, self.prim = lib, pd, None
+        self.scratchpad = self.md(_QUERY_SCRATCHPAD_MD)
+        self.scratchpad_size = max(lib.lib.dnnl_memory_desc_get_size(self.scratchpad), 1)
 
-    def __init__(self, lib, src, weights, dst, stride, dilation, pad_l, pad_r):
-        self.lib, self.src_dims, self.dst_dims, self.weight_dims = lib, src, dst, weights
-        self.src = lib.memory_desc(src, _TAG_NHWC)
-        self.dst = lib.memory_desc(dst, _TAG_NHWC)
-        self.weights_user = lib.memory_desc(weights, _TAG_NCHW)
-        weights_any = lib.memory_desc(weights, _TAG_ANY)
-        # oneDNN counts dilation from 0 (no gaps), PyTorch and gpgan from 1.
-        geometry = (_Dims(*stride), _Dims(*(d - 1 for d in dilation)), _Dims(*pad_l), _Dims(*pad_r))
-        self.pds, self.prims = [], {}
-        self.forward_pd = self.backward_data_pd = self.backward_weights_pd = None
-        fwd = self._pd("dnnl_convolution_forward_primitive_desc_create", lib.engine, _FORWARD_TRAINING,
-                       _CONVOLUTION_DIRECT, self.src, weights_any, None, self.dst, *geometry, lib.attr)
-        if fwd is not None:
-            self.forward_pd = fwd
-            self.backward_data_pd = self._pd(
-                "dnnl_convolution_backward_data_primitive_desc_create", lib.engine, _CONVOLUTION_DIRECT,
-                self.src, weights_any, self.dst, *geometry, fwd, lib.attr)
-            self.backward_weights_pd = self._pd(
-                "dnnl_convolution_backward_weights_primitive_desc_create", lib.engine, _CONVOLUTION_DIRECT,
-                self.src, weights_any, None, self.dst, *geometry, fwd, lib.attr)
-        lib.call("dnnl_memory_desc_destroy", weights_any)
-
-    def _pd(self, name, *args):
+    @classmethod
+    def create(cls, lib, name, *args):
+        """``name(&pd, *args)``, the C function making a primitive descriptor, as a primitive;
+        None where oneDNN has no implementation."""
         pd = _handle()
-        if getattr(self.lib.lib, name)(ctypes.byref(pd), *args) != 0:
+        if getattr(lib.lib, name)(ctypes.byref(pd), *args) != 0:
             return None
-        self.pds.append(pd)
-        return pd
+        return cls(lib, pd)
 
-    def _primitive(self, key, make):
-        prim = self.prims.get(key)
-        if prim is None:
-            prim = self.prims[key] = make()
-        return prim
+    def md(self, query):
+        """A memory desc of the descriptor (owned by it, not to be destroyed)."""
+        return _handle(self.lib.lib.dnnl_primitive_desc_query_md(self.pd, query, 0))
 
-    def _md(self, pd, query):
-        return _handle(self.lib.lib.dnnl_primitive_desc_query_md(pd, query, 0))
+    def implementation(self):
+        s = ctypes.c_char_p()
+        self.lib.call("dnnl_primitive_desc_query", self.pd, _QUERY_IMPL_INFO, 0, ctypes.byref(s))
+        return s.value.decode()
 
-    def _scratchpad(self, pd):
-        md = self._md(pd, _QUERY_SCRATCHPAD_MD)
-        return md, numpy.empty(max(self.lib.lib.dnnl_memory_desc_get_size(md), 1), numpy.uint8)
-
-    def _weights_for(self, pd, w):
-        """``w`` (O, C, kH, kW) contiguous, in the layout ``pd`` wants (a reorder when it differs)."""
-        md = self._md(pd, _QUERY_WEIGHTS_MD)
-        if self.lib.lib.dnnl_memory_desc_equal(md, self.weights_user):
-            return self.weights_user, w
-        out = numpy.empty(self.lib.lib.dnnl_memory_desc_get_size(md) // 4, numpy.float32)
-        reorder = self._primitive(("to", pd.value), lambda: self._reorder(self.weights_user, md))
-        self.lib.execute(reorder, [(_ARG_SRC, (self.weights_user, w)), (_ARG_DST, (md, out))])
-        return md, out
-
-    def _reorder(self, src_md, dst_md):
-        pd = self._pd("dnnl_reorder_primitive_desc_create", src_md, self.lib.engine, dst_md,
-                      self.lib.engine, None)
-        if pd is None:
-            raise OneDNNError("dnnl_reorder_primitive_desc_create failed for a weight layout")
-        return self.lib.primitive(pd)
-
-    def forward(self, x, w):
-        pd = self.forward_pd
-        y = numpy.empty(_nhwc_shape(self.dst_dims), numpy.float32)
-        prim = self._primitive("forward", lambda: self.lib.primitive(pd))
-        self.lib.execute(prim, [(_ARG_SRC, (self.src, x)), (_ARG_WEIGHTS, self._weights_for(pd, w)),
-                                (_ARG_DST, (self.dst, y)), (_ARG_SCRATCHPAD, self._scratchpad(pd))])
-        return y
-
-    def backward_data(self, gy, w):
-        pd = self.backward_data_pd
-        gx = numpy.empty(_nhwc_shape(self.src_dims), numpy.float32)
-        prim = self._primitive("backward_data", lambda: self.lib.primitive(pd))
-        self.lib.execute(prim, [(_ARG_DIFF_DST, (self.dst, gy)), (_ARG_WEIGHTS, self._weights_for(pd, w)),
-                                (_ARG_DIFF_SRC, (self.src, gx)), (_ARG_SCRATCHPAD, self._scratchpad(pd))])
-        return gx
-
-    def backward_weights(self, x, gy):
-        pd = self.backward_weights_pd
-        md = self._md(pd, _QUERY_DIFF_WEIGHTS_MD)
-        gw = numpy.empty(self.weight_dims, numpy.float32)
-        same = self.lib.lib.dnnl_memory_desc_equal(md, self.weights_user)
-        out = gw if same else numpy.empty(self.lib.lib.dnnl_memory_desc_get_size(md) // 4, numpy.float32)
-        prim = self._primitive("backward_weights", lambda: self.lib.primitive(pd))
-        self.lib.execute(prim, [(_ARG_SRC, (self.src, x)), (_ARG_DIFF_DST, (self.dst, gy)),
-                                (_ARG_DIFF_WEIGHTS, (md, out)), (_ARG_SCRATCHPAD, self._scratchpad(pd))])
-        if not same:
-            reorder = self._primitive("from", lambda: self._reorder(md, self.weights_user))
-            self.lib.execute(reorder, [(_ARG_SRC, (md, out)), (_ARG_DST, (self.weights_user, gw))])
-        return gw
+    def __call__(self, args):
+        """Run on ``args``, pairs of (argument index, (memory desc, NumPy array)), with a fresh
+        scratchpad (so that threads calling one primitive share no buffer)."""
+        if self.prim is None:
+            with _lock:
+                if self.prim is None:
+                    self.prim = self.lib.primitive(self.pd)
+        scratchpad = numpy.empty(self.scratchpad_size, numpy.uint8)
+        self.lib.execute(self.prim, list(args) + [(_ARG_SCRATCHPAD, (self.scratchpad, scratchpad))])
 
     def __del__(self):
         lib = getattr(self, "lib", None)
         if lib is None:
             return
-        for prim in getattr(self, "prims", {}).values():
-            lib.lib.dnnl_primitive_destroy(prim)
-        for pd in getattr(self, "pds", ()):
-            lib.lib.dnnl_primitive_desc_destroy(pd)
-        for name in ("src", "dst", "weights_user"):
-            if hasattr(self, name):
-                lib.lib.dnnl_memory_desc_destroy(getattr(self, name))
+        if self.prim is not None:
+            lib.lib.dnnl_primitive_destroy(self.prim)
+        lib.lib.dnnl_primitive_desc_destroy(self.pd)
+
+
+class _Descs:
+    """Memory descs made with :meth:`_Library.memory_desc` and friends, destroyed with the object."""
+
+    def __del__(self):
+        lib = getattr(self, "lib", None)
+        for md in getattr(self, "descs", ()) if lib is not None else ():
+            lib.lib.dnnl_memory_desc_destroy(md)
+
+
+class _Convolution(_Descs):
+    """The three operations of one convolution geometry (float32, NHWC data, any weight layout):
+    ``ops["forward"]``, ``ops["backward_data"]`` and ``ops["backward_weights"]``, each
+    ``(primitive, its weights' memory desc, that desc's bytes, a reorder from or to gpgan's
+    (O, C, kH, kW) weights or None)``; an operation oneDNN has no kernel for is absent."""
+
+    def __init__(self, lib, src, weights, dst, stride, dilation, pad_l, pad_r):
+        self.lib, self.src_dims, self.dst_dims, self.weight_dims = lib, src, dst, weights
+        self.descs = []
+        self.src = self._desc(src, _TAG_NHWC)
+        self.dst = self._desc(dst, _TAG_NHWC)
+        self.weights_user = self._desc(weights, _TAG_NCHW)
+        weights_any = self._desc(weights, _TAG_ANY)
+        # oneDNN counts dilation from 0 (no gaps), PyTorch and gpgan from 1.
+        geometry = (_Dims(*stride), _Dims(*(d - 1 for d in dilation)), _Dims(*pad_l), _Dims(*pad_r))
+        self.ops = {}
+        fwd = _Primitive.create(lib, "dnnl_convolution_forward_primitive_desc_create", lib.engine,
+                                _FORWARD_TRAINING, _CONVOLUTION_DIRECT, self.src, weights_any, None, self.dst,
+                                *geometry, lib.attr)
+        if fwd is None:
+            return
+        self.ops["forward"] = self._with_weights(fwd, _QUERY_WEIGHTS_MD, to_op=True)
+        bwd_data = _Primitive.create(lib, "dnnl_convolution_backward_data_primitive_desc_create", lib.engine,
+                                     _CONVOLUTION_DIRECT, self.src, weights_any, self.dst, *geometry, fwd.pd,
+                                     lib.attr)
+        if bwd_data is not None:
+            self.ops["backward_data"] = self._with_weights(bwd_data, _QUERY_WEIGHTS_MD, to_op=True)
+        bwd_weights = _Primitive.create(lib, "dnnl_convolution_backward_weights_primitive_desc_create",
+                                        lib.engine, _CONVOLUTION_DIRECT, self.src, weights_any, None, self.dst,
+                                        *geometry, fwd.pd, lib.attr)
+        if bwd_weights is not None:
+            self.ops["backward_weights"] = self._with_weights(bwd_weights, _QUERY_DIFF_WEIGHTS_MD, to_op=False)
+
+    def _desc(self, dims, tag):
+        md = self.lib.memory_desc(dims, tag)
+        self.descs.append(md)
+        return md
+
+    def _with_weights(self, op, query, to_op):
+        """``op`` with the layout of its weights (``query``) and, where that is not gpgan's, the
+        reorder into it (``to_op``) or out of it."""
+        md = op.md(query)
+        size = self.lib.lib.dnnl_memory_desc_get_size(md)
+        if self.lib.lib.dnnl_memory_desc_equal(md, self.weights_user):
+            return op, md, size, None
+        src, dst = (self.weights_user, md) if to_op else (md, self.weights_user)
+        reorder = _Primitive.create(self.lib, "dnnl_reorder_primitive_desc_create", src, self.lib.engine, dst,
+                                    self.lib.engine, self.lib.attr)
+        if reorder is None:
+            raise OneDNNError("dnnl_reorder_primitive_desc_create failed for a weight layout")
+        return op, md, size, reorder
+
+    def _weights(self, md, size, reorder, w):
+        """``w`` (O, C, kH, kW) contiguous as the operation reads it: itself, or reordered."""
+        if reorder is None:
+            return self.weights_user, w
+        out = numpy.empty(size // 4, numpy.float32)
+        reorder([(_ARG_SRC, (self.weights_user, w)), (_ARG_DST, (md, out))])
+        return md, out
+
+    def forward(self, x, w):
+        op, *weights = self.ops["forward"]
+        y = numpy.empty(_nhwc_shape(self.dst_dims), numpy.float32)
+        op([(_ARG_SRC, (self.src, x)), (_ARG_WEIGHTS, self._weights(*weights, w)), (_ARG_DST, (self.dst, y))])
+        return y
+
+    def backward_data(self, gy, w):
+        op, *weights = self.ops["backward_data"]
+        gx = numpy.empty(_nhwc_shape(self.src_dims), numpy.float32)
+        op([(_ARG_DIFF_DST, (self.dst, gy)), (_ARG_WEIGHTS, self._weights(*weights, w)),
+            (_ARG_DIFF_SRC, (self.src, gx))])
+        return gx
+
+    def backward_weights(self, x, gy):
+        op, md, size, reorder = self.ops["backward_weights"]
+        gw = numpy.empty(self.weight_dims, numpy.float32)
+        out = gw if reorder is None else numpy.empty(size // 4, numpy.float32)
+        op([(_ARG_SRC, (self.src, x)), (_ARG_DIFF_DST, (self.dst, gy)), (_ARG_DIFF_WEIGHTS, (md, out))])
+        if reorder is not None:
+            reorder([(_ARG_SRC, (md, out)), (_ARG_DST, (self.weights_user, gw))])
+        return gw
 
 
 def _nhwc_shape(nchw):
@@ -321,11 +352,26 @@ def _nhwc_shape(nchw):
 # Geometries seen in a run are few (one per layer and batch size); the bound keeps a sweep over
 # many shapes from holding every JIT-compiled kernel.
 _CACHE_SIZE = 64
-_cache = OrderedDict()
+_convolutions = OrderedDict()
+_products = OrderedDict()
 
 
-def _convolution(src, weights, dst, stride, padding, dilation):
-    """The cached primitives for this geometry, or None where oneDNN cannot run it."""
+def _cached(cache, key, make):
+    """``cache[key]``, made by ``make()`` on a miss; beyond ``_CACHE_SIZE`` entries the least
+    recently used one goes."""
+    with _lock:
+        value = cache.get(key)
+        if value is None:
+            value = cache[key] = make()
+            if len(cache) > _CACHE_SIZE:
+                cache.popitem(last=False)
+        else:
+            cache.move_to_end(key)
+    return value
+
+
+def _convolution(src, weights, dst, stride, padding, dilation, op):
+    """The cached operations of this geometry, or None where oneDNN cannot run ``op`` on it."""
     lib = _load()
     if lib is None:
         return None
@@ -336,16 +382,9 @@ def _convolution(src, weights, dst, stride, padding, dilation):
                   for a in range(2))
     if min(pad_r) < 0:
         return None
-    key = (src, weights, dst, stride, padding, dilation)
-    with _lock:
-        conv = _cache.get(key)
-        if conv is None:
-            conv = _cache[key] = _Convolution(lib, src, weights, dst, stride, dilation, padding, pad_r)
-            if len(_cache) > _CACHE_SIZE:
-                _cache.popitem(last=False)
-        else:
-            _cache.move_to_end(key)
-    return conv
+    conv = _cached(_convolutions, (src, weights, dst, stride, padding, dilation),
+                   lambda: _Convolution(lib, src, weights, dst, stride, dilation, padding, pad_r))
+    return conv if op is None or op in conv.ops else None
 
 
 def _channels_last(x):
@@ -356,8 +395,9 @@ def _channels_last(x):
 def conv_forward(x, w, stride, padding, dilation, out_hw):
     """``conv2d(x, w)``: x (N, C, H, W), w (O, C, kH, kW) -> channels-last (N, O, *out_hw), or
     None when oneDNN is off or has no kernel for this geometry (the caller runs its own)."""
-    conv = _convolution(x.shape, w.shape, (x.shape[0], w.shape[0]) + tuple(out_hw), stride, padding, dilation)
-    if conv is None or conv.forward_pd is None:
+    conv = _convolution(x.shape, w.shape, (x.shape[0], w.shape[0]) + tuple(out_hw), stride, padding, dilation,
+                        "forward")
+    if conv is None:
         return None
     return conv.forward(_channels_last(x), numpy.ascontiguousarray(w)).transpose(0, 3, 1, 2)
 
@@ -365,8 +405,9 @@ def conv_forward(x, w, stride, padding, dilation, out_hw):
 def conv_backward_data(gy, w, stride, padding, dilation, in_hw):
     """The adjoint of ``conv2d`` (``conv_transpose2d``): gy (N, O, Ho, Wo), w (O, C, kH, kW) ->
     channels-last (N, C, *in_hw), or None as :func:`conv_forward`."""
-    conv = _convolution((gy.shape[0], w.shape[1]) + tuple(in_hw), w.shape, gy.shape, stride, padding, dilation)
-    if conv is None or conv.backward_data_pd is None:
+    conv = _convolution((gy.shape[0], w.shape[1]) + tuple(in_hw), w.shape, gy.shape, stride, padding, dilation,
+                        "backward_data")
+    if conv is None:
         return None
     return conv.backward_data(_channels_last(gy), numpy.ascontiguousarray(w)).transpose(0, 3, 1, 2)
 
@@ -375,51 +416,33 @@ def conv_backward_weights(x, gy, ksize, stride, padding, dilation):
     """``d<gy, conv2d(x, W)>/dW``: x (N, C, H, W), gy (N, O, Ho, Wo) -> (O, C, kH, kW), or None as
     :func:`conv_forward`."""
     weights = (gy.shape[1], x.shape[1]) + tuple(ksize)
-    conv = _convolution(x.shape, weights, gy.shape, stride, padding, dilation)
-    if conv is None or conv.backward_weights_pd is None:
+    conv = _convolution(x.shape, weights, gy.shape, stride, padding, dilation, "backward_weights")
+    if conv is None:
         return None
     return conv.backward_weights(_channels_last(x), _channels_last(gy))
 
 
-class _Product:
-    """oneDNN's matmul primitive for one pair of 2-D shapes and memory orders."""
+class _Product(_Descs):
+    """oneDNN's matmul for one pair of 2-D shapes and memory orders; ``op`` None where it has none."""
 
     def __init__(self, lib, a, b):
         self.lib, self.shape = lib, (a.shape[0], b.shape[1])
-        self.a = lib.strided_desc(a.shape, [s // 4 for s in a.strides])
-        self.b = lib.strided_desc(b.shape, [s // 4 for s in b.strides])
-        self.c = lib.memory_desc(self.shape, _TAG_ROWS)
-        self.pd = _handle()
-        if lib.lib.dnnl_matmul_primitive_desc_create(ctypes.byref(self.pd), lib.engine, self.a, self.b, None,
-                                                     self.c, lib.attr) != 0:
-            self.pd = None
-            return
-        self.prim = lib.primitive(self.pd)
-        self.scratchpad_md = _handle(lib.lib.dnnl_primitive_desc_query_md(self.pd, _QUERY_SCRATCHPAD_MD, 0))
-        self.scratchpad_size = max(lib.lib.dnnl_memory_desc_get_size(self.scratchpad_md), 1)
+        self.descs = [lib.strided_desc(a.shape, [s // 4 for s in a.strides]),
+                      lib.strided_desc(b.shape, [s // 4 for s in b.strides]),
+                      lib.memory_desc(self.shape, _TAG_ROWS)]
+        self.op = _Primitive.create(lib, "dnnl_matmul_primitive_desc_create", lib.engine, *self.descs[:2], None,
+                                    self.descs[2], lib.attr)
 
     def __call__(self, a, b):
         c = numpy.empty(self.shape, numpy.float32)
-        self.lib.execute(self.prim, [(_ARG_SRC, (self.a, a)), (_ARG_WEIGHTS, (self.b, b)), (_ARG_DST, (self.c, c)),
-                                     (_ARG_SCRATCHPAD, (self.scratchpad_md,
-                                                        numpy.empty(self.scratchpad_size, numpy.uint8)))])
+        a_md, b_md, c_md = self.descs
+        self.op([(_ARG_SRC, (a_md, a)), (_ARG_WEIGHTS, (b_md, b)), (_ARG_DST, (c_md, c))])
         return c
-
-    def __del__(self):
-        lib = getattr(self, "lib", None)
-        if lib is None:
-            return
-        if getattr(self, "pd", None) is not None:
-            lib.lib.dnnl_primitive_destroy(self.prim)
-            lib.lib.dnnl_primitive_desc_destroy(self.pd)
-        for md in (self.a, self.b, self.c):
-            lib.lib.dnnl_memory_desc_destroy(md)
 
 
 #: Below this many multiply-adds a product stays with NumPy: a oneDNN call costs about 30 us more
 #: (ctypes, memory objects), about what OpenBLAS needs for 2**22 multiply-adds on the 2-core Xeon.
 MIN_PRODUCT_MACS = 1 << 22
-_products = OrderedDict()
 
 
 def _strides_ok(a):
@@ -435,16 +458,8 @@ def matmul(a, b):
     lib = _load()
     if lib is None:
         return None
-    key = (a.shape, a.strides, b.shape, b.strides)
-    with _lock:
-        product = _products.get(key)
-        if product is None:
-            product = _products[key] = _Product(lib, a, b)
-            if len(_products) > _CACHE_SIZE:
-                _products.popitem(last=False)
-        else:
-            _products.move_to_end(key)
-    if product.pd is None:
+    product = _cached(_products, (a.shape, a.strides, b.shape, b.strides), lambda: _Product(lib, a, b))
+    if product.op is None:
         return None
     return product(a, b)
 
@@ -453,16 +468,8 @@ def implementation_names(x_shape, w_shape, stride, padding, dilation, out_hw):
     """oneDNN's names of the kernels it picked for this geometry (forward, backward data, backward
     weights), for benchmarks and bug reports; None where it has none."""
     conv = _convolution(tuple(x_shape), tuple(w_shape), (x_shape[0], w_shape[0]) + tuple(out_hw),
-                        stride, padding, dilation)
+                        stride, padding, dilation, None)
     if conv is None:
         return None
-    names = []
-    for pd in (conv.forward_pd, conv.backward_data_pd, conv.backward_weights_pd):
-        if pd is None:
-            names.append(None)
-            continue
-        s = ctypes.c_char_p()
-        conv.lib.call("dnnl_primitive_desc_query", pd, _QUERY_IMPL_INFO, 0, ctypes.byref(s))
-        names.append(s.value.decode())
-    return tuple(names)
-
+    return tuple(conv.ops[name][0].implementation() if name in conv.ops else None
+                 for name in ("forward", "backward_data", "backward_weights"))
