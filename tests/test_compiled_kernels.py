@@ -4,6 +4,9 @@ Every convolution geometry of test_functions_conv, and relu and leaky_relu, run 
 compiled kernels and with NumPy only, in float32 and float64, in several memory layouts, split over
 threads and not: values and first- and second-order gradients must be identical, and the compiled
 kernels must have run.
+
+Batch norm's kernels sum in float64 (NumPy sums float32 pairwise): they agree with the NumPy passes
+to the dtype's rounding, and give the same bits for any input layout and thread count.
 """
 import os
 import subprocess
@@ -22,6 +25,7 @@ from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERN
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
 
 KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient")
+BATCH_NORM_KERNELS = ("channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient")
 
 
 @pytest.fixture(autouse=True)
@@ -40,8 +44,8 @@ def counted(monkeypatch):
     switch afterwards."""
     monkeypatch.setattr(_split, "COMPILED_MIN_BYTES", 0)
     before = compiled.compiled_kernels_enabled()
-    calls = dict.fromkeys(KERNEL_NAMES, 0)
-    for name in KERNEL_NAMES:
+    calls = dict.fromkeys(KERNEL_NAMES + BATCH_NORM_KERNELS, 0)
+    for name in calls:
         original = getattr(numba_kernels, name)
 
         def counting(*args, _name=name, _original=original):
@@ -119,24 +123,75 @@ def test_few_output_channels_identical_with_and_without_kernels(case, layout, co
 
 
 def test_dcgan_shapes_identical_and_every_kernel_runs(counted, rng):
-    # The generator's k4 s2 p1 transposed convolutions (channels-last col2im) and batch norm, its 3x3 image
-    # layer (few outputs: the channel-planes col2im) and the critic's convolutions.
+    # The generator's k4 s2 p1 transposed convolutions (channels-last col2im) and ReLU, its 3x3 image
+    # layer (few outputs: the channel-planes col2im) and the critic's convolutions. (Batch norm,
+    # which the compiled path sums in float64, is tested below.)
     x = rng.standard_normal((4, 32, 4, 4)).astype(np.float32)
     w1 = (0.1 * rng.standard_normal((32, 16, 4, 4))).astype(np.float32)
     w2 = (0.1 * rng.standard_normal((3, 16, 3, 3))).astype(np.float32)
     w3 = (0.1 * rng.standard_normal((8, 3, 4, 4))).astype(np.float32)
 
     def net(x, w1, w2, w3):
-        # Batch norm after the transposed convolution, as in the generator: NumPy's col2im returns
-        # a cropped view, the compiled one a contiguous array, and batch norm must give the same
-        # bits for both.
-        h = F.conv_transpose2d(x, w1, stride=2, padding=1)
-        h = F.relu(F.batch_norm(h, np.zeros(16, np.float32), np.ones(16, np.float32), training=True))
+        h = F.relu(F.conv_transpose2d(x, w1, stride=2, padding=1))
         img = F.tanh(F.conv2d(h, w2, padding=1))
         return F.leaky_relu(F.conv2d(img, w3, stride=2, padding=1), 0.2)
 
     calls = _both_paths(net, [x, w1, w2, w3], counted)
     assert all(calls[name] > 0 for name in KERNEL_NAMES), calls
+    assert not any(calls[name] for name in BATCH_NORM_KERNELS)
+
+
+def _batch_norm_net(x, w, b):
+    """Batch norm in training mode, then a nonlinear function of it (so that its gradient and
+    double gradient are not the trivial ones of a sum)."""
+    y = F.batch_norm(x, None, None, w, b, training=True)
+    return y * F.tanh(y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["nchw", "channels_last"])
+@pytest.mark.parametrize("shape", [(4, 16, 4, 4), (6, 5, 3, 7), (7, 9)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_kernels_agree_with_numpy(shape, layout, affine, dtype, counted, thread_split, rng):
+    # A mean far from zero (the moments are taken about a sample of each channel) and a spread
+    # that differs per channel.
+    C = shape[1]
+    scale = np.exp(rng.standard_normal(C)).reshape((1, C) + (1,) * (len(shape) - 2))
+    x = (50.0 + scale * rng.standard_normal(shape)).astype(dtype)
+    if len(shape) == 4:
+        x = _in_layout(x, layout)
+    params = [rng.standard_normal(C).astype(dtype), rng.standard_normal(C).astype(dtype)] if affine else []
+    fn = _batch_norm_net if affine else (lambda x: _batch_norm_net(x, None, None))
+    compiled.set_compiled_kernels(False)
+    plain = _values_and_grads(fn, [x] + params) + _first_order_grads(fn, [x] + params)
+    assert not any(counted.values())
+    compiled.set_compiled_kernels(True)
+    fast = _values_and_grads(fn, [x] + params) + _first_order_grads(fn, [x] + params)
+    tol = {np.float32: 2e-4, np.float64: 1e-10}[dtype]
+    for a, b in zip(plain, fast):
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape
+        np.testing.assert_allclose(b, a, rtol=tol, atol=tol * np.abs(a).max())
+    assert all(counted[name] > 0 for name in BATCH_NORM_KERNELS), counted
+
+
+def test_batch_norm_kernels_same_bits_for_any_layout_and_thread_count(counted, monkeypatch, rng):
+    # After a transposed convolution the input arrives channels-last or (NumPy's col2im) as a
+    # cropped NCHW view: batch norm sums the same rows in the same blocks either way, on one
+    # thread or three.
+    x = (rng.standard_normal((6, 8, 5, 5)) + 3.0).astype(np.float32)
+    w, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
+    cropped = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, 1:-1, 1:-1]
+    results, before = [], threads.get_num_threads()
+    for array in (_in_layout(x, "channels_last"), cropped, x):
+        for n in (1, 3):
+            threads.set_num_threads(n)
+            monkeypatch.setattr(threads, "MIN_BYTES_PER_THREAD", 0)
+            results.append(_first_order_grads(_batch_norm_net, [array, w, b]))
+    threads.set_num_threads(before)
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+    assert counted["channel_moments"] > 0 and counted["channel_input_gradient"] > 0
 
 
 def _first_order_grads(fn, arrays):

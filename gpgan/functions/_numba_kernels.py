@@ -1,5 +1,5 @@
 """Numba kernels on the CPU (optional; see gpgan.backend.compiled): the convolutions' data movement,
-and the ReLU family's forward and gradient as one pass each.
+the ReLU family's forward and gradient as one pass each, and batch norm's passes over pixel rows.
 
 The convolution kernels work on a range of batch items ``[a, b)`` (the elementwise ones on the
 1-D batch slices that :func:`gpgan.functions._split.compiled_elementwise` hands them) so that
@@ -8,13 +8,17 @@ GIL), and each output element is written by one call, in a fixed order: results 
 the thread count. Each kernel computes the same terms in the same order as the NumPy code it
 replaces (in ``conv.py``: sums from zero, taps in (row, column) order; in ``activation.py`` and
 ``math.py``: the same products), so the two agree bit for bit; no fast-math (no reassociation).
+Batch norm's kernels are the exception: they sum in float64, where NumPy sums float32 pairwise, so
+they agree with the NumPy passes to the dtype's rounding.
 
 Imported only through :func:`gpgan.functions._compiled.cpu_kernels`, which this module's import
 error or compile error turns off.
 """
 import numba
+import numpy
 
-__all__ = ["window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient"]
+__all__ = ["window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient",
+           "channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -137,3 +141,52 @@ def rectified_gradient(gy, ref, positive, negative, out):
     values (``gy * 0`` stays a product, so -0.0 and NaN come out alike)."""
     for i in range(gy.size):
         out[i] = gy[i] * (positive if ref[i] > 0 else negative)
+
+
+# -- batch norm on (M, C) pixel rows (channels-last): statistics in float64, one pass each ----------
+@_jit
+def channel_moments(x, a, b, shift, s1, s2):
+    """Add rows ``[a, b)`` of ``x`` (M, C) to per-channel float64 sums: ``s1 += x - shift`` and
+    ``s2 += (x - shift)**2`` (``shift`` (C,) float64, a sample of each channel, so that the
+    variance ``(s2 - s1**2 / M) / M`` loses no digits to a large mean)."""
+    C = x.shape[1]
+    for m in range(a, b):
+        row = x[m]
+        for c in range(C):
+            v = row[c] - shift[c]
+            s1[c] += v
+            s2[c] += v * v
+
+
+@_jit
+def channel_gradient_sums(x, gy, a, b, mean, s_g, s_gx):
+    """Add rows ``[a, b)`` to per-channel float64 sums: ``s_g += gy`` and ``s_gx += gy * (x - mean)``
+    (``x``, ``gy`` (M, C); ``mean`` (C,) float64)."""
+    C = x.shape[1]
+    for m in range(a, b):
+        xr, gr = x[m], gy[m]
+        for c in range(C):
+            g = numpy.float64(gr[c])
+            s_g[c] += g
+            s_gx[c] += g * (xr[c] - mean[c])
+
+
+@_jit
+def channel_affine(x, a, b, mean, scale, shift, out):
+    """``out = (x - mean) * scale + shift`` on rows ``[a, b)`` of (M, C) arrays, per channel (C,)."""
+    C = x.shape[1]
+    for m in range(a, b):
+        xr, o = x[m], out[m]
+        for c in range(C):
+            o[c] = (xr[c] - mean[c]) * scale[c] + shift[c]
+
+
+@_jit
+def channel_input_gradient(x, gy, a, b, mean, gy_mean, coef, k, out):
+    """``out = (gy - gy_mean) * coef - (x - mean) * k`` on rows ``[a, b)`` of (M, C) arrays, per
+    channel (C,): batch norm's input gradient."""
+    C = x.shape[1]
+    for m in range(a, b):
+        xr, gr, o = x[m], gy[m], out[m]
+        for c in range(C):
+            o[c] = (gr[c] - gy_mean[c]) * coef[c] - (xr[c] - mean[c]) * k[c]

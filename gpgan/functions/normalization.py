@@ -17,6 +17,8 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import array_of, constant
+from gpgan.functions import _split
+from gpgan.functions._compiled import cpu_kernels
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean, sum as _sum
 
@@ -92,6 +94,15 @@ def _column_dots(xp, a, b):
     return (a * b).sum(axis=0)
 
 
+def _row_kernels(xp, x2):
+    """The Numba kernels for the row passes over ``x2`` (M, C), or None: not a NumPy array of
+    float32 or float64, the kernels switched off or not installed, or smaller than
+    :data:`~gpgan.functions._split.COMPILED_MIN_BYTES`, below which the NumPy passes run."""
+    if x2.nbytes < _split.COMPILED_MIN_BYTES:
+        return None
+    return cpu_kernels(xp, x2.dtype)
+
+
 class Normalize(FunctionNode):
     """``(x - mean) / sqrt(var + eps) [* weight] [+ bias]``, statistics over ``axes``.
 
@@ -141,8 +152,12 @@ class Normalize(FunctionNode):
 
     def _forward_rows(self, xp, x, x2, w, b):
         """Batch norm on the (M, C) pixel rows of a channels-last ``x``: three passes over row
-        chunks split over the cores (sum; centre and sum of squares; scale and shift)."""
+        chunks split over the cores (sum; centre and sum of squares; scale and shift), or two with
+        the compiled kernels (float64 moments; scale and shift)."""
         M, C = x2.shape
+        kernels = _row_kernels(xp, x2)
+        if kernels is not None:
+            return self._forward_rows_compiled(kernels, x, x2, w, b)
         y2 = xp.empty_like(x2)
         mu = _row_passes(xp, lambda a, c: (x2[a:c].sum(axis=0),), M, x2.nbytes)[0] / x.dtype.type(M)
 
@@ -162,6 +177,31 @@ class Normalize(FunctionNode):
 
         _row_passes(xp, affine, M, x2.nbytes)
         self.mean, self.var, self.inv = (v.reshape(self.param_shape) for v in (mu, var, inv))
+        return _from_rows(y2, x)
+
+    def _forward_rows_compiled(self, kernels, x, x2, w, b):
+        """:meth:`_forward_rows` with Numba kernels: the moments about a sample of each channel,
+        summed in float64 in one pass, then ``y = (x - mean) * scale + shift`` in another."""
+        M, C = x2.shape
+        shift = x2[0].astype(numpy.float64)
+
+        def moments(a, c):
+            s1, s2 = numpy.zeros(C), numpy.zeros(C)
+            kernels.channel_moments(x2, a, c, shift, s1, s2)
+            return s1, s2
+
+        s1, s2 = _row_passes(numpy, moments, M, x2.nbytes)
+        mean = shift + s1 / M
+        var = numpy.maximum(s2 - s1 * s1 / M, 0.0) / M
+        inv = 1 / numpy.sqrt(var + self.eps)
+        dtype = x.dtype
+        scale = inv if w is None else inv * w.reshape(C)
+        mu, scale = mean.astype(dtype), scale.astype(dtype)
+        shift_out = numpy.zeros(C, dtype) if b is None else numpy.ascontiguousarray(b.reshape(C), dtype)
+        y2 = numpy.empty_like(x2)
+        _row_passes(numpy, lambda a, c: kernels.channel_affine(x2, a, c, mu, scale, shift_out, y2) or (),
+                    M, 2 * x2.nbytes)
+        self.mean, self.var, self.inv = (v.astype(dtype).reshape(self.param_shape) for v in (mean, var, inv))
         return _from_rows(y2, x)
 
     def backward(self, indexes, grad_outputs):
@@ -223,6 +263,9 @@ class Normalize(FunctionNode):
         the cores: the sums of gy and gy * xhat, then ``gx = coef * gy - k1 * x + k0`` with
         per-channel coefficients (``xhat = (x - mean) * inv`` folded in)."""
         M, C = x2.shape
+        kernels = _row_kernels(xp, x2)
+        if kernels is not None:
+            return self._raw_gradients_rows_compiled(kernels, x, x2, w, gy2)
         mu, inv = self.mean.reshape(C), self.inv.reshape(C)
         gx2 = xp.empty_like(x2)
 
@@ -250,6 +293,35 @@ class Normalize(FunctionNode):
             out.append(gx_sum.reshape(self.own_shape))
         if self.has_bias:
             out.append(g_sum.reshape(self.own_shape))
+        return out
+
+    def _raw_gradients_rows_compiled(self, kernels, x, x2, w, gy2):
+        """:meth:`_raw_gradients_rows` with Numba kernels: the sums of gy and gy * (x - mean) in
+        float64 in one pass, then ``gx = (gy - mean(gy)) * coef - (x - mean) * k`` in another."""
+        M, C = x2.shape
+        dtype = x.dtype
+        mu = self.mean.reshape(C)
+        inv = self.inv.reshape(C).astype(numpy.float64)
+        mean64 = mu.astype(numpy.float64)
+
+        def sums(a, c):
+            s_g, s_gx = numpy.zeros(C), numpy.zeros(C)
+            kernels.channel_gradient_sums(x2, gy2, a, c, mean64, s_g, s_gx)
+            return s_g, s_gx
+
+        g_sum, gxc_sum = _row_passes(numpy, sums, M, x2.nbytes + gy2.nbytes)
+        gx_sum = gxc_sum * inv  # sum(gy * xhat)
+        coef = inv if w is None else inv * w.reshape(C)
+        k = coef * inv * gx_sum / M
+        gy_mean, coef, k = (v.astype(dtype) for v in (g_sum / M, coef, k))
+        gx2 = numpy.empty_like(x2)
+        _row_passes(numpy, lambda a, c: kernels.channel_input_gradient(x2, gy2, a, c, mu, gy_mean, coef, k, gx2)
+                    or (), M, x2.nbytes + gy2.nbytes)
+        out = [_from_rows(gx2, x)]
+        if self.has_weight:
+            out.append(gx_sum.astype(dtype).reshape(self.own_shape))
+        if self.has_bias:
+            out.append(g_sum.astype(dtype).reshape(self.own_shape))
         return out
 
     def _recorded_gradients(self, x, w, gy):
