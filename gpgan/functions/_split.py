@@ -4,6 +4,8 @@ NumPy runs a ufunc on one core; a pass over a large activation split into batch 
 thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Elementwise results do not
 depend on the split. CuPy arrays are never split: a GPU kernel is parallel already.
 """
+import numpy
+
 from gpgan.backend.threads import parallel_range, would_split
 from gpgan.functions._compiled import cpu_kernels
 
@@ -54,6 +56,13 @@ def flat_view(a):
     return v.reshape(-1) if v.flags.c_contiguous else None
 
 
+def _in_layout_of(like, a):
+    """A copy of ``a`` in the memory layout of ``like`` (same shape)."""
+    out = numpy.empty_like(like)
+    numpy.copyto(out, a)
+    return out
+
+
 #: Arrays smaller than this take the NumPy passes even where the compiled kernels run: they stay in
 #: cache, the compiled pass gained nothing measurable on them (the toy MLP's 512 KiB activations),
 #: and a process whose arrays never reach it never loads Numba (about 100 MiB resident).
@@ -66,20 +75,23 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     slices (split over the cores); the kernel works on 1-D arrays elementwise.
 
     Returns None, computing nothing, when the kernels are off (no Numba, ``GPGAN_NUMBA=0``, not
-    NumPy), when ``arrays[0]`` is smaller than :data:`COMPILED_MIN_BYTES`, or when the arrays do
-    not share one dtype and one memory layout that :func:`flat_view` flattens: the caller then
-    runs its NumPy form, which must give the same values.
+    NumPy), when ``arrays[0]`` is smaller than :data:`COMPILED_MIN_BYTES`, when it has no memory
+    layout that :func:`flat_view` flattens, or when the arrays differ in shape or dtype: the caller
+    then runs its NumPy form, which must give the same values. An array in another memory layout
+    than the first (a gradient NCHW after a flatten, its activation channels-last) is first copied
+    into the first's: one copy costs a fraction of NumPy's passes over mismatched strides.
     """
     first = arrays[0]
     if xp.__name__ != "numpy":
         return None  # no compiled kernels for CuPy arrays
     if first.nbytes < COMPILED_MIN_BYTES or flat_view(first) is None or any(
-            a.shape != first.shape or a.strides != first.strides or a.dtype != first.dtype for a in arrays[1:]):
+            a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
         return None
     kernels = cpu_kernels(xp, first.dtype)
     if kernels is None:
         return None
     kernel = getattr(kernels, name)
+    arrays = (first,) + tuple(a if a.strides == first.strides else _in_layout_of(first, a) for a in arrays[1:])
 
     def run(out, *slices):
         flats = [flat_view(v) for v in slices + (out,)]
