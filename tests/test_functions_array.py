@@ -31,6 +31,27 @@ def test_sum_and_mean_values_and_derivatives(r, axis, keepdims):
     check(lambda v: F.mean(v * v, axis=axis, keepdims=keepdims), [x])
 
 
+@pytest.mark.parametrize("layout", ["nchw", "channels_last", "strided"])
+@pytest.mark.parametrize("kept", [0, 1, 3])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_sum_over_all_axes_but_one_in_any_layout(r, layout, kept, keepdims):
+    # Sums over all axes but one (a bias gradient) take one einsum pass: the same values as
+    # NumPy's sum in every memory layout, float64 and float32.
+    x = r.standard_normal((6, 5, 7, 4)) + 2.0
+    if layout == "channels_last":
+        x = np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
+    elif layout == "strided":
+        x = np.repeat(x, 2, axis=2)[:, :, ::2]
+    axes = tuple(a for a in range(4) if a != kept)
+    ref = x.sum(axis=axes, keepdims=keepdims)
+    got = F.sum(gpgan.Variable(x), axes, keepdims).data
+    assert got.shape == ref.shape
+    np.testing.assert_allclose(got, ref, rtol=1e-13)
+    got32 = F.sum(gpgan.Variable(x.astype(np.float32)), axes, keepdims).data
+    assert got32.dtype == np.float32
+    np.testing.assert_allclose(got32, ref, rtol=2e-6)
+
+
 def test_sum_of_a_scalar_and_bad_axes():
     x = gpgan.Variable(np.array(3.0), requires_grad=True)
     assert F.sum(x, axis=0).item() == 3.0
