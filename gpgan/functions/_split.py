@@ -9,7 +9,7 @@ import numpy
 from gpgan.backend.threads import parallel_range, would_split
 from gpgan.functions._compiled import cpu_kernels
 
-__all__ = ["over_batch", "elementwise", "flat_view", "compiled_elementwise", "COMPILED_MIN_BYTES"]
+__all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -69,6 +69,15 @@ def _in_layout_of(like, a):
 COMPILED_MIN_BYTES = 1 << 20
 
 
+def kernels_for(xp, array):
+    """The Numba kernels (``gpgan.functions._numba_kernels``) for a pass over ``array``, or None:
+    the kernels off or not installed, not a NumPy float array, or ``array`` smaller than
+    :data:`COMPILED_MIN_BYTES` (its NumPy passes run)."""
+    if array.nbytes < COMPILED_MIN_BYTES:
+        return None
+    return cpu_kernels(xp, array.dtype)
+
+
 def compiled_elementwise(xp, name, arrays, *scalars):
     """A new array like ``arrays[0]``, filled by the compiled kernel ``name`` of
     ``gpgan.functions._numba_kernels`` as ``kernel(*flat_slices, *scalars, flat_out)`` on batch
@@ -84,10 +93,9 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     first = arrays[0]
     if xp.__name__ != "numpy":
         return None  # no compiled kernels for CuPy arrays
-    if first.nbytes < COMPILED_MIN_BYTES or flat_view(first) is None or any(
-            a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
+    if flat_view(first) is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
         return None
-    kernels = cpu_kernels(xp, first.dtype)
+    kernels = kernels_for(xp, first)
     if kernels is None:
         return None
     kernel = getattr(kernels, name)

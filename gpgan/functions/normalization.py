@@ -17,8 +17,7 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import array_of, constant
-from gpgan.functions import _split
-from gpgan.functions._compiled import cpu_kernels
+from gpgan.functions._split import kernels_for
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean, sum as _sum
 
@@ -94,15 +93,6 @@ def _column_dots(xp, a, b):
     return (a * b).sum(axis=0)
 
 
-def _row_kernels(xp, x2):
-    """The Numba kernels for the row passes over ``x2`` (M, C), or None: not a NumPy array of
-    float32 or float64, the kernels switched off or not installed, or smaller than
-    :data:`~gpgan.functions._split.COMPILED_MIN_BYTES`, below which the NumPy passes run."""
-    if x2.nbytes < _split.COMPILED_MIN_BYTES:
-        return None
-    return cpu_kernels(xp, x2.dtype)
-
-
 class Normalize(FunctionNode):
     """``(x - mean) / sqrt(var + eps) [* weight] [+ bias]``, statistics over ``axes``.
 
@@ -155,7 +145,7 @@ class Normalize(FunctionNode):
         chunks split over the cores (sum; centre and sum of squares; scale and shift), or two with
         the compiled kernels (float64 moments; scale and shift)."""
         M, C = x2.shape
-        kernels = _row_kernels(xp, x2)
+        kernels = kernels_for(xp, x2)
         if kernels is not None:
             return self._forward_rows_compiled(kernels, x, x2, w, b)
         y2 = xp.empty_like(x2)
@@ -263,7 +253,7 @@ class Normalize(FunctionNode):
         the cores: the sums of gy and gy * xhat, then ``gx = coef * gy - k1 * x + k0`` with
         per-channel coefficients (``xhat = (x - mean) * inv`` folded in)."""
         M, C = x2.shape
-        kernels = _row_kernels(xp, x2)
+        kernels = kernels_for(xp, x2)
         if kernels is not None:
             return self._raw_gradients_rows_compiled(kernels, x, x2, w, gy2)
         mu, inv = self.mean.reshape(C), self.inv.reshape(C)
