@@ -24,7 +24,7 @@ from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERN
 
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
 
-KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient")
+KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "relu", "leaky_relu", "rectified_gradient")
 BATCH_NORM_KERNELS = ("channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient")
 
 
@@ -231,13 +231,14 @@ def test_relu_family_identical_with_and_without_kernels(activation, layout, dtyp
         assert np.array_equal(np.signbit(a), np.signbit(b))  # -0.0 where NumPy gives -0.0
     if layout != "cnhw":  # (C, N, H, W) memory cannot be split into batch slices: NumPy runs
         assert counted["rectified_gradient"] > 0
+        assert counted["relu"] > 0 or activation is not F.relu
 
 
 def test_small_activations_run_on_numpy_and_do_not_load_numba():
-    # A toy MLP's activations (512 KiB) stay below COMPILED_MIN_BYTES: Numba (about 100 MiB) is
-    # never imported; a 2 MiB one takes the compiled pass. Both gradients are exact.
+    # A 128 KiB activation stays below COMPILED_MIN_BYTES: Numba (about 100 MiB) is never imported;
+    # a toy MLP's 512 KiB one takes the compiled pass. Both gradients are exact.
     code = ("import numpy as np, gpgan, gpgan.functions as F, sys\n"
-            "for shape in [(256, 512), (512, 1024)]:\n"
+            "for shape in [(128, 256), (256, 512)]:\n"
             "    x = gpgan.Variable(np.linspace(-1, 1, shape[0] * shape[1], dtype=np.float32).reshape(shape),\n"
             "                       requires_grad=True)\n"
             "    g, = gpgan.grad(F.leaky_relu(x, 0.25).sum(), [x])\n"

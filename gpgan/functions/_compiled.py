@@ -2,7 +2,7 @@
 :mod:`gpgan.backend.compiled`) and oneDNN's convolutions (:mod:`gpgan.backend.onednn`)."""
 import warnings
 
-from gpgan.backend import compiled, onednn
+from gpgan.backend import compiled, get_num_threads, onednn
 
 _FLOATS = ("float32", "float64")
 _kernels = None
@@ -27,6 +27,7 @@ def cpu_kernels(xp, dtype):
                           "using NumPy only", RuntimeWarning, stacklevel=3)
             return None
         _kernels = _numba_kernels
+    _kernels.use_threads(get_num_threads())
     return _kernels
 
 

@@ -1,13 +1,15 @@
 """Numba kernels on the CPU (optional; see gpgan.backend.compiled): the convolutions' data movement,
 the ReLU family's forward and gradient as one pass each, and batch norm's passes over pixel rows.
 
-The convolution kernels work on a range of batch items ``[a, b)`` (the elementwise ones on the
-1-D batch slices that :func:`gpgan.functions._split.compiled_elementwise` hands them) so that
+The convolution kernels work on a range of batch items ``[a, b)`` so that
 :func:`gpgan.backend.parallel_range` can split the work over the cores (the kernels release the
-GIL), and each output element is written by one call, in a fixed order: results do not depend on
-the thread count. Each kernel computes the same terms in the same order as the NumPy code it
-replaces (in ``conv.py``: sums from zero, taps in (row, column) order; in ``activation.py`` and
-``math.py``: the same products), so the two agree bit for bit; no fast-math (no reassociation).
+GIL). The elementwise kernels (over whole 1-D arrays, as
+:func:`gpgan.functions._split.compiled_elementwise` hands them) and batch norm's split their loops
+over Numba's own threads. Each output element is written by one iteration, in a fixed order, and
+sums run over fixed blocks: results do not depend on the thread count. Each kernel computes the same
+terms in the same order as the NumPy code it replaces (in ``conv.py``: sums from zero, taps in
+(row, column) order; in ``activation.py`` and ``math.py``: the same products and comparisons), so
+the two agree bit for bit; no fast-math (no reassociation).
 Batch norm's kernels are the exception: they sum in float64, where NumPy sums float32 pairwise, so
 they agree with the NumPy passes to the dtype's rounding.
 
@@ -17,10 +19,25 @@ error or compile error turns off.
 import numba
 import numpy
 
-__all__ = ["window_columns", "col2im_channels_last", "col2im_planes", "leaky_relu", "rectified_gradient",
+__all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "relu", "leaky_relu",
+           "rectified_gradient",
            "channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
 _jit = numba.njit(nogil=True, cache=True)
+# Kernels that split their loop over Numba's threads (``prange``). With the OpenMP layer they run on
+# the same libgomp thread team as oneDNN's calls (one team, warm between calls, where a second pool
+# would spin against it); a thread-safe layer is required because sweeps run trainers in threads.
+_parallel_jit = numba.njit(nogil=True, cache=True, parallel=True)
+if numba.config.THREADING_LAYER == "default":
+    numba.config.THREADING_LAYER = "threadsafe"
+
+
+def use_threads(n):
+    """Run the parallel kernels on ``n`` threads (at most Numba's pool size). Numba's count is
+    per calling thread, so callers set it before each call; a no-op when it is already ``n``."""
+    n = min(n, numba.config.NUMBA_NUM_THREADS)
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
 
 
 @_jit
@@ -125,68 +142,92 @@ def col2im_planes(cols, y, a, b, s_h, s_w, p_h, p_w, d_h, d_w):
                                 row[ow] += src[(ow + off) // s_w]
 
 
-@_jit
+@_parallel_jit
 def leaky_relu(x, slope, out):
     """``out = max(x, x * slope)`` elementwise on 1-D arrays, for ``0 <= slope <= 1``: ``x`` where
     ``x > 0``, ``x * slope`` elsewhere (the same values, -0.0 and NaN included, in one pass)."""
-    for i in range(x.size):
+    for i in numba.prange(x.size):
         v = x[i]
         out[i] = v if v > 0 else v * slope
 
 
-@_jit
+@_parallel_jit
 def rectified_gradient(gy, ref, positive, negative, out):
     """``out = gy * (positive if ref > 0 else negative)`` elementwise on 1-D arrays: the gradient
     of the ReLU family in one pass, the same products as NumPy's ``gy * mask`` with the mask's two
     values (``gy * 0`` stays a product, so -0.0 and NaN come out alike)."""
-    for i in range(gy.size):
+    for i in numba.prange(gy.size):
         out[i] = gy[i] * (positive if ref[i] > 0 else negative)
 
 
+@_parallel_jit
+def relu(x, out):
+    """``out = max(x, 0)`` as NumPy's ``maximum`` computes it: ``x`` where ``x >= 0`` or NaN
+    (so -0.0 stays -0.0), else 0."""
+    for i in numba.prange(x.size):
+        v = x[i]
+        out[i] = v if (v >= 0 or v != v) else 0
+
+
 # -- batch norm on (M, C) pixel rows (channels-last): statistics in float64, one pass each ----------
-@_jit
-def channel_moments(x, a, b, shift, s1, s2):
-    """Add rows ``[a, b)`` of ``x`` (M, C) to per-channel float64 sums: ``s1 += x - shift`` and
-    ``s2 += (x - shift)**2`` (``shift`` (C,) float64, a sample of each channel, so that the
-    variance ``(s2 - s1**2 / M) / M`` loses no digits to a large mean)."""
-    C = x.shape[1]
-    for m in range(a, b):
-        row = x[m]
-        for c in range(C):
-            v = row[c] - shift[c]
-            s1[c] += v
-            s2[c] += v * v
+# The sums run over fixed blocks of rows, one block per parallel iteration, each into its own row
+# of the partial sums (B, C): the caller adds the B partials in block order, so the results do not
+# depend on the thread count. The elementwise passes split their rows over the threads.
+@_parallel_jit
+def channel_moments(x, shift, s1, s2):
+    """Per-block float64 sums of ``x`` (M, C): for block ``k`` (rows ``M*k//B`` to
+    ``M*(k+1)//B``, ``B = s1.shape[0]``), ``s1[k] += x - shift`` and ``s2[k] += (x - shift)**2``
+    (``shift`` (C,) float64, a sample of each channel, so that the variance
+    ``(s2 - s1**2 / M) / M`` loses no digits to a large mean)."""
+    M, C = x.shape
+    B = s1.shape[0]
+    for k in numba.prange(B):
+        p1, p2 = s1[k], s2[k]
+        for m in range(M * k // B, M * (k + 1) // B):
+            row = x[m]
+            for c in range(C):
+                v = row[c] - shift[c]
+                p1[c] += v
+                p2[c] += v * v
 
 
-@_jit
-def channel_gradient_sums(x, gy, a, b, mean, s_g, s_gx):
-    """Add rows ``[a, b)`` to per-channel float64 sums: ``s_g += gy`` and ``s_gx += gy * (x - mean)``
-    (``x``, ``gy`` (M, C); ``mean`` (C,) float64)."""
-    C = x.shape[1]
-    for m in range(a, b):
-        xr, gr = x[m], gy[m]
-        for c in range(C):
-            g = numpy.float64(gr[c])
-            s_g[c] += g
-            s_gx[c] += g * (xr[c] - mean[c])
+@_parallel_jit
+def channel_gradient_sums(x, gy, mean, s_g, s_gx):
+    """Per-block float64 sums (blocks as in :func:`channel_moments`, ``B = s_g.shape[0]``):
+    ``s_g[k] += gy`` and ``s_gx[k] += gy * (x - mean)`` (``x``, ``gy`` (M, C); ``mean`` (C,) float64)."""
+    M, C = x.shape
+    B = s_g.shape[0]
+    for k in numba.prange(B):
+        pg, pgx = s_g[k], s_gx[k]
+        for m in range(M * k // B, M * (k + 1) // B):
+            xr, gr = x[m], gy[m]
+            for c in range(C):
+                g = numpy.float64(gr[c])
+                pg[c] += g
+                pgx[c] += g * (xr[c] - mean[c])
 
 
-@_jit
-def channel_affine(x, a, b, mean, scale, shift, out):
-    """``out = (x - mean) * scale + shift`` on rows ``[a, b)`` of (M, C) arrays, per channel (C,)."""
-    C = x.shape[1]
-    for m in range(a, b):
+@_parallel_jit
+def channel_affine(x, mean, scale, shift, out):
+    """``out = (x - mean) * scale + shift`` on (M, C) arrays, per channel (C,)."""
+    M, C = x.shape
+    for m in numba.prange(M):
         xr, o = x[m], out[m]
         for c in range(C):
             o[c] = (xr[c] - mean[c]) * scale[c] + shift[c]
 
 
-@_jit
-def channel_input_gradient(x, gy, a, b, mean, gy_mean, coef, k, out):
-    """``out = (gy - gy_mean) * coef - (x - mean) * k`` on rows ``[a, b)`` of (M, C) arrays, per
-    channel (C,): batch norm's input gradient."""
-    C = x.shape[1]
-    for m in range(a, b):
+@_parallel_jit
+def channel_input_gradient(x, gy, mean, gy_mean, coef, k, out):
+    """``out = (gy - gy_mean) * coef - (x - mean) * k`` on (M, C) arrays, per channel (C,): batch
+    norm's input gradient."""
+    M, C = x.shape
+    for m in numba.prange(M):
         xr, gr, o = x[m], gy[m], out[m]
         for c in range(C):
             o[c] = (gr[c] - gy_mean[c]) * coef[c] - (xr[c] - mean[c]) * k[c]
+
+
+# Fail here, at import (which turns the kernels off with one warning), rather than inside a training
+# step, when Numba finds no thread-safe threading layer (neither OpenMP nor TBB).
+relu(numpy.zeros(1), numpy.empty(1))

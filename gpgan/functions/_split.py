@@ -64,9 +64,11 @@ def _in_layout_of(like, a):
 
 
 #: Arrays smaller than this take the NumPy passes even where the compiled kernels run: they stay in
-#: cache, the compiled pass gained nothing measurable on them (the toy MLP's 512 KiB activations),
-#: and a process whose arrays never reach it never loads Numba (about 100 MiB resident).
-COMPILED_MIN_BYTES = 1 << 20
+#: cache, where one NumPy pass costs about what starting Numba's threads does, and a process whose
+#: arrays never reach it never loads Numba (about 100 MiB resident). The toy MLP's 512 KiB
+#: activations are above it: there a parallel pass takes 27 us after a product against NumPy's 46
+#: (the ReLU gradient, on the README's Xeon).
+COMPILED_MIN_BYTES = 1 << 18
 
 
 def kernels_for(xp, array):
@@ -80,8 +82,9 @@ def kernels_for(xp, array):
 
 def compiled_elementwise(xp, name, arrays, *scalars):
     """A new array like ``arrays[0]``, filled by the compiled kernel ``name`` of
-    ``gpgan.functions._numba_kernels`` as ``kernel(*flat_slices, *scalars, flat_out)`` on batch
-    slices (split over the cores); the kernel works on 1-D arrays elementwise.
+    ``gpgan.functions._numba_kernels`` as ``kernel(*flat_arrays, *scalars, flat_out)``: one call
+    on the whole arrays, which the kernel splits over Numba's threads; it works on 1-D arrays
+    elementwise.
 
     Returns None, computing nothing, when the kernels are off (no Numba, ``GPGAN_NUMBA=0``, not
     NumPy), when ``arrays[0]`` is smaller than :data:`COMPILED_MIN_BYTES`, when it has no memory
@@ -101,8 +104,7 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     kernel = getattr(kernels, name)
     arrays = (first,) + tuple(a if a.strides == first.strides else _in_layout_of(first, a) for a in arrays[1:])
 
-    def run(out, *slices):
-        flats = [flat_view(v) for v in slices + (out,)]
-        kernel(*flats[:-1], *scalars, flats[-1])
-
-    return elementwise(xp, run, *arrays)
+    out = numpy.empty_like(first)
+    flats = [flat_view(v) for v in arrays + (out,)]
+    kernel(*flats[:-1], *scalars, flats[-1])
+    return out

@@ -44,6 +44,9 @@ class ReLU(FunctionNode):
         x, = inputs
         self.retain_outputs((0,))
         xp, zero = get_array_module(x), scalar_like(0, x)
+        y = compiled_elementwise(xp, "relu", (x,))
+        if y is not None:
+            return (y,)
         return (elementwise(xp, lambda out, x: xp.maximum(x, zero, out=out), x),)
 
     def backward(self, indexes, grad_outputs):

@@ -63,6 +63,18 @@ def _from_rows(rows, like):
 _ROW_BLOCKS = 8
 
 
+def _block_sums(rows, channels):
+    """Two zeroed float64 arrays (blocks, channels) for the compiled kernels' per-block sums."""
+    blocks = max(1, min(_ROW_BLOCKS, rows))
+    return numpy.zeros((blocks, channels)), numpy.zeros((blocks, channels))
+
+
+def _in_block_order(partials):
+    """The per-block partial sums (blocks, C) added in block order, as :func:`_row_passes` adds them
+    (NumPy reduces an outer axis one row after another)."""
+    return partials.sum(axis=0)
+
+
 def _row_passes(xp, fn, rows, nbytes):
     """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows (the
     blocks split over the cores for NumPy) and return the partials summed in block order."""
@@ -170,17 +182,14 @@ class Normalize(FunctionNode):
         return _from_rows(y2, x)
 
     def _forward_rows_compiled(self, kernels, x, x2, w, b):
-        """:meth:`_forward_rows` with Numba kernels: the moments about a sample of each channel,
-        summed in float64 in one pass, then ``y = (x - mean) * scale + shift`` in another."""
+        """:meth:`_forward_rows` with Numba kernels (each split over the cores by Numba): the
+        moments about a sample of each channel, summed in float64 in one pass over fixed blocks of
+        rows, then ``y = (x - mean) * scale + shift`` in another."""
         M, C = x2.shape
         shift = x2[0].astype(numpy.float64)
-
-        def moments(a, c):
-            s1, s2 = numpy.zeros(C), numpy.zeros(C)
-            kernels.channel_moments(x2, a, c, shift, s1, s2)
-            return s1, s2
-
-        s1, s2 = _row_passes(numpy, moments, M, x2.nbytes)
+        s1, s2 = _block_sums(M, C)
+        kernels.channel_moments(x2, shift, s1, s2)
+        s1, s2 = _in_block_order(s1), _in_block_order(s2)
         mean = shift + s1 / M
         var = numpy.maximum(s2 - s1 * s1 / M, 0.0) / M
         inv = 1 / numpy.sqrt(var + self.eps)
@@ -189,8 +198,7 @@ class Normalize(FunctionNode):
         mu, scale = mean.astype(dtype), scale.astype(dtype)
         shift_out = numpy.zeros(C, dtype) if b is None else numpy.ascontiguousarray(b.reshape(C), dtype)
         y2 = numpy.empty_like(x2)
-        _row_passes(numpy, lambda a, c: kernels.channel_affine(x2, a, c, mu, scale, shift_out, y2) or (),
-                    M, 2 * x2.nbytes)
+        kernels.channel_affine(x2, mu, scale, shift_out, y2)
         self.mean, self.var, self.inv = (v.astype(dtype).reshape(self.param_shape) for v in (mean, var, inv))
         return _from_rows(y2, x)
 
@@ -287,26 +295,21 @@ class Normalize(FunctionNode):
 
     def _raw_gradients_rows_compiled(self, kernels, x, x2, w, gy2):
         """:meth:`_raw_gradients_rows` with Numba kernels: the sums of gy and gy * (x - mean) in
-        float64 in one pass, then ``gx = (gy - mean(gy)) * coef - (x - mean) * k`` in another."""
+        float64 in one pass over fixed blocks of rows, then ``gx = (gy - mean(gy)) * coef -
+        (x - mean) * k`` in another."""
         M, C = x2.shape
         dtype = x.dtype
         mu = self.mean.reshape(C)
         inv = self.inv.reshape(C).astype(numpy.float64)
-        mean64 = mu.astype(numpy.float64)
-
-        def sums(a, c):
-            s_g, s_gx = numpy.zeros(C), numpy.zeros(C)
-            kernels.channel_gradient_sums(x2, gy2, a, c, mean64, s_g, s_gx)
-            return s_g, s_gx
-
-        g_sum, gxc_sum = _row_passes(numpy, sums, M, x2.nbytes + gy2.nbytes)
+        s_g, s_gx = _block_sums(M, C)
+        kernels.channel_gradient_sums(x2, gy2, mu.astype(numpy.float64), s_g, s_gx)
+        g_sum, gxc_sum = _in_block_order(s_g), _in_block_order(s_gx)
         gx_sum = gxc_sum * inv  # sum(gy * xhat)
         coef = inv if w is None else inv * w.reshape(C)
         k = coef * inv * gx_sum / M
         gy_mean, coef, k = (v.astype(dtype) for v in (g_sum / M, coef, k))
         gx2 = numpy.empty_like(x2)
-        _row_passes(numpy, lambda a, c: kernels.channel_input_gradient(x2, gy2, a, c, mu, gy_mean, coef, k, gx2)
-                    or (), M, x2.nbytes + gy2.nbytes)
+        kernels.channel_input_gradient(x2, gy2, mu, gy_mean, coef, k, gx2)
         out = [_from_rows(gx2, x)]
         if self.has_weight:
             out.append(gx_sum.astype(dtype).reshape(self.own_shape))
