@@ -26,6 +26,7 @@ numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="ne
 
 KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "relu", "leaky_relu", "rectified_gradient")
 BATCH_NORM_KERNELS = ("channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient")
+SUM_KERNELS = ("channel_sums",)
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +45,7 @@ def counted(monkeypatch):
     switch afterwards."""
     monkeypatch.setattr(_split, "COMPILED_MIN_BYTES", 0)
     before = compiled.compiled_kernels_enabled()
-    calls = dict.fromkeys(KERNEL_NAMES + BATCH_NORM_KERNELS, 0)
+    calls = dict.fromkeys(KERNEL_NAMES + BATCH_NORM_KERNELS + SUM_KERNELS, 0)
     for name in calls:
         original = getattr(numba_kernels, name)
 
@@ -192,6 +193,42 @@ def test_batch_norm_kernels_same_bits_for_any_layout_and_thread_count(counted, m
         for a, b in zip(results[0], other):
             np.testing.assert_array_equal(a, b)
     assert counted["channel_moments"] > 0 and counted["channel_input_gradient"] > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_channel_sums_agree_with_numpy_for_any_thread_count(dtype, counted, monkeypatch, rng):
+    # Bias gradients: a convolution's over a channels-last activation, a linear layer's over its
+    # (N, C) output gradient, recorded (differentiable) and not. The kernel sums in float64 over
+    # fixed row blocks: NumPy's value to the dtype's rounding, the same bits on one thread or three;
+    # an NCHW activation (channels not innermost) stays with NumPy.
+    x = _in_layout(rng.standard_normal((6, 5, 4, 3)).astype(dtype) + 2, "channels_last")
+    rows = rng.standard_normal((37, 7)).astype(dtype) + 2
+    w4, b4 = rng.standard_normal((5, 5, 1, 1)).astype(dtype), rng.standard_normal(5).astype(dtype)
+    w2, b2 = rng.standard_normal((7, 7)).astype(dtype), rng.standard_normal(7).astype(dtype)
+
+    def net(x, rows, w4, b4, w2, b2):
+        return F.conv2d(x, w4, b4).sum() + (F.linear(rows, w2, b2) ** 2).sum() + F.sum(x * x, axis=(0, 2, 3)).sum()
+
+    tol = {np.float32: 1e-5, np.float64: 1e-12}[dtype]
+    compiled.set_compiled_kernels(False)
+    plain = _values_and_grads(net, [x, rows, w4, b4, w2, b2]) + _first_order_grads(net, [x, rows, w4, b4, w2, b2])
+    assert counted["channel_sums"] == 0
+    compiled.set_compiled_kernels(True)
+    results, before = [], threads.get_num_threads()
+    for n in (1, 3):
+        threads.set_num_threads(n)
+        results.append(_values_and_grads(net, [x, rows, w4, b4, w2, b2])
+                       + _first_order_grads(net, [x, rows, w4, b4, w2, b2]))
+    threads.set_num_threads(before)
+    assert counted["channel_sums"] > 0
+    for a, b, c in zip(plain, *results):
+        np.testing.assert_allclose(b, a, rtol=tol, atol=tol * np.abs(a).max())
+        np.testing.assert_array_equal(b, c)
+    nchw = np.ascontiguousarray(x)
+    counted["channel_sums"] = 0
+    np.testing.assert_array_equal(F.sum(gpgan.Variable(nchw), axis=(0, 2, 3)).data,
+                                  np.einsum(nchw, [0, 1, 2, 3], [1]))
+    assert counted["channel_sums"] == 0
 
 
 def _first_order_grads(fn, arrays):

@@ -21,7 +21,7 @@ import numpy
 
 __all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "relu", "leaky_relu",
            "rectified_gradient",
-           "channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
+           "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
 _jit = numba.njit(nogil=True, cache=True)
 # Kernels that split their loop over Numba's threads (``prange``). With the OpenMP layer they run on
@@ -189,6 +189,20 @@ def channel_moments(x, shift, s1, s2):
                 v = row[c] - shift[c]
                 p1[c] += v
                 p2[c] += v * v
+
+
+@_parallel_jit
+def channel_sums(x, s):
+    """Per-block float64 sums of ``x`` (M, C) (blocks as in :func:`channel_moments`, ``B =
+    s.shape[0]``): ``s[k] += x`` over block ``k``'s rows."""
+    M, C = x.shape
+    B = s.shape[0]
+    for k in numba.prange(B):
+        p = s[k]
+        for m in range(M * k // B, M * (k + 1) // B):
+            row = x[m]
+            for c in range(C):
+                p[c] += row[c]
 
 
 @_parallel_jit

@@ -9,7 +9,8 @@ import numpy
 from gpgan.backend.threads import parallel_range, would_split
 from gpgan.functions._compiled import cpu_kernels
 
-__all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES"]
+__all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES",
+           "ROW_BLOCKS", "block_partials", "add_in_block_order", "array_sum"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -108,3 +109,56 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     flats = [flat_view(v) for v in arrays + (out,)]
     kernel(*flats[:-1], *scalars, flats[-1])
     return out
+
+
+# -- sums over pixel rows --------------------------------------------------------------------------
+#: Sums over the rows of an (M, C) array run over this many blocks of rows, whatever the number of
+#: threads, and add the per-channel partial sums of the blocks in order: the results do not depend
+#: on the thread count.
+ROW_BLOCKS = 8
+
+
+def block_partials(rows, channels, count=1):
+    """``count`` zeroed float64 arrays (blocks, channels) for the per-block sums of ``rows`` rows."""
+    blocks = max(1, min(ROW_BLOCKS, rows))
+    return tuple(numpy.zeros((blocks, channels)) for _ in range(count))
+
+
+def add_in_block_order(partials):
+    """The per-block partial sums (blocks, C) added in block order (NumPy reduces an outer axis one
+    row after another)."""
+    return partials.sum(axis=0)
+
+
+def _channel_sum_compiled(x, kept):
+    """``x`` summed over every axis but ``kept`` by the Numba kernel (float64 sums over fixed row
+    blocks, split over the threads), or None: no kernels for ``x``, or ``kept`` is not innermost in
+    memory with the other axes flattening into rows."""
+    rows = numpy.moveaxis(x, kept, -1)
+    if not rows.flags.c_contiguous:
+        return None
+    kernels = kernels_for(numpy, x)
+    if kernels is None:
+        return None
+    rows = rows.reshape(-1, x.shape[kept])
+    partials, = block_partials(*rows.shape)
+    kernels.channel_sums(rows, partials)
+    return add_in_block_order(partials).astype(x.dtype)
+
+
+def array_sum(x, axes, keepdims=False):
+    """``x.sum(axis=axes, keepdims=keepdims)`` for ``axes`` a tuple of non-negative axes. A NumPy
+    float array summed over all axes but one (a bias gradient, per-channel statistics) takes one
+    pass at memory speed: the Numba kernel where it runs and that axis is innermost in memory (a
+    channels-last activation, a linear layer's (N, C) gradient), else NumPy's einsum in any layout
+    for 3 or more axes, where ``sum`` over several strided axes is 2-5 times slower (a channels-last
+    (64, 64, 32, 32) float32: 0.6 ms against 1.6)."""
+    kept = [a for a in range(x.ndim) if a not in axes]
+    if x.__class__ is not numpy.ndarray or x.ndim < 2 or len(kept) != 1 or x.dtype.kind != "f":
+        return x.sum(axis=axes, keepdims=keepdims)
+    y = _channel_sum_compiled(x, kept[0])
+    if y is None:
+        if x.ndim < 3:
+            return x.sum(axis=axes, keepdims=keepdims)
+        y = numpy.einsum(x, list(range(x.ndim)), kept)
+    return y.reshape(tuple(x.shape[a] if a in kept else 1 for a in range(x.ndim))) if keepdims else y

@@ -10,6 +10,7 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, axis_index, constant
+from gpgan.functions._split import array_sum
 
 
 __all__ = ['broadcast_to', 'flatten', 'getitem', 'reshape', 'sum_to', 'transpose', 'concat', 'cat', 'stack',
@@ -122,7 +123,7 @@ class SumTo(FunctionNode):
         x, = inputs
         self.in_shape = x.shape
         axes, lead = _sum_axes_for(x.shape, self.shape)
-        y = x.sum(axis=axes, keepdims=True) if axes else x
+        y = array_sum(x, axes, keepdims=True) if axes else x
         if lead:
             y = y.reshape(self.shape)
         return (y,)

@@ -3,6 +3,7 @@ import numpy
 
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import matmul as backend_matmul
+from gpgan.functions._split import array_sum
 from gpgan.functions.array import reshape, sum_to, transpose
 
 
@@ -105,7 +106,7 @@ class Linear(FunctionNode):
             g = gy.data.reshape(-1, out_features)
             raw = {0: lambda: _product(g, w.data).reshape(x.shape),
                    1: lambda: _product(g.T, x.data.reshape(-1, in_features)),
-                   2: lambda: g.sum(axis=0)}
+                   2: lambda: array_sum(g, (0,))}
             return tuple(_const(raw[i]()) for i in indexes)
         gy2 = reshape(gy, (-1, out_features))
         out = []

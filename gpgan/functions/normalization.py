@@ -17,7 +17,7 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import array_of, constant
-from gpgan.functions._split import kernels_for
+from gpgan.functions._split import ROW_BLOCKS, add_in_block_order, block_partials, kernels_for
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean, sum as _sum
 
@@ -58,27 +58,11 @@ def _from_rows(rows, like):
     return moved.transpose((0, like.ndim - 1) + tuple(range(1, like.ndim - 1)))
 
 
-# Row passes work on this many blocks of rows, whatever the number of threads, and add the
-# per-channel partial sums of the blocks in order: the results do not depend on the thread count.
-_ROW_BLOCKS = 8
-
-
-def _block_sums(rows, channels):
-    """Two zeroed float64 arrays (blocks, channels) for the compiled kernels' per-block sums."""
-    blocks = max(1, min(_ROW_BLOCKS, rows))
-    return numpy.zeros((blocks, channels)), numpy.zeros((blocks, channels))
-
-
-def _in_block_order(partials):
-    """The per-block partial sums (blocks, C) added in block order, as :func:`_row_passes` adds them
-    (NumPy reduces an outer axis one row after another)."""
-    return partials.sum(axis=0)
-
-
 def _row_passes(xp, fn, rows, nbytes):
-    """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows (the
-    blocks split over the cores for NumPy) and return the partials summed in block order."""
-    blocks = max(1, min(_ROW_BLOCKS, rows))
+    """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on :data:`ROW_BLOCKS` fixed
+    blocks of rows (the blocks split over the cores for NumPy) and return the partials summed in
+    block order."""
+    blocks = max(1, min(ROW_BLOCKS, rows))
     bounds = [rows * k // blocks for k in range(blocks + 1)]
     parts = [None] * blocks
 
@@ -187,9 +171,9 @@ class Normalize(FunctionNode):
         rows, then ``y = (x - mean) * scale + shift`` in another."""
         M, C = x2.shape
         shift = x2[0].astype(numpy.float64)
-        s1, s2 = _block_sums(M, C)
+        s1, s2 = block_partials(M, C, 2)
         kernels.channel_moments(x2, shift, s1, s2)
-        s1, s2 = _in_block_order(s1), _in_block_order(s2)
+        s1, s2 = add_in_block_order(s1), add_in_block_order(s2)
         mean = shift + s1 / M
         var = numpy.maximum(s2 - s1 * s1 / M, 0.0) / M
         inv = 1 / numpy.sqrt(var + self.eps)
@@ -301,9 +285,9 @@ class Normalize(FunctionNode):
         dtype = x.dtype
         mu = self.mean.reshape(C)
         inv = self.inv.reshape(C).astype(numpy.float64)
-        s_g, s_gx = _block_sums(M, C)
+        s_g, s_gx = block_partials(M, C, 2)
         kernels.channel_gradient_sums(x2, gy2, mu.astype(numpy.float64), s_g, s_gx)
-        g_sum, gxc_sum = _in_block_order(s_g), _in_block_order(s_gx)
+        g_sum, gxc_sum = add_in_block_order(s_g), add_in_block_order(s_gx)
         gx_sum = gxc_sum * inv  # sum(gy * xhat)
         coef = inv if w is None else inv * w.reshape(C)
         k = coef * inv * gx_sum / M
