@@ -24,7 +24,8 @@ from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERN
 
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
 
-KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "relu", "leaky_relu", "rectified_gradient")
+KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "add", "relu", "leaky_relu",
+                "rectified_gradient")
 BATCH_NORM_KERNELS = ("channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient")
 SUM_KERNELS = ("channel_sums",)
 
@@ -269,6 +270,7 @@ def test_relu_family_identical_with_and_without_kernels(activation, layout, dtyp
     if layout != "cnhw":  # (C, N, H, W) memory cannot be split into batch slices: NumPy runs
         assert counted["rectified_gradient"] > 0
         assert counted["relu"] > 0 or activation is not F.relu
+        assert counted["add"] > 0  # the two paths' gradients summed by the engine's adder
 
 
 def test_small_activations_run_on_numpy_and_do_not_load_numba():

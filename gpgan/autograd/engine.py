@@ -39,12 +39,27 @@ from gpgan.autograd.variable import Variable
 from gpgan.backend import get_array_module
 
 
+def _add_arrays(a, b):
+    return a + b
+
+
+#: How two gradient arrays of one shape and dtype are added: ``a + b``, unless the functions layer
+#: installs a faster pass with the same values (:func:`set_gradient_adder`).
+_adder = _add_arrays
+
+
+def set_gradient_adder(add):
+    """Sum gradient arrays with ``add(a, b)``, which must return ``a + b`` as a new array (the same
+    values); None restores ``a + b``. :mod:`gpgan.functions` installs its split pass."""
+    global _adder
+    _adder = _add_arrays if add is None else add
+
+
 class _Accumulate(FunctionNode):
     """Sum of gradients of equal shape; its backward hands the incoming gradient to every term."""
 
     def forward(self, inputs):
-        total = inputs[0] + inputs[1]
-        return (total,)
+        return (_adder(inputs[0], inputs[1]),)
 
     def backward(self, target_input_indexes, grad_outputs):
         return tuple(grad_outputs[0] for _ in target_input_indexes)

@@ -19,7 +19,7 @@ error or compile error turns off.
 import numba
 import numpy
 
-__all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "relu", "leaky_relu",
+__all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "add", "relu", "leaky_relu",
            "rectified_gradient",
            "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
@@ -158,6 +158,13 @@ def rectified_gradient(gy, ref, positive, negative, out):
     values (``gy * 0`` stays a product, so -0.0 and NaN come out alike)."""
     for i in numba.prange(gy.size):
         out[i] = gy[i] * (positive if ref[i] > 0 else negative)
+
+
+@_parallel_jit
+def add(a, b, out):
+    """``out = a + b`` elementwise on 1-D arrays (one IEEE addition each, as NumPy's)."""
+    for i in numba.prange(a.size):
+        out[i] = a[i] + b[i]
 
 
 @_parallel_jit

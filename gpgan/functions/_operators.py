@@ -1,10 +1,13 @@
 """Installs Python operators and array-like methods on :class:`gpgan.Variable`.
 
 The engine (``gpgan.autograd``) knows no functions; this module, one layer up, gives Variables
-``+ - * / ** @``, indexing and ``.sum()`` style methods that call the functions of this package.
+``+ - * / ** @``, indexing and ``.sum()`` style methods that call the functions of this package,
+and gives the engine the split pass it sums gradients with (:func:`~gpgan.functions._split.add_arrays`).
 """
 from gpgan.autograd import Variable
+from gpgan.autograd.engine import set_gradient_adder
 from gpgan.functions import arithmetic, array, linalg, reduction
+from gpgan.functions._split import add_arrays
 
 
 def _rsub(self, other):
@@ -34,6 +37,7 @@ def _to(self, device):
 
 
 def install():
+    set_gradient_adder(add_arrays)
     Variable.__add__ = arithmetic.add
     Variable.__radd__ = lambda self, other: arithmetic.add(other, self)
     Variable.__sub__ = arithmetic.sub

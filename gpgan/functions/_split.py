@@ -10,7 +10,7 @@ from gpgan.backend.threads import parallel_range, would_split
 from gpgan.functions._compiled import cpu_kernels
 
 __all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES",
-           "ROW_BLOCKS", "block_partials", "add_in_block_order", "array_sum"]
+           "add_arrays", "ROW_BLOCKS", "block_partials", "add_in_block_order", "array_sum"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -109,6 +109,16 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     flats = [flat_view(v) for v in arrays + (out,)]
     kernel(*flats[:-1], *scalars, flats[-1])
     return out
+
+
+def add_arrays(a, b):
+    """``a + b`` for arrays of one shape and dtype (gradients being accumulated): one compiled pass
+    split over the threads where :func:`compiled_elementwise` runs, else NumPy's (same values)."""
+    if a.shape == b.shape and a.dtype == b.dtype and a.__class__ is numpy.ndarray:
+        total = compiled_elementwise(numpy, "add", (a, b))
+        if total is not None:
+            return total
+    return a + b
 
 
 # -- sums over pixel rows --------------------------------------------------------------------------
