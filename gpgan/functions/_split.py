@@ -97,10 +97,10 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     first = arrays[0]
     if xp.__name__ != "numpy":
         return None  # no compiled kernels for CuPy arrays
-    if flat_view(first) is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
-        return None
-    kernels = kernels_for(xp, first)
+    kernels = kernels_for(xp, first)  # first: the cheap test that small arrays fail
     if kernels is None:
+        return None
+    if flat_view(first) is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
         return None
     kernel = getattr(kernels, name)
     arrays = (first,) + tuple(a if a.strides == first.strides else _in_layout_of(first, a) for a in arrays[1:])
@@ -144,11 +144,11 @@ def _channel_sum_compiled(x, kept):
     """``x`` summed over every axis but ``kept`` by the Numba kernel (float64 sums over fixed row
     blocks, split over the threads), or None: no kernels for ``x``, or ``kept`` is not innermost in
     memory with the other axes flattening into rows."""
+    kernels = kernels_for(numpy, x)  # first: the cheap test that small arrays fail
+    if kernels is None:
+        return None
     rows = numpy.moveaxis(x, kept, -1)
     if not rows.flags.c_contiguous:
-        return None
-    kernels = kernels_for(numpy, x)
-    if kernels is None:
         return None
     rows = rows.reshape(-1, x.shape[kept])
     partials, = block_partials(*rows.shape)
