@@ -1,8 +1,11 @@
-"""Array passes split over batch slices (the cores, for NumPy), with the same values as one call.
+"""Array passes over all the cores, with the same values as one call.
 
 NumPy runs a ufunc on one core; a pass over a large activation split into batch slices, one per
-thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Elementwise results do not
-depend on the split. CuPy arrays are never split: a GPU kernel is parallel already.
+thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Where the Numba kernels run,
+the elementwise passes (:func:`compiled_elementwise`, :func:`add_arrays`) and the sums over all
+axes but one (:func:`array_sum`) are single kernel calls split over Numba's threads instead.
+Elementwise results do not depend on the split, and sums run over fixed blocks of rows
+(:data:`ROW_BLOCKS`). CuPy arrays are never split: a GPU kernel is parallel already.
 """
 import numpy
 
