@@ -102,7 +102,7 @@ onednn = OptionalLibrary(ONEDNN_ENV, "oneDNN convolutions", lambda: _distributio
 
 
 def compiled_kernels_enabled():
-    """True when CPU convolutions use the Numba kernels (Numba installed, not switched off)."""
+    """True when the CPU passes use the Numba kernels (Numba installed, not switched off)."""
     return numba.enabled()
 
 

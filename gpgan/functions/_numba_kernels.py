@@ -10,8 +10,8 @@ sums run over fixed blocks: results do not depend on the thread count. Each kern
 terms in the same order as the NumPy code it replaces (in ``conv.py``: sums from zero, taps in
 (row, column) order; in ``activation.py`` and ``math.py``: the same products and comparisons), so
 the two agree bit for bit; no fast-math (no reassociation).
-Batch norm's kernels are the exception: they sum in float64, where NumPy sums float32 pairwise, so
-they agree with the NumPy passes to the dtype's rounding.
+The sums are the exception (batch norm's kernels and ``channel_sums``): they add in float64, where
+NumPy sums float32 pairwise, so they agree with the NumPy passes to the dtype's rounding.
 
 Imported only through :func:`gpgan.functions._compiled.cpu_kernels`, which this module's import
 error or compile error turns off.

@@ -13,7 +13,7 @@ from gpgan.backend.threads import parallel_range, would_split
 from gpgan.functions._compiled import cpu_kernels
 
 __all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES",
-           "add_arrays", "ROW_BLOCKS", "block_partials", "add_in_block_order", "array_sum"]
+           "add_arrays", "ROW_BLOCKS", "row_blocks", "block_partials", "add_in_block_order", "array_sum"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -48,14 +48,11 @@ def elementwise(xp, fn, *arrays, dtype=None):
 
 
 def flat_view(a):
-    """A 1-D view of NumPy array ``a`` in its memory order, or None when there is none: ``a`` is not
-    contiguous in any order of its axes, or its axis 0 is not the outermost (then its batch slices
-    would not be contiguous)."""
+    """A 1-D view of NumPy array ``a`` in its memory order, or None when there is none (``a`` is
+    0-d, or not contiguous in any order of its axes)."""
     if a.ndim == 0:
         return None
     order = sorted(range(a.ndim), key=lambda k: (-a.strides[k], k))
-    if order[0] != 0 and a.shape[0] > 1:
-        return None
     v = a.transpose(order)
     return v.reshape(-1) if v.flags.c_contiguous else None
 
@@ -117,7 +114,7 @@ def compiled_elementwise(xp, name, arrays, *scalars):
 def add_arrays(a, b):
     """``a + b`` for arrays of one shape and dtype (gradients being accumulated): one compiled pass
     split over the threads where :func:`compiled_elementwise` runs, else NumPy's (same values)."""
-    if a.shape == b.shape and a.dtype == b.dtype and a.__class__ is numpy.ndarray:
+    if a.__class__ is numpy.ndarray:  # compiled_elementwise checks shapes and dtypes
         total = compiled_elementwise(numpy, "add", (a, b))
         if total is not None:
             return total
@@ -131,10 +128,14 @@ def add_arrays(a, b):
 ROW_BLOCKS = 8
 
 
+def row_blocks(rows):
+    """How many blocks ``rows`` rows are summed in: :data:`ROW_BLOCKS`, fewer for fewer rows."""
+    return max(1, min(ROW_BLOCKS, rows))
+
+
 def block_partials(rows, channels, count=1):
     """``count`` zeroed float64 arrays (blocks, channels) for the per-block sums of ``rows`` rows."""
-    blocks = max(1, min(ROW_BLOCKS, rows))
-    return tuple(numpy.zeros((blocks, channels)) for _ in range(count))
+    return tuple(numpy.zeros((row_blocks(rows), channels)) for _ in range(count))
 
 
 def add_in_block_order(partials):

@@ -17,7 +17,7 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module, parallel_range
 from gpgan.functions._args import array_of, constant
-from gpgan.functions._split import ROW_BLOCKS, add_in_block_order, block_partials, kernels_for
+from gpgan.functions._split import add_in_block_order, block_partials, kernels_for, row_blocks
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean, sum as _sum
 
@@ -59,10 +59,10 @@ def _from_rows(rows, like):
 
 
 def _row_passes(xp, fn, rows, nbytes):
-    """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on :data:`ROW_BLOCKS` fixed
-    blocks of rows (the blocks split over the cores for NumPy) and return the partials summed in
-    block order."""
-    blocks = max(1, min(ROW_BLOCKS, rows))
+    """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows
+    (:func:`~gpgan.functions._split.row_blocks`; the blocks split over the cores for NumPy) and
+    return the partials summed in block order."""
+    blocks = row_blocks(rows)
     bounds = [rows * k // blocks for k in range(blocks + 1)]
     parts = [None] * blocks
 

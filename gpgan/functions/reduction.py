@@ -1,6 +1,4 @@
 """Reductions: sum and mean over axes (an int, a tuple, negative allowed, or None), with ``keepdims``."""
-import numpy
-
 from gpgan.autograd import FunctionNode
 from gpgan.functions._args import axis_index
 from gpgan.functions._split import array_sum
