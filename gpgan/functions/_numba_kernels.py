@@ -16,6 +16,8 @@ NumPy sums float32 pairwise, so they agree with the NumPy passes to the dtype's 
 Imported only through :func:`gpgan.functions._compiled.cpu_kernels`, which this module's import
 error or compile error turns off.
 """
+import threading
+
 import numba
 import numpy
 
@@ -32,12 +34,21 @@ if numba.config.THREADING_LAYER == "default":
     numba.config.THREADING_LAYER = "threadsafe"
 
 
+_applied = threading.local()  # the count this thread last gave Numba
+
+
 def use_threads(n):
     """Run the parallel kernels on ``n`` threads (at most Numba's pool size). Numba's count is
-    per calling thread, so callers set it before each call; a no-op when it is already ``n``."""
+    per calling thread, so callers set it before each call; a no-op when this thread last set
+    ``n`` here (one attribute read, where asking Numba for its count costs a few microseconds on
+    each of a step's kernel calls). Code that calls ``numba.set_num_threads`` itself goes through
+    :func:`gpgan.set_num_threads` to change the kernels' count."""
     n = min(n, numba.config.NUMBA_NUM_THREADS)
+    if getattr(_applied, "count", None) == n:
+        return
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
+    _applied.count = n
 
 
 @_jit
