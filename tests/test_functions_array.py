@@ -234,6 +234,28 @@ def test_linear_values_and_derivatives(r, x_shape, with_bias):
     check(lambda *v: F.tanh(F.linear(*v)), args)
 
 
+@pytest.mark.parametrize("slope", [0.0, 0.2, 1.0])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_linear_with_a_rectifier_values_and_derivatives(r, slope, with_bias):
+    # One node for x @ W.T + b and the ReLU family's activation after it (0: ReLU): the
+    # activation's values, and first and second derivatives against finite differences.
+    x, w, b = r.standard_normal((6, 3)), r.standard_normal((5, 3)), r.standard_normal(5)
+    pre = x @ w.T + (b if with_bias else 0)
+    args = [x, w, b] if with_bias else [x, w]
+    y = F.linear(*[gpgan.Variable(a, requires_grad=True) for a in args], negative_slope=slope)
+    np.testing.assert_allclose(y.data, np.where(pre > 0, pre, slope * pre), rtol=1e-13)
+    assert type(y.creator).__name__ == "Linear"  # one node, not two
+    # x * y makes the second derivative with respect to every input non-trivial
+    check(lambda *v: F.linear(*v, negative_slope=slope) * F.linear(*v), args)
+
+
+def test_linear_refuses_a_slope_outside_0_1():
+    x, w = gpgan.Variable(np.ones((2, 3))), gpgan.Variable(np.ones((5, 3)))
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=rf"linear: negative_slope must be between 0 and 1 \(0 is ReLU\), got {bad}"):
+            F.linear(x, w, negative_slope=bad)
+
+
 def test_linear_skips_weight_gradient_when_only_the_input_is_asked(r):
     x = gpgan.Variable(r.standard_normal((4, 3)), requires_grad=True)
     w = gpgan.Variable(r.standard_normal((5, 3)), requires_grad=True)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gpgan
+import gpgan.functions as F
 import gpgan.nn as nn
 from gpgan.autograd import gradcheck, gradgradcheck
 from gpgan.nn import init
@@ -317,6 +318,60 @@ def test_gradcheck_and_gradgradcheck_linear_leaky_relu_sequential():
     x = rng.standard_normal((3, 3))
     gradcheck(fn, [x] + params)
     gradgradcheck(fn, [x] + params)
+
+
+def _unfused(model, x):
+    """``model``'s Sequential run module by module (no Linear takes the activation after it)."""
+    for m in model:
+        x = m(x)
+    return x
+
+
+@pytest.mark.parametrize("act", [nn.ReLU(), nn.LeakyReLU(0.2)])
+def test_sequential_runs_linear_and_rectifier_as_one_node_with_the_same_results(act):
+    # Sequential hands a ReLU or LeakyReLU to the Linear before it (one node, the activation in
+    # oneDNN's product where it runs): the same values and first- and second-order parameter
+    # gradients as the modules one by one, in float64 (NumPy) and float32 (oneDNN when installed).
+    rng = np.random.default_rng(3)
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 2e-5)):
+        model = nn.Sequential(nn.Linear(256, 256, rng=rng), act, nn.Linear(256, 1, rng=rng)).to("cpu", dtype)
+        x = gpgan.Variable(rng.standard_normal((128, 256)).astype(dtype), requires_grad=True)
+        params = list(model.parameters())
+        results = []
+        for run in (model, lambda x: _unfused(model, x)):
+            y = run(x)
+            g, = gpgan.grad(F.sum(y), [x], create_graph=True)  # R1's gradient, then its norm's
+            grads = gpgan.grad(F.sum(y * y) + F.sum(g * g), params)
+            results.append([y.data] + [p.data for p in grads])
+        assert [type(n).__name__ for n in (y.creator, y.creator.inputs[0].creator)] == ["Linear", type(act).__name__]
+        for fused, apart in zip(*results):
+            scale = max(float(np.abs(apart).max()), 1e-30)
+            np.testing.assert_allclose(fused, apart, rtol=0, atol=tol * scale)
+    hidden = model(x).creator.inputs[0]
+    assert type(hidden.creator).__name__ == "Linear" and hidden.creator.slope == act.rectifier_slope()
+
+
+def test_sequential_keeps_an_activation_with_a_hook_or_its_own_forward_as_its_own_node():
+    rng = np.random.default_rng(4)
+    x = gpgan.Variable(rng.standard_normal((4, 3)))
+
+    class MyLinear(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2.0
+
+    hooked = nn.ReLU()
+    hooked.register_forward_pre_hook(lambda module, inputs: None)
+    cases = [nn.Sequential(nn.Linear(3, 4, rng=rng), hooked),
+             nn.Sequential(MyLinear(3, 4, rng=rng), nn.ReLU()),
+             nn.Sequential(nn.Linear(3, 4, rng=rng), nn.LeakyReLU(-0.5)),
+             nn.Sequential(nn.Linear(3, 4, rng=rng), nn.Tanh())]
+    for model in cases:
+        y = model(x)
+        assert type(y.creator).__name__ != "Linear"
+        np.testing.assert_allclose(y.data, _unfused(model, x).data, rtol=1e-14)
+    fused = nn.Sequential(nn.Linear(3, 4, rng=rng), nn.ReLU(), nn.Linear(4, 4, rng=rng), nn.LeakyReLU(0.1))
+    y = fused(x)
+    assert type(y.creator).__name__ == "Linear" and y.creator.slope == 0.1
 
 
 def _small_conv_critic(rng, norm=None):

@@ -220,3 +220,59 @@ def test_small_float64_batched_and_reversed_products_stay_with_numpy(executed, r
     for x, y in cases:
         np.testing.assert_array_equal(gpgan.backend.matmul(x, y), np.matmul(x, y))
     assert not executed
+
+
+@pytest.mark.parametrize("slope", [None, 0.0, 0.2])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_products_with_a_fused_bias_and_rectifier(slope, with_bias, executed, rng):
+    # The bias row and the ReLU family's rectifier in oneDNN's own pass over the product: the
+    # float64 result to float32 rounding, in one execution (source, weights, output, bias,
+    # scratchpad).
+    compiled.onednn.set(True)
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = np.ascontiguousarray(rng.standard_normal((300, 200)).astype(np.float32)).T  # W.T, as Linear
+    bias = rng.standard_normal(300).astype(np.float32) if with_bias else None
+    c = gpgan.backend.fused_affine(a, b, bias, slope)
+    exact = a.astype(np.float64) @ b.astype(np.float64) + (0 if bias is None else bias)
+    if slope is not None:
+        exact = np.where(exact > 0, exact, slope * exact)
+    assert executed == [5 if with_bias else 4] and c.dtype == np.float32 and c.flags.c_contiguous
+    np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+    if slope == 0.0:
+        assert (c >= 0).all() and (c == 0).mean() > 0.3  # negative sums are cut to zero
+
+
+def test_fused_products_leave_what_onednn_does_not_take_to_the_caller(executed, rng):
+    compiled.onednn.set(True)
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    bias = np.ones(300, np.float32)
+    for args in [(a[:8, :8], b[:8, :8], None, 0.0),       # below MIN_PRODUCT_MACS
+                 (a.astype(np.float64), b.astype(np.float64), None, None),
+                 (a, b, bias.astype(np.float64), None),  # a float64 bias
+                 (a, b, bias[:299], None),                 # a bias of the wrong length
+                 (a, b, np.ones(600, np.float32)[::2], None)]:  # a strided bias
+        assert gpgan.backend.fused_affine(*args) is None
+    compiled.onednn.set(False)
+    assert gpgan.backend.fused_affine(a, b, bias, 0.0) is None
+    assert not executed
+
+
+@pytest.mark.parametrize("slope", [0.0, 0.2])
+def test_linear_with_a_rectifier_agrees_with_its_parts_on_onednn(slope, executed, rng):
+    # F.linear(..., negative_slope) (one node, oneDNN's fused pass) against F.linear then the
+    # activation's own node: values, first and second derivatives (values_and_grads).
+    x = rng.standard_normal((128, 256)).astype(np.float32)
+    w = (rng.standard_normal((256, 256)) / 16).astype(np.float32)
+    b = rng.standard_normal(256).astype(np.float32) / 10
+
+    def apart(x, w, b):
+        y = F.linear(x, w, b)
+        return F.relu(y) if slope == 0 else F.leaky_relu(y, slope)
+
+    compiled.onednn.set(True)
+    separate = _values_and_grads(apart, [x, w, b])
+    calls = len(executed)
+    fused = _values_and_grads(lambda x, w, b: F.linear(x, w, b, negative_slope=slope), [x, w, b])
+    assert calls and 5 in executed[calls:]  # the fused forward (with its bias) ran on oneDNN
+    _assert_close(separate, fused)

@@ -77,6 +77,17 @@ def matmul(a, b):
     return cublas_matmul(a, b)
 
 
+def fused_affine(a, b, bias=None, negative_slope=None):
+    """``a @ b + bias``, rectified when ``negative_slope`` is given (``x`` where ``x > 0``, else
+    ``negative_slope * x``), in one library call, for 2-D float32 NumPy products large enough for
+    oneDNN (:func:`gpgan.backend.onednn.matmul`); None for everything else (the caller adds the
+    bias and rectifies). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,) or None -> a new (M, N) array."""
+    if (type(a) is numpy.ndarray and type(b) is numpy.ndarray and a.ndim == 2 and b.ndim == 2
+            and a.dtype == b.dtype == numpy.float32 and compiled.onednn.enabled()):
+        return onednn.matmul(a, b, bias, negative_slope)
+    return None
+
+
 def scalar_array(xp, value, dtype=None):
     """A 0-d array of ``xp`` holding the host number ``value`` (in ``dtype``; None: NumPy's
     choice). On CUDA it is made by a fill kernel that takes the value as an argument, not by a copy

@@ -11,7 +11,8 @@ It comes from the package index as ``onednn-cpu-gomp`` (``pip install 'gpgan[cpu
 Linux), a build of oneDNN 3 with the GNU OpenMP runtime and no SYCL, and is called through ctypes:
 three convolution primitives, forward, backward data and backward weights, cover every convolution
 the engine runs (a transposed convolution is the backward data of a convolution), and the matmul
-primitive takes 2-D products of at least ``MIN_PRODUCT_MACS`` multiply-adds. Results agree with
+primitive takes 2-D products of at least ``MIN_PRODUCT_MACS`` multiply-adds, with a Linear's bias and
+the ReLU family's rectifier after it fused into the product's pass over its output when asked. Results agree with
 gpgan's own kernels to float32 rounding, not bit for bit (other summation orders); float64,
 grouped convolutions, batched products and CuPy arrays keep gpgan's own code. Switched off by
 ``GPGAN_ONEDNN=0`` or :func:`set_onednn` (the switch is :data:`gpgan.backend.compiled.onednn`);
@@ -44,7 +45,8 @@ _TAG_ANY, _TAG_ROWS, _TAG_NCHW, _TAG_NHWC = 1, 3, 5, 22  # dnnl_format_tag_any, 
 _FORWARD_TRAINING, _CONVOLUTION_DIRECT = 64, 1
 _SCRATCHPAD_USER = 1
 _QUERY_IMPL_INFO, _QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_SCRATCHPAD_MD = 8, 131, 132, 136
-_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_SCRATCHPAD = 1, 17, 33, 80
+_ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
+_ELTWISE_RELU = 0x20  # dnnl_eltwise_relu: x for x > 0, else alpha * x
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
 
 _handle = ctypes.c_void_p
@@ -104,6 +106,11 @@ class _Library:
             "dnnl_stream_wait": (i, [_handle]),
             "dnnl_primitive_attr_create": (i, [p(_handle)]),
             "dnnl_primitive_attr_set_scratchpad_mode": (i, [_handle, i]),
+            "dnnl_primitive_attr_set_post_ops": (i, [_handle, _handle]),
+            "dnnl_primitive_attr_destroy": (i, [_handle]),
+            "dnnl_post_ops_create": (i, [p(_handle)]),
+            "dnnl_post_ops_append_eltwise": (i, [_handle, i, ctypes.c_float, ctypes.c_float]),
+            "dnnl_post_ops_destroy": (i, [_handle]),
             "dnnl_memory_desc_create_with_tag": (i, [p(_handle), i, _Dims, i, i]),
             "dnnl_memory_desc_create_with_strides": (i, [p(_handle), i, _Dims, i, _Dims]),
             "dnnl_matmul_primitive_desc_create": (i, [p(_handle), _handle, _handle, _handle, _handle, _handle, _handle]),
@@ -146,6 +153,24 @@ class _Library:
         status = getattr(self.lib, name)(*args)
         if status != 0:
             raise OneDNNError(f"{name} returned oneDNN status {status}")
+
+    def rectifier_attr(self, negative_slope):
+        """A new attribute (the caller destroys it): user scratchpad, then ``relu`` with
+        ``negative_slope`` applied to the output."""
+        attr, post_ops = _handle(), _handle()
+        self.call("dnnl_primitive_attr_create", ctypes.byref(attr))
+        try:
+            self.call("dnnl_primitive_attr_set_scratchpad_mode", attr, _SCRATCHPAD_USER)
+            self.call("dnnl_post_ops_create", ctypes.byref(post_ops))
+            try:
+                self.call("dnnl_post_ops_append_eltwise", post_ops, _ELTWISE_RELU, negative_slope, 0.0)
+                self.call("dnnl_primitive_attr_set_post_ops", attr, post_ops)
+            finally:
+                self.lib.dnnl_post_ops_destroy(post_ops)
+        except OneDNNError:
+            self.lib.dnnl_primitive_attr_destroy(attr)
+            raise
+        return attr
 
     def memory_desc(self, dims, tag):
         md = _handle()
@@ -423,20 +448,30 @@ def conv_backward_weights(x, gy, ksize, stride, padding, dilation):
 
 
 class _Product(_Descs):
-    """oneDNN's matmul for one pair of 2-D shapes and memory orders; ``op`` None where it has none."""
+    """oneDNN's matmul for one pair of 2-D shapes and memory orders, with a bias row and a
+    rectifier fused when asked; ``op`` None where it has none."""
 
-    def __init__(self, lib, a, b):
+    def __init__(self, lib, a, b, bias, negative_slope):
         self.lib, self.shape = lib, (a.shape[0], b.shape[1])
         self.descs = [lib.strided_desc(a.shape, [s // 4 for s in a.strides]),
                       lib.strided_desc(b.shape, [s // 4 for s in b.strides]),
                       lib.memory_desc(self.shape, _TAG_ROWS)]
-        self.op = _Primitive.create(lib, "dnnl_matmul_primitive_desc_create", lib.engine, *self.descs[:2], None,
-                                    self.descs[2], lib.attr)
+        if bias:
+            self.descs.append(lib.memory_desc((1, self.shape[1]), _TAG_ROWS))
+        attr = lib.attr if negative_slope is None else lib.rectifier_attr(negative_slope)
+        try:
+            self.op = _Primitive.create(lib, "dnnl_matmul_primitive_desc_create", lib.engine, *self.descs[:2],
+                                        self.descs[3] if bias else None, self.descs[2], attr)
+        finally:
+            if attr is not lib.attr:
+                lib.lib.dnnl_primitive_attr_destroy(attr)
 
-    def __call__(self, a, b):
+    def __call__(self, a, b, bias):
         c = numpy.empty(self.shape, numpy.float32)
-        a_md, b_md, c_md = self.descs
-        self.op([(_ARG_SRC, (a_md, a)), (_ARG_WEIGHTS, (b_md, b)), (_ARG_DST, (c_md, c))])
+        args = [(_ARG_SRC, (self.descs[0], a)), (_ARG_WEIGHTS, (self.descs[1], b)), (_ARG_DST, (self.descs[2], c))]
+        if bias is not None:
+            args.append((_ARG_BIAS, (self.descs[3], bias)))
+        self.op(args)
         return c
 
 
@@ -449,19 +484,29 @@ def _strides_ok(a):
     return all(s > 0 and s % 4 == 0 for s in a.strides)
 
 
-def matmul(a, b):
+def matmul(a, b, bias=None, negative_slope=None):
     """``a @ b`` of 2-D float32 NumPy arrays (any positive strides) on oneDNN, a new C-contiguous
     (M, N) array; None when oneDNN is off, the product is small (``MIN_PRODUCT_MACS``) or its
-    operands' memory order is one oneDNN does not take (the caller uses NumPy)."""
+    operands' memory order is one oneDNN does not take (the caller uses NumPy).
+
+    With ``bias`` (a contiguous float32 (N,) array) the row is added to every row of the product,
+    and with ``negative_slope`` the sum is rectified (``x`` where ``x > 0``, else
+    ``negative_slope * x``; 0 is ReLU), both in the product's own pass over its output.
+    """
     if a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS or not (_strides_ok(a) and _strides_ok(b)):
+        return None
+    if bias is not None and not (bias.dtype == numpy.float32 and bias.shape == (b.shape[1],)
+                                 and bias.flags.c_contiguous):
         return None
     lib = _load()
     if lib is None:
         return None
-    product = _cached(_products, (a.shape, a.strides, b.shape, b.strides), lambda: _Product(lib, a, b))
+    slope = None if negative_slope is None else float(negative_slope)
+    product = _cached(_products, (a.shape, a.strides, b.shape, b.strides, bias is not None, slope),
+                      lambda: _Product(lib, a, b, bias is not None, slope))
     if product.op is None:
         return None
-    return product(a, b)
+    return product(a, b, bias)
 
 
 def implementation_names(x_shape, w_shape, stride, padding, dilation, out_hw):

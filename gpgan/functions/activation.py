@@ -39,15 +39,43 @@ def _softplus_raw(xp, z):
 
 
 # -- the ReLU family -----------------------------------------------------------------------------
+def _leaky_array(x, negative_slope):
+    """``x`` where ``x > 0``, else ``negative_slope * x``, on an array: one compiled pass for
+    0 <= negative_slope <= 1 where the Numba kernels run, else NumPy or CuPy passes."""
+    xp, slope = get_array_module(x), scalar_like(negative_slope, x)
+    if 0 <= negative_slope <= 1:
+        y = compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(negative_slope))  # one pass
+        if y is not None:
+            return y
+
+        # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
+        def leaky(out, x):
+            xp.multiply(x, slope, out=out)
+            xp.maximum(x, out, out=out)
+
+        return elementwise(xp, leaky, x)
+    return xp.where(x > 0, x, x * slope)
+
+
+def rectify_array(x, negative_slope=0):
+    """The ReLU family's forward on an array ``x``, a new array of its shape and dtype: for
+    ``negative_slope`` 0 ``max(x, 0)`` (NumPy ``maximum``'s bits: -0.0 and NaN kept), else ``x``
+    where ``x > 0`` and ``negative_slope * x`` elsewhere. One compiled pass where the Numba
+    kernels run, else NumPy or CuPy passes."""
+    if negative_slope != 0:
+        return _leaky_array(x, negative_slope)
+    xp = get_array_module(x)
+    y = compiled_elementwise(xp, "relu", (x,))
+    if y is not None:
+        return y
+    zero = scalar_like(0, x)
+    return elementwise(xp, lambda out, x: xp.maximum(x, zero, out=out), x)
+
+
 class ReLU(FunctionNode):
     def forward(self, inputs):
-        x, = inputs
         self.retain_outputs((0,))
-        xp, zero = get_array_module(x), scalar_like(0, x)
-        y = compiled_elementwise(xp, "relu", (x,))
-        if y is not None:
-            return (y,)
-        return (elementwise(xp, lambda out, x: xp.maximum(x, zero, out=out), x),)
+        return (rectify_array(inputs[0]),)
 
     def backward(self, indexes, grad_outputs):
         y, = self.get_retained_outputs()
@@ -62,19 +90,7 @@ class LeakyReLU(FunctionNode):
         x, = inputs
         # For a positive slope, y > 0 exactly where x > 0, so the output suffices for the mask.
         self.retain_outputs((0,)) if self.slope > 0 else self.retain_inputs((0,))
-        xp, slope = get_array_module(x), scalar_like(self.slope, x)
-        if 0 <= self.slope <= 1:
-            y = compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(self.slope))  # one pass
-            if y is not None:
-                return (y,)
-
-            # max(x, a*x) is leaky ReLU for 0 <= a <= 1, and cheaper than where().
-            def leaky(out, x):
-                xp.multiply(x, slope, out=out)
-                xp.maximum(x, out, out=out)
-
-            return (elementwise(xp, leaky, x),)
-        return (xp.where(x > 0, x, x * slope),)
+        return (_leaky_array(x, self.slope),)
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_outputs() if self.slope > 0 else self.get_retained_inputs()

@@ -2,9 +2,12 @@
 import numpy
 
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
+from gpgan.backend import fused_affine
 from gpgan.backend import matmul as backend_matmul
 from gpgan.functions._split import array_sum
+from gpgan.functions.activation import rectify_array
 from gpgan.functions.array import reshape, sum_to, transpose
+from gpgan.functions.math import rectified_scale
 
 
 __all__ = ['matmul', 'linear']
@@ -77,7 +80,18 @@ def matmul(a, b):
 
 
 class Linear(FunctionNode):
-    """``x @ W.T + b`` as one node: one GEMM forward, and a backward that skips unused gradients."""
+    """``x @ W.T + b`` as one node: one GEMM forward, and a backward that skips unused gradients.
+
+    With ``negative_slope`` the node is also the ReLU family's activation after it (0: ReLU;
+    else leaky ReLU, for 0 <= slope <= 1): oneDNN adds the bias and rectifies in the product's
+    own pass over its output where it runs the product, and the node keeps its output for the
+    activation's gradient, as ReLU's node does.
+    """
+
+    def __init__(self, negative_slope=None):
+        if negative_slope is not None and not 0 <= negative_slope <= 1:
+            raise ValueError(f"linear: negative_slope must be between 0 and 1 (0 is ReLU), got {negative_slope}")
+        self.slope = negative_slope
 
     def forward(self, inputs):
         x, w = inputs[0], inputs[1]
@@ -91,15 +105,24 @@ class Linear(FunctionNode):
             raise ValueError(f"linear: bias must have shape ({w.shape[0]},) to match weight of shape "
                              f"{w.shape}, got {b.shape}")
         self.retain_inputs((0, 1))
+        if self.slope is not None:
+            self.retain_outputs((0,))
         # Fold leading dimensions into one, so the product is a single 2-D GEMM.
-        y = _product(x.reshape(-1, w.shape[1]), w.T)
-        if b is not None:
-            y += b
+        x2 = x.reshape(-1, w.shape[1])
+        y = None if x2.shape[1] == 1 else fused_affine(x2, w.T, b, self.slope)
+        if y is None:
+            y = _product(x2, w.T)
+            if b is not None:
+                y += b
+            if self.slope is not None:
+                y = rectify_array(y, self.slope)
         return (y.reshape(x.shape[:-1] + (w.shape[0],)),)
 
     def backward(self, indexes, grad_outputs):
         x, w = self.get_retained_inputs()
         gy, = grad_outputs
+        if self.slope is not None:  # through the activation first (a node of its own when recording)
+            gy = rectified_scale(gy, self.get_retained_outputs()[0], self.slope)
         out_features, in_features = w.shape
         if not is_grad_enabled():
             # No graph recorded (first order): the products on arrays, without building nodes.
@@ -120,16 +143,18 @@ class Linear(FunctionNode):
         return tuple(out)
 
 
-def linear(x, weight, bias=None):
-    """``x @ weight.T + bias``.
+def linear(x, weight, bias=None, negative_slope=None):
+    """``x @ weight.T + bias``, and with ``negative_slope`` rectified in the same node:
+    ``leaky_relu(x @ weight.T + bias, negative_slope)``, or ``relu(...)`` for 0.
 
     Args:
         x: (..., in_features).
         weight: (out_features, in_features).
         bias: (out_features,) or None.
+        negative_slope: None (no activation) or a number in [0, 1].
 
     Returns:
         (..., out_features).
     """
     inputs = (x, weight) if bias is None else (x, weight, bias)
-    return Linear().apply(inputs)[0]
+    return Linear(negative_slope).apply(inputs)[0]

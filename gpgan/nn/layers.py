@@ -52,8 +52,15 @@ class Linear(Module):
     def reset_parameters(self, rng=None):
         _reset_torch_default(self.weight, self.bias, rng)
 
-    def forward(self, x):
-        return F.linear(x, self.weight, self.bias)
+    def forward(self, x, negative_slope=None):
+        """x (..., in_features) -> (..., out_features); with ``negative_slope`` rectified in the
+        same node (``leaky_relu(y, negative_slope)``, ``relu`` for 0): :class:`Sequential` asks
+        for that where a :class:`ReLU` or :class:`LeakyReLU` follows (see :func:`F.linear`)."""
+        return F.linear(x, self.weight, self.bias, negative_slope=negative_slope)
+
+    def fuses_rectifier(self):
+        """True when :meth:`forward` takes ``negative_slope`` (Linear's own, not a subclass's)."""
+        return type(self).forward is Linear.forward
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -216,9 +223,20 @@ class LayerNorm(Module):
         return f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}"
 
 
+def _plain(module, cls):
+    """True when ``module`` runs ``cls.forward`` with no hook of its own, so a preceding Linear may
+    compute it (Sequential's fusion)."""
+    return type(module).forward is cls.forward and not module._forward_pre_hooks
+
+
 class ReLU(Module):
     def forward(self, x):
         return F.relu(x)
+
+    def rectifier_slope(self):
+        """0 (ReLU is the rectifier of slope 0) for a Linear before it to compute it; None when
+        this module has hooks or another forward."""
+        return 0.0 if _plain(self, ReLU) else None
 
 
 class LeakyReLU(Module):
@@ -228,6 +246,12 @@ class LeakyReLU(Module):
 
     def forward(self, x):
         return F.leaky_relu(x, self.negative_slope)
+
+    def rectifier_slope(self):
+        """The slope, for a Linear before it to compute this activation (slopes in [0, 1]); None
+        when this module has hooks or another forward, or its slope is outside [0, 1]."""
+        slope = self.negative_slope
+        return float(slope) if _plain(self, LeakyReLU) and 0 <= slope <= 1 else None
 
     def extra_repr(self):
         return f"negative_slope={self.negative_slope}"

@@ -546,9 +546,30 @@ class Sequential(_ModuleSequence):
         return Sequential(OrderedDict(items))
 
     def forward(self, x):
-        for m in self._modules.values():
-            x = m(x)
+        modules = list(self._modules.values())
+        i = 0
+        while i < len(modules):
+            slope = _fused_rectifier(modules[i], modules[i + 1] if i + 1 < len(modules) else None)
+            if slope is None:
+                x = modules[i](x)
+                i += 1
+            else:
+                # A Linear and the ReLU or LeakyReLU after it as one node: oneDNN adds the bias and
+                # rectifies in the product's pass over its output, and the graph has one node less.
+                x = modules[i](x, negative_slope=slope)
+                i += 2
         return x
+
+
+def _fused_rectifier(module, after):
+    """The slope for ``module`` to compute the activation ``after`` too (``module.forward(x,
+    negative_slope=slope)``), or None: the pair must be a Linear (``fuses_rectifier``) and a ReLU
+    or LeakyReLU (``rectifier_slope``), each running its own forward."""
+    fuses = getattr(module, "fuses_rectifier", None)
+    slope_of = getattr(after, "rectifier_slope", None)
+    if fuses is None or slope_of is None or not fuses():
+        return None
+    return slope_of()
 
 
 class ModuleList(_ModuleSequence):
