@@ -66,12 +66,8 @@ def matmul(a, b):
     directly (:mod:`gpgan.backend.cublas`), so that a step with products can be captured as a CUDA
     graph."""
     if get_array_module(a, b) is numpy:
-        if (a.ndim == 2 and b.ndim == 2 and a.dtype == b.dtype == numpy.float32
-                and compiled.onednn.enabled()):
-            c = onednn.matmul(a, b)
-            if c is not None:
-                return c
-        return numpy.matmul(a, b)
+        c = fused_affine(a, b)  # oneDNN, where it takes the product
+        return numpy.matmul(a, b) if c is None else c
     from gpgan.backend.cublas import matmul as cublas_matmul
 
     return cublas_matmul(a, b)
@@ -81,8 +77,9 @@ def fused_affine(a, b, bias=None, negative_slope=None):
     """``a @ b + bias``, rectified when ``negative_slope`` is given (``x`` where ``x > 0``, else
     ``negative_slope * x``), in one library call, for 2-D float32 NumPy products large enough for
     oneDNN (:func:`gpgan.backend.onednn.matmul`); None for everything else (the caller adds the
-    bias and rectifies). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,) or None -> a new (M, N) array."""
-    if (type(a) is numpy.ndarray and type(b) is numpy.ndarray and a.ndim == 2 and b.ndim == 2
+    bias and rectifies). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,) or None -> a new (M, N) array.
+    The one test of which products oneDNN takes: :func:`matmul` asks it too."""
+    if (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and a.ndim == 2 and b.ndim == 2
             and a.dtype == b.dtype == numpy.float32 and compiled.onednn.enabled()):
         return onednn.matmul(a, b, bias, negative_slope)
     return None
