@@ -22,9 +22,15 @@ def _product(a, b):
     outer product, which BLAS does badly (0.14 ms for (256, 1) @ (1, 512) on the README's Xeon,
     against 0.05 ms for the broadcast multiply; the last layer of every critic has one output):
     then it is that multiply, which gives the same numbers (one rounded product per element)."""
-    if a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1:
+    if _is_outer(a, b):
         return a * b
     return backend_matmul(a, b)
+
+
+def _is_outer(a, b):
+    """True when ``a @ b`` is an outer product (2-D, inner dimension 1), which :func:`_product`
+    computes as a multiply."""
+    return a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1
 
 
 def _swap_last(x):
@@ -109,7 +115,7 @@ class Linear(FunctionNode):
             self.retain_outputs((0,))
         # Fold leading dimensions into one, so the product is a single 2-D GEMM.
         x2 = x.reshape(-1, w.shape[1])
-        y = None if x2.shape[1] == 1 else fused_affine(x2, w.T, b, self.slope)
+        y = None if _is_outer(x2, w.T) else fused_affine(x2, w.T, b, self.slope)  # _product's multiply
         if y is None:
             y = _product(x2, w.T)
             if b is not None:
