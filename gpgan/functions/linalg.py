@@ -7,7 +7,7 @@ from gpgan.backend import matmul as backend_matmul
 from gpgan.functions._split import array_sum
 from gpgan.functions.activation import rectify_array
 from gpgan.functions.array import reshape, sum_to, transpose
-from gpgan.functions.math import rectified_scale
+from gpgan.functions.math import rectified_gradient_and_sums, rectified_gradient_array, rectified_scale
 
 
 __all__ = ['matmul', 'linear']
@@ -127,16 +127,11 @@ class Linear(FunctionNode):
     def backward(self, indexes, grad_outputs):
         x, w = self.get_retained_inputs()
         gy, = grad_outputs
+        if not is_grad_enabled():
+            return tuple(_const(g) for g in self._array_gradients(indexes, gy.data, x.data, w.data))
         if self.slope is not None:  # through the activation first (a node of its own when recording)
             gy = rectified_scale(gy, self.get_retained_outputs()[0], self.slope)
         out_features, in_features = w.shape
-        if not is_grad_enabled():
-            # No graph recorded (first order): the products on arrays, without building nodes.
-            g = gy.data.reshape(-1, out_features)
-            raw = {0: lambda: _product(g, w.data).reshape(x.shape),
-                   1: lambda: _product(g.T, x.data.reshape(-1, in_features)),
-                   2: lambda: array_sum(g, (0,))}
-            return tuple(_const(raw[i]()) for i in indexes)
         gy2 = reshape(gy, (-1, out_features))
         out = []
         for i in indexes:
@@ -147,6 +142,25 @@ class Linear(FunctionNode):
             else:
                 out.append(sum_to(gy2, (out_features,)))
         return tuple(out)
+
+    def _array_gradients(self, indexes, gy, x, w):
+        """The gradients ``indexes`` asks for, as arrays, when no graph is recorded (first order):
+        the products without building nodes, and with a rectifier its gradient and the bias's
+        sum in one pass (:func:`rectified_gradient_and_sums`)."""
+        out_features, in_features = w.shape
+        g, gb = gy.reshape(-1, out_features), None
+        if self.slope is not None:
+            y = self.get_retained_outputs()[0].data.reshape(-1, out_features)
+            if 2 in indexes:
+                g, gb = rectified_gradient_and_sums(g, y, self.slope)
+            else:
+                g = rectified_gradient_array(g, y, self.slope)
+        elif 2 in indexes:
+            gb = array_sum(g, (0,))
+        raw = {0: lambda: _product(g, w).reshape(x.shape),
+               1: lambda: _product(g.T, x.reshape(-1, in_features)),
+               2: lambda: gb}
+        return [raw[i]() for i in indexes]
 
 
 def linear(x, weight, bias=None, negative_slope=None):

@@ -20,7 +20,8 @@ import numpy
 from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, broadcast_error, scalar_like
-from gpgan.functions._split import compiled_elementwise, elementwise
+from gpgan.functions._split import (add_in_block_order, array_sum, block_partials, compiled_elementwise, elementwise,
+                                    kernels_for)
 from gpgan.functions.array import sum_to
 
 
@@ -90,27 +91,55 @@ class RectifiedScale(FunctionNode):
 
     def forward(self, inputs):
         self.retain_inputs((1,))
-        gy, ref = inputs
-        xp = get_array_module(gy)
-        # The kernel's factors as host numbers in gy's dtype (from the Python numbers, never from
-        # device arrays: reading one back would stop a CUDA-graph capture).
-        rise, slope = gy.dtype.type(1 - self.slope), gy.dtype.type(self.slope)
-        out = compiled_elementwise(xp, "rectified_gradient", (gy, ref), rise + slope, slope)
-        if out is not None:
-            return (out,)
-        rise, slope = scalar_like(1 - self.slope, gy), scalar_like(self.slope, gy)
-
-        def scale(out, g, r):
-            xp.multiply(r > 0, rise, out=out)  # where positive: rise, then rise + slope
-            out += slope
-            out *= g
-
-        return (elementwise(xp, scale, gy, ref),)
+        return (rectified_gradient_array(*inputs, self.slope),)
 
     def backward(self, indexes, grad_outputs):
         ref, = self.get_retained_inputs()
         return tuple(rectified_scale(grad_outputs[0], ref, self.slope) if i == 0 else STRUCTURAL_ZERO
                      for i in indexes)
+
+
+def _factors(gy, slope):
+    """The ReLU family's two gradient factors ``(rise + slope, slope)`` as host numbers in ``gy``'s
+    dtype (from the Python numbers, never from device arrays: reading one back would stop a
+    CUDA-graph capture); the first is 1 taken as ``(1 - slope) + slope``, as the NumPy form's."""
+    rise, slope = gy.dtype.type(1 - slope), gy.dtype.type(slope)
+    return rise + slope, slope
+
+
+def rectified_gradient_array(gy, ref, slope):
+    """``gy * (1 where ref > 0, else slope)`` on arrays of one shape, a new array: the forward of
+    :class:`RectifiedScale`. One compiled pass where the Numba kernels run, else NumPy or CuPy
+    passes, with the same values."""
+    xp = get_array_module(gy)
+    out = compiled_elementwise(xp, "rectified_gradient", (gy, ref), *_factors(gy, slope))
+    if out is not None:
+        return out
+    rise, slope = scalar_like(1 - slope, gy), scalar_like(slope, gy)
+
+    def scale(out, g, r):
+        xp.multiply(r > 0, rise, out=out)  # where positive: rise, then rise + slope
+        out += slope
+        out *= g
+
+    return elementwise(xp, scale, gy, ref)
+
+
+def rectified_gradient_and_sums(gy, ref, slope):
+    """``(g, g.sum(axis=0))`` for ``g = rectified_gradient_array(gy, ref, slope)`` and ``gy``,
+    ``ref`` arrays (M, C): a rectified linear layer's output gradient and its bias gradient. Where
+    the Numba kernels run on C-contiguous arrays, one pass that also adds each row into the sums
+    (the same float64 sums over the same row blocks as :func:`array_sum`, so the same values as
+    the two passes); else the two passes."""
+    kernels = kernels_for(numpy, gy) if gy.__class__ is numpy.ndarray else None
+    if (kernels is None or ref.__class__ is not numpy.ndarray or ref.shape != gy.shape
+            or ref.dtype != gy.dtype or not (gy.flags.c_contiguous and ref.flags.c_contiguous)):
+        g = rectified_gradient_array(gy, ref, slope)
+        return g, array_sum(g, (0,))
+    out = numpy.empty_like(gy)
+    partials, = block_partials(*gy.shape)
+    kernels.rectified_gradient_sums(gy, ref, *_factors(gy, slope), out, partials)
+    return out, add_in_block_order(partials).astype(gy.dtype)
 
 
 def rectified_scale(gy, ref, slope):
