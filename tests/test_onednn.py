@@ -31,9 +31,9 @@ def executed(monkeypatch):
     calls = []
     original = onednn._Library.execute
 
-    def counting(self, prim, args):
+    def counting(self, prim, bound, args):
         calls.append(len(args))
-        return original(self, prim, args)
+        return original(self, prim, bound, args)
 
     monkeypatch.setattr(onednn._Library, "execute", counting)
     yield calls
@@ -207,6 +207,44 @@ def test_large_float32_products_run_on_onednn(order, executed, rng):
     assert executed and c.shape == (96, 300) and c.dtype == np.float32 and c.flags.c_contiguous
     exact = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+
+
+def test_each_call_gets_its_own_product_from_memory_objects_made_once_per_thread(executed, monkeypatch, rng):
+    # A thread's memory objects for an operation are made on its first call and pointed at each
+    # later call's arrays: new arrays, the same buffer with new values, and four threads calling
+    # one product at once must each get their own result, from one set of objects per thread.
+    from concurrent.futures import ThreadPoolExecutor
+
+    compiled.onednn.set(True)
+    made = []
+
+    class Counted(onednn._BoundArguments):
+        def __init__(self, lib, args):
+            made.append(len(args))
+            super().__init__(lib, args)
+
+    monkeypatch.setattr(onednn, "_BoundArguments", Counted)
+    monkeypatch.setattr(onednn, "_products", type(onednn._products)())  # a product no thread has run
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+
+    def products(seed):
+        local = np.random.default_rng(seed)
+        buffer = np.empty((96, 200), np.float32)
+        for k in range(6):
+            a = local.standard_normal((96, 200)).astype(np.float32)
+            if k % 2:  # the buffer of the call before last, with new values
+                buffer[...] = a
+                a = buffer
+            c = gpgan.backend.matmul(a, b)
+            exact = a.astype(np.float64) @ b.astype(np.float64)
+            np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+        return True
+
+    assert products(0)
+    assert made == [4]  # source, weights, output, scratchpad: once for this thread
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(products, range(1, 9)))
+    assert len(executed) == 6 * 9 and 2 <= len(made) <= 5  # one more set per pool thread
 
 
 def test_small_float64_batched_and_reversed_products_stay_with_numpy(executed, rng):
