@@ -280,6 +280,26 @@ def test_products_with_a_fused_bias_and_rectifier(slope, with_bias, executed, rn
         assert (c >= 0).all() and (c == 0).mean() > 0.3  # negative sums are cut to zero
 
 
+def test_a_small_product_with_a_large_fused_output_runs_on_onednn(executed, rng):
+    # A toy MLP's first layer, (256, 2) @ (2, 512): too few multiply-adds for oneDNN on its own,
+    # but with a bias or a rectifier fused its output's passes are saved; the bare product stays
+    # with NumPy.
+    compiled.onednn.set(True)
+    x = rng.standard_normal((256, 2)).astype(np.float32)
+    w_t = np.ascontiguousarray(rng.standard_normal((512, 2)).astype(np.float32)).T
+    bias = rng.standard_normal(512).astype(np.float32)
+    assert 256 * 2 * 512 < onednn.MIN_PRODUCT_MACS and 256 * 512 >= onednn.MIN_FUSED_OUTPUT
+    assert gpgan.backend.fused_affine(x, w_t, None, None) is None and not executed
+    exact = x.astype(np.float64) @ w_t.astype(np.float64) + bias
+    for b, slope, want in [(bias, None, exact), (None, 0.0, np.maximum(exact - bias, 0)),
+                           (bias, 0.2, np.where(exact > 0, exact, 0.2 * exact))]:
+        got = gpgan.backend.fused_affine(x, w_t, b, slope)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    assert len(executed) == 3
+    small = x[:64]  # an output of 64 x 512 elements: the passes stay in cache, NumPy's product runs
+    assert gpgan.backend.fused_affine(small, w_t, bias, 0.0) is None and len(executed) == 3
+
+
 def test_fused_products_leave_what_onednn_does_not_take_to_the_caller(executed, rng):
     compiled.onednn.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)

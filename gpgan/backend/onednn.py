@@ -506,9 +506,15 @@ class _Product(_Descs):
         return c
 
 
-#: Below this many multiply-adds a product stays with NumPy: a oneDNN call costs about 30 us more
-#: (ctypes, memory objects), about what OpenBLAS needs for 2**22 multiply-adds on the 2-core Xeon.
+#: Below this many multiply-adds a product stays with NumPy: a oneDNN call costs 10-25 us more
+#: (ctypes, the call itself), which OpenBLAS's faster kernels make up from about 2**21 multiply-adds
+#: on the 2-core Xeon, and more surely from 2**22.
 MIN_PRODUCT_MACS = 1 << 22
+#: ... unless the product's bias or rectifier is fused and its output has at least this many
+#: elements (256 KiB of float32): then each fused step saves a pass over an output out of cache,
+#: 30 us or more. The toy MLP's first layer, (256, 2) @ (2, 512) with bias and ReLU, takes 44 us
+#: so against 131 for NumPy's product and the two passes.
+MIN_FUSED_OUTPUT = 1 << 16
 
 
 def _strides_ok(a):
@@ -517,14 +523,17 @@ def _strides_ok(a):
 
 def matmul(a, b, bias=None, negative_slope=None):
     """``a @ b`` of 2-D float32 NumPy arrays (any positive strides) on oneDNN, a new C-contiguous
-    (M, N) array; None when oneDNN is off, the product is small (``MIN_PRODUCT_MACS``) or its
-    operands' memory order is one oneDNN does not take (the caller uses NumPy).
+    (M, N) array; None when oneDNN is off, the product is small (``MIN_PRODUCT_MACS``, or
+    ``MIN_FUSED_OUTPUT`` for a fused one) or its operands' memory order is one oneDNN does not take
+    (the caller uses NumPy).
 
     With ``bias`` (a contiguous float32 (N,) array) the row is added to every row of the product,
     and with ``negative_slope`` the sum is rectified (``x`` where ``x > 0``, else
     ``negative_slope * x``; 0 is ReLU), both in the product's own pass over its output.
     """
-    if a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS or not (_strides_ok(a) and _strides_ok(b)):
+    fused = bias is not None or negative_slope is not None
+    if (a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS
+            and not (fused and a.shape[0] * b.shape[1] >= MIN_FUSED_OUTPUT)) or not (_strides_ok(a) and _strides_ok(b)):
         return None
     if bias is not None and not (bias.dtype == numpy.float32 and bias.shape == (b.shape[1],)
                                  and bias.flags.c_contiguous):
