@@ -52,6 +52,8 @@ def flat_view(a):
     0-d, or not contiguous in any order of its axes)."""
     if a.ndim == 0:
         return None
+    if a.flags.c_contiguous:  # the common case, without sorting the axes
+        return a.reshape(-1)
     order = sorted(range(a.ndim), key=lambda k: (-a.strides[k], k))
     v = a.transpose(order)
     return v.reshape(-1) if v.flags.c_contiguous else None
