@@ -223,6 +223,30 @@ def test_sigmoid_softplus_log_sigmoid_are_stable_and_exact_for_large_inputs():
     np.testing.assert_allclose(t, np.tanh(x), rtol=1e-14)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(), (7, 3)])
+@pytest.mark.parametrize("beta,threshold", [(1.0, 20.0), (2.0, 5.0)])
+def test_softplus_first_order_gradient_is_the_recorded_one(beta, threshold, shape, dtype, rng):
+    # Without a graph being recorded softplus's backward runs on arrays; recorded, it builds
+    # nodes (for a penalty on it): the same operations, so the same bits, on both sides of the
+    # threshold, for a 0-d input too.
+    x = (rng.standard_normal(shape) * 8).astype(dtype)
+    gy = rng.standard_normal(shape).astype(dtype)
+
+    def first_order(create_graph):
+        v = gpgan.Variable(x, requires_grad=True)
+        g, = gpgan.grad(F.softplus(v, beta=beta, threshold=threshold), v, grad_outputs=gy,
+                        create_graph=create_graph)
+        return g.data
+
+    arrays, recorded = first_order(False), first_order(True)
+    assert isinstance(arrays, np.ndarray) and arrays.dtype == dtype and arrays.shape == shape
+    np.testing.assert_array_equal(arrays, recorded)
+    z = beta * x.astype(np.float64)
+    np.testing.assert_allclose(arrays, gy * np.where(z > threshold, 1.0, sigmoid_ref(z)),
+                               rtol=1e-6 if dtype == np.float32 else 1e-14)
+
+
 @pytest.mark.parametrize("fn", [F.sigmoid, F.softplus, F.log_sigmoid, F.tanh, F.elu])
 def test_second_derivatives_at_large_inputs_do_not_overflow(fn):
     x = np.array([-800.0, -60.0, 60.0, 800.0])

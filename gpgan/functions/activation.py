@@ -15,7 +15,7 @@ order. Two rules shape them:
 At ``x == 0`` the ReLU family uses the derivative of the ``x < 0`` side (0 for relu, as PyTorch).
 The exp-based functions are evaluated in forms that do not overflow for any finite input.
 """
-from gpgan.autograd import FunctionNode
+from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
 from gpgan.functions._args import axis_index, scalar_like
 from gpgan.functions._split import compiled_elementwise, elementwise
@@ -157,7 +157,12 @@ class Softplus(FunctionNode):
 
     def backward(self, indexes, grad_outputs):
         x, = self.get_retained_inputs()
-        linear = x.data * scalar_like(self.beta, x.data) > self.threshold  # PyTorch's switch to the identity
+        z = x.data * scalar_like(self.beta, x.data)
+        linear = z > self.threshold  # PyTorch's switch to the identity
+        if not is_grad_enabled():  # first order: the same operations on arrays, without nodes
+            xp = get_array_module(z)
+            slope = xp.where(linear, scalar_like(1.0, z), _stable_sigmoid(xp, z))
+            return (Variable._from_node(xp.asarray(grad_outputs[0].data * slope), None),)
         return (grad_outputs[0] * where(linear, 1.0, sigmoid(x * self.beta)),)
 
 
