@@ -195,13 +195,7 @@ class _Library:
     def execute(self, prim, bound, args):
         """Run ``prim`` on ``args``, pairs of (argument index, (memory desc, NumPy array)), through
         ``bound``, the calling thread's :class:`_BoundArguments` for them."""
-        set_handle, memories, pointers = self.lib.dnnl_memory_set_data_handle, bound.memories, bound.pointers
-        for i, (_, (_, array)) in enumerate(args):
-            pointer = array.ctypes.data
-            if pointer != pointers[i]:
-                if set_handle(memories[i], pointer) != 0:
-                    raise OneDNNError("dnnl_memory_set_data_handle failed")
-                pointers[i] = pointer
+        bound.point_at(args)
         self.call("dnnl_primitive_execute", prim, self.stream, len(args), bound.packed)
         self.call("dnnl_stream_wait", self.stream)
 
@@ -225,6 +219,16 @@ class _BoundArguments:
         """True when ``args`` name the same arguments with the same memory descs, in order."""
         return len(args) == len(self.keys) and all(k == key and md is desc for (k, (md, _)), (key, desc)
                                                    in zip(args, self.keys))
+
+    def point_at(self, args):
+        """Point each memory object at its array in ``args`` (which :meth:`fits`)."""
+        set_handle = self.lib.lib.dnnl_memory_set_data_handle
+        for i, (_, (_, array)) in enumerate(args):
+            pointer = array.ctypes.data
+            if pointer != self.pointers[i]:
+                if set_handle(self.memories[i], pointer) != 0:
+                    raise OneDNNError("dnnl_memory_set_data_handle failed")
+                self.pointers[i] = pointer
 
     def __del__(self):
         for memory in getattr(self, "memories", ()):
