@@ -102,14 +102,12 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     kernels = kernels_for(xp, first)  # first: the cheap test that small arrays fail
     if kernels is None:
         return None
-    if flat_view(first) is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
+    flat_first = flat_view(first)
+    if flat_first is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
         return None
-    kernel = getattr(kernels, name)
-    arrays = (first,) + tuple(a if a.strides == first.strides else _in_layout_of(first, a) for a in arrays[1:])
-
+    others = [flat_view(a if a.strides == first.strides else _in_layout_of(first, a)) for a in arrays[1:]]
     out = numpy.empty_like(first)
-    flats = [flat_view(v) for v in arrays + (out,)]
-    kernel(*flats[:-1], *scalars, flats[-1])
+    getattr(kernels, name)(flat_first, *others, *scalars, flat_view(out))
     return out
 
 
