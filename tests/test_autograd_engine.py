@@ -417,3 +417,60 @@ def test_allow_unused_still_applies_to_inputs_no_path_reaches():
     gx, gw, gz = gpgan.grad(F.sum(g * g), [x, w, z], allow_unused=True)
     assert gx is None and gz is None
     np.testing.assert_allclose(gw.data, 2 * w.data)
+
+
+# -- backward_accumulate ------------------------------------------------------------------------
+class _SummingProduct(FunctionNode):
+    """``y = a * b`` elementwise, whose first-order backward adds into the earlier sums it is given
+    and logs what it got: ``None`` or the earlier sum's values, per requested input."""
+
+    log = []
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        return (inputs[0] * inputs[1],)
+
+    def backward(self, indexes, grad_outputs):
+        a, b = self.get_retained_inputs()
+        return tuple(grad_outputs[0] * (b if i == 0 else a) for i in indexes)
+
+    def backward_accumulate(self, indexes, grad_outputs, grad_inputs):
+        type(self).log.append([None if g is None else g.data.copy() for g in grad_inputs])
+        # A marker the plain sum could not produce, so the test sees whose sum the engine kept.
+        return tuple(g if earlier is None else gpgan.Variable(earlier.data + g.data + 1000.0)
+                     for g, earlier in zip(self.backward(indexes, grad_outputs), grad_inputs))
+
+
+def test_a_function_that_sums_into_earlier_gradients_gets_them_and_its_sums_are_kept():
+    # x and w feed two products. The one the engine visits first finds no earlier gradient (plain
+    # backward); the other gets the sums so far, aligned with the inputs, and its sums are kept.
+    _SummingProduct.log = []
+    x, w = var([1.0, 2.0]), var([3.0, -1.0])
+    out = F.sum(_SummingProduct().apply((x, w))[0]) + F.sum(_SummingProduct().apply((x, w))[0]) * 2.0
+    gx, gw = gpgan.grad(out, [x, w])
+    (earlier_x, earlier_w), = _SummingProduct.log
+    c = earlier_x[0] / w.data[0]  # 1 or 2, the factor of the term visited first
+    assert c in (1.0, 2.0)
+    np.testing.assert_allclose(earlier_x, c * w.data)
+    np.testing.assert_allclose(earlier_w, c * x.data)
+    np.testing.assert_allclose(gx.data, 3 * w.data + 1000.0)
+    np.testing.assert_allclose(gw.data, 3 * x.data + 1000.0)
+    # A graph being recorded (create_graph=True): backward only, and the engine's own sum.
+    _SummingProduct.log = []
+    out = F.sum(_SummingProduct().apply((x, w))[0]) + F.sum(_SummingProduct().apply((x, w))[0])
+    gx, = gpgan.grad(out, x, create_graph=True)
+    assert _SummingProduct.log == [] and gx.requires_grad
+    np.testing.assert_allclose(gx.data, 2 * w.data)
+
+
+def test_an_input_used_twice_by_one_function_gets_the_earlier_sum_once():
+    # y = x * x after another use of x: the earlier sum goes to the first of the two entries only,
+    # and the engine adds the second entry's term.
+    _SummingProduct.log = []
+    x = var([1.5, -2.0])
+    out = F.sum(F.sin(x)) + F.sum(_SummingProduct().apply((x, x))[0])  # sin's node visited first
+    gx, = gpgan.grad(out, x)
+    (first, second), = _SummingProduct.log
+    np.testing.assert_allclose(first, np.cos(x.data))
+    assert second is None
+    np.testing.assert_allclose(gx.data, np.cos(x.data) + 2 * x.data + 1000.0)

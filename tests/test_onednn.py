@@ -300,6 +300,31 @@ def test_a_small_product_with_a_large_fused_output_runs_on_onednn(executed, rng)
     assert gpgan.backend.fused_affine(small, w_t, bias, 0.0) is None and len(executed) == 3
 
 
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_a_product_adds_an_earlier_sum_in_its_own_pass(with_bias, executed, rng):
+    # A weight gradient x.T @ g summed into an earlier one: the product plus the addend, one
+    # rounded float32 sum per element, so the same bits as NumPy's add after oneDNN's bare product;
+    # one execution with the addend among its arguments, and the addend left as it was.
+    compiled.onednn.set(True)
+    g = rng.standard_normal((256, 384)).astype(np.float32)
+    x = rng.standard_normal((256, 320)).astype(np.float32)
+    earlier = rng.standard_normal((384, 320)).astype(np.float32)
+    kept = earlier.copy()
+    bias = rng.standard_normal(320).astype(np.float32) if with_bias else None
+    bare = gpgan.backend.fused_affine(g.T, x, bias)
+    assert executed == [5 if with_bias else 4]
+    total = gpgan.backend.fused_affine(g.T, x, bias, addend=earlier)
+    assert executed[1:] == [6 if with_bias else 5] and total.dtype == np.float32 and total.flags.c_contiguous
+    np.testing.assert_array_equal(total, earlier + bare)
+    np.testing.assert_array_equal(earlier, kept)
+    # With a rectifier too: the addend comes after it (the second post-op).
+    rectified = gpgan.backend.fused_affine(g.T, x, bias, 0.0, addend=earlier)
+    np.testing.assert_array_equal(rectified, earlier + np.maximum(bare, 0))
+    for wrong in [earlier[:, :-1], earlier.astype(np.float64), np.asfortranarray(earlier)]:
+        assert gpgan.backend.fused_affine(g.T, x, bias, addend=wrong) is None
+    assert len(executed) == 3
+
+
 def test_fused_products_leave_what_onednn_does_not_take_to_the_caller(executed, rng):
     compiled.onednn.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)
@@ -334,3 +359,31 @@ def test_linear_with_a_rectifier_agrees_with_its_parts_on_onednn(slope, executed
     fused = _values_and_grads(lambda x, w, b: F.linear(x, w, b, negative_slope=slope), [x, w, b])
     assert calls and 5 in executed[calls:]  # the fused forward (with its bias) ran on oneDNN
     _assert_close(separate, fused)
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_a_layer_used_twice_sums_its_weight_gradient_in_the_product_with_the_same_bits(on, executed, rng,
+                                                                                      monkeypatch):
+    # A critic's linear layer on real and fake data: the second weight gradient's product adds
+    # the first (oneDNN's post-op, or NumPy's product and the split add with oneDNN off) where the
+    # engine would have added the two after; the gradients are the engine's own sums, bit for bit.
+    compiled.onednn.set(on)
+    w = gpgan.Variable((rng.standard_normal((512, 512)) / 23).astype(np.float32), requires_grad=True)
+    b = gpgan.Variable(np.zeros(512, np.float32), requires_grad=True)
+    real, fake = (rng.standard_normal((256, 512)).astype(np.float32) for _ in range(2))
+
+    def gradients():
+        out = F.sum(F.linear(real, w, b, 0.0) ** 2) - F.sum(F.linear(fake, w, b, 0.0))
+        return [g.data for g in gpgan.grad(out, [w, b])]
+
+    argument_indexes = []
+    original = onednn._Library.execute
+    monkeypatch.setattr(onednn._Library, "execute",
+                        lambda self, prim, bound, args: argument_indexes.append([k for k, _ in args])
+                        or original(self, prim, bound, args))
+    summed = gradients()
+    with_addend = [k for k in argument_indexes if onednn._post_op_source(0) in k]
+    monkeypatch.delattr(F.linalg.Linear, "backward_accumulate")
+    for got, want in zip(summed, gradients()):
+        np.testing.assert_array_equal(got, want)
+    assert len(with_addend) == (1 if on else 0) and len(argument_indexes) == (8 if on else 0)

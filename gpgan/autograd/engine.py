@@ -30,6 +30,11 @@ functions, and sums real gradients, in the same order as if the link were absent
 bit for bit those of a graph without it. A marker may then reach a function already passed
 without any gradient; that function is visited again (a marker carries no value, so nothing is
 summed twice).
+
+When no graph is recorded, a function that overrides
+:meth:`~gpgan.autograd.function.FunctionNode.backward_accumulate` gets the gradients already summed
+for its inputs and returns the new sums (a weight gradient's product adds the earlier terms in
+its own pass over the output); every other sum is the engine's, ``earlier + new``.
 """
 import heapq
 
@@ -70,6 +75,25 @@ def _accumulate(a, b):
     if a is None or a is STRUCTURAL_ZERO:
         return b
     return _Accumulate().apply((a, b))[0]
+
+
+_BASE_ACCUMULATE = FunctionNode.backward_accumulate
+
+
+def _previous_gradients(f, indexes, grads):
+    """The real gradients summed so far for ``f``'s inputs at ``indexes`` (None where none, and
+    for an input seen earlier in ``indexes``: the engine adds its second term itself), or None
+    when there is none at all: what :meth:`FunctionNode.backward_accumulate` gets."""
+    previous, seen, some = [], set(), False
+    for i in indexes:
+        n = f.inputs[i]
+        g = grads.get(n)
+        if g is STRUCTURAL_ZERO or id(n) in seen:
+            g = None
+        seen.add(id(n))
+        previous.append(g)
+        some = some or g is not None
+    return tuple(previous) if some else None
 
 
 def _zeros_like(variable):
@@ -203,13 +227,16 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
                     indexes.append(i)
             if not indexes:
                 continue
+            previous = None
             if live:
-                gxs = _call_backward(f, indexes, gys)
+                if not create_graph and type(f).backward_accumulate is not _BASE_ACCUMULATE:
+                    previous = _previous_gradients(f, indexes, grads)
+                gxs = _call_backward(f, indexes, gys, previous)
                 if not retain_graph:
                     f.release()
             else:  # only known zeros came in: pass the marker on; f does not run and keeps its buffers
                 gxs = (STRUCTURAL_ZERO,) * len(indexes)
-            for i, gx in zip(indexes, gxs):
+            for k, (i, gx) in enumerate(zip(indexes, gxs)):
                 if gx is None:
                     continue
                 n = f.inputs[i]
@@ -221,14 +248,21 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
                             f"{f.label}.backward returned a gradient of shape {gx.shape} for input {i} "
                             f"of shape {n.shape}"
                         )
-                    grads[n] = _accumulate(grads.get(n), gx)
+                    if previous is not None and previous[k] is not None:
+                        grads[n] = gx  # backward_accumulate summed it
+                    else:
+                        grads[n] = _accumulate(grads.get(n), gx)
                 schedule(n.creator)
     return grads
 
 
-def _call_backward(f, indexes, gys):
-    """``f.backward`` for the inputs at ``indexes``, as a tuple aligned with ``indexes``."""
-    gxs = f.backward(tuple(indexes), tuple(gys))
+def _call_backward(f, indexes, gys, previous=None):
+    """``f.backward`` for the inputs at ``indexes``, as a tuple aligned with ``indexes``; with
+    ``previous`` (see :func:`_previous_gradients`), ``f.backward_accumulate``."""
+    if previous is None:
+        gxs = f.backward(tuple(indexes), tuple(gys))
+    else:
+        gxs = f.backward_accumulate(tuple(indexes), tuple(gys), previous)
     if type(gxs) is not tuple:
         gxs = tuple(gxs) if isinstance(gxs, list) else (gxs,)
     if len(gxs) == len(f.inputs) and len(gxs) != len(indexes):

@@ -15,6 +15,9 @@ Subclasses implement
   :data:`STRUCTURAL_ZERO` (the output depends on the input, but with a derivative that is zero
   wherever it is defined, like a ReLU mask's; see :mod:`gpgan.autograd.engine`).
 
+and may implement ``backward_accumulate`` (Chainer's name), which adds each gradient to the one
+already summed for that input, where that saves a pass (a product that adds in its own pass).
+
 This follows Chainer's FunctionNode; nnabla calls the same idea forward graph expansion.
 """
 import sys
@@ -178,6 +181,19 @@ class FunctionNode:
 
     def backward(self, target_input_indexes, grad_outputs):
         raise NotImplementedError(f"{self.label} does not implement backward")
+
+    def backward_accumulate(self, target_input_indexes, grad_outputs, grad_inputs):
+        """``backward``, with each gradient added to the gradient already summed for its input.
+
+        ``grad_inputs`` is aligned with ``target_input_indexes``: a Variable (the sum so far, not
+        to be modified in place: other inputs' sums may share its array) or None (nothing summed
+        yet). Returns what ``backward`` returns, except that an entry whose ``grad_inputs`` entry
+        is a Variable is that Variable's value plus the gradient, as a new Variable (or None,
+        leaving the sum as it is). The engine calls it only when no graph is recorded, and only on
+        functions that override it; the base class has no general way to do it better than the
+        engine's own sum.
+        """
+        raise NotImplementedError(f"{self.label} does not implement backward_accumulate")
 
     def __repr__(self):
         return f"<{self.label} generation={self.generation}>"

@@ -73,15 +73,16 @@ def matmul(a, b):
     return cublas_matmul(a, b)
 
 
-def fused_affine(a, b, bias=None, negative_slope=None):
+def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
     """``a @ b + bias``, rectified when ``negative_slope`` is given (``x`` where ``x > 0``, else
-    ``negative_slope * x``), in one library call, for 2-D float32 NumPy products large enough for
-    oneDNN (:func:`gpgan.backend.onednn.matmul`); None for everything else (the caller adds the
-    bias and rectifies). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,) or None -> a new (M, N) array.
-    The one test of which products oneDNN takes: :func:`matmul` asks it too."""
+    ``negative_slope * x``), then plus ``addend``, in one library call, for 2-D float32 NumPy
+    products large enough for oneDNN (:func:`gpgan.backend.onednn.matmul`); None for everything
+    else (the caller adds the bias, rectifies and adds). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,)
+    or None, ``addend`` (M, N) C-contiguous or None -> a new (M, N) array. The one test of which
+    products oneDNN takes: :func:`matmul` asks it too."""
     if (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and a.ndim == 2 and b.ndim == 2
             and a.dtype == b.dtype == numpy.float32 and compiled.onednn.enabled()):
-        return onednn.matmul(a, b, bias, negative_slope)
+        return onednn.matmul(a, b, bias, negative_slope, addend)
     return None
 
 

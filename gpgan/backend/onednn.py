@@ -49,6 +49,9 @@ _SCRATCHPAD_USER = 1
 _QUERY_IMPL_INFO, _QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_SCRATCHPAD_MD = 8, 131, 132, 136
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS, _ARG_BIAS, _ARG_SCRATCHPAD = 1, 17, 33, 41, 80
 _ELTWISE_RELU = 0x20  # dnnl_eltwise_relu: x for x > 0, else alpha * x
+_BINARY_ADD = 0x1fff0  # dnnl_binary_add
+_ARG_SRC_1 = 2
+_ARG_POST_OP_BASE = 32768  # DNNL_ARG_ATTR_MULTIPLE_POST_OP_BASE of oneDNN 3
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
 
 _handle = ctypes.c_void_p
@@ -112,6 +115,7 @@ class _Library:
             "dnnl_primitive_attr_destroy": (i, [_handle]),
             "dnnl_post_ops_create": (i, [p(_handle)]),
             "dnnl_post_ops_append_eltwise": (i, [_handle, i, ctypes.c_float, ctypes.c_float]),
+            "dnnl_post_ops_append_binary": (i, [_handle, i, _handle]),
             "dnnl_post_ops_destroy": (i, [_handle]),
             "dnnl_memory_desc_create_with_tag": (i, [p(_handle), i, _Dims, i, i]),
             "dnnl_memory_desc_create_with_strides": (i, [p(_handle), i, _Dims, i, _Dims]),
@@ -157,16 +161,21 @@ class _Library:
         if status != 0:
             raise OneDNNError(f"{name} returned oneDNN status {status}")
 
-    def rectifier_attr(self, negative_slope):
-        """A new attribute (the caller destroys it): user scratchpad, then ``relu`` with
-        ``negative_slope`` applied to the output."""
+    def post_ops_attr(self, negative_slope=None, addend=None):
+        """A new attribute (the caller destroys it): user scratchpad, then the operations after the
+        product, in this order: ``relu`` with ``negative_slope`` (None: none), and the addition of
+        a tensor of memory desc ``addend`` (None: none), which each call passes under
+        :func:`_post_op_source` of that post-op's index."""
         attr, post_ops = _handle(), _handle()
         self.call("dnnl_primitive_attr_create", ctypes.byref(attr))
         try:
             self.call("dnnl_primitive_attr_set_scratchpad_mode", attr, _SCRATCHPAD_USER)
             self.call("dnnl_post_ops_create", ctypes.byref(post_ops))
             try:
-                self.call("dnnl_post_ops_append_eltwise", post_ops, _ELTWISE_RELU, negative_slope, 0.0)
+                if negative_slope is not None:
+                    self.call("dnnl_post_ops_append_eltwise", post_ops, _ELTWISE_RELU, negative_slope, 0.0)
+                if addend is not None:
+                    self.call("dnnl_post_ops_append_binary", post_ops, _BINARY_ADD, addend)
                 self.call("dnnl_primitive_attr_set_post_ops", attr, post_ops)
             finally:
                 self.lib.dnnl_post_ops_destroy(post_ops)
@@ -416,6 +425,12 @@ _convolutions = OrderedDict()
 _products = OrderedDict()
 
 
+def _post_op_source(index):
+    """The argument index of the second source of the binary post-op at ``index``
+    (``DNNL_ARG_ATTR_MULTIPLE_POST_OP(index) | DNNL_ARG_SRC_1``)."""
+    return _ARG_POST_OP_BASE * (index + 1) | _ARG_SRC_1
+
+
 def _cached(cache, key, make):
     """``cache[key]``, made by ``make()`` on a miss; beyond ``_CACHE_SIZE`` entries the least
     recently used one goes."""
@@ -483,29 +498,35 @@ def conv_backward_weights(x, gy, ksize, stride, padding, dilation):
 
 
 class _Product(_Descs):
-    """oneDNN's matmul for one pair of 2-D shapes and memory orders, with a bias row and a
-    rectifier fused when asked; ``op`` None where it has none."""
+    """oneDNN's matmul for one pair of 2-D shapes and memory orders, with a bias row, a rectifier
+    and the addition of a C-contiguous (M, N) array fused when asked; ``op`` None where it has none."""
 
-    def __init__(self, lib, a, b, bias, negative_slope):
+    def __init__(self, lib, a, b, bias, negative_slope, addend):
         self.lib, self.shape = lib, (a.shape[0], b.shape[1])
         self.descs = [lib.strided_desc(a.shape, [s // 4 for s in a.strides]),
                       lib.strided_desc(b.shape, [s // 4 for s in b.strides]),
                       lib.memory_desc(self.shape, _TAG_ROWS)]
+        self.bias_desc = lib.memory_desc((1, self.shape[1]), _TAG_ROWS) if bias else None
         if bias:
-            self.descs.append(lib.memory_desc((1, self.shape[1]), _TAG_ROWS))
-        attr = lib.attr if negative_slope is None else lib.rectifier_attr(negative_slope)
+            self.descs.append(self.bias_desc)
+        # The addend has the output's shape and memory order: it shares the output's desc.
+        self.addend_arg = _post_op_source(0 if negative_slope is None else 1) if addend else None
+        fused = negative_slope is not None or addend
+        attr = lib.post_ops_attr(negative_slope, self.descs[2] if addend else None) if fused else lib.attr
         try:
             self.op = _Primitive.create(lib, "dnnl_matmul_primitive_desc_create", lib.engine, *self.descs[:2],
-                                        self.descs[3] if bias else None, self.descs[2], attr)
+                                        self.bias_desc, self.descs[2], attr)
         finally:
             if attr is not lib.attr:
                 lib.lib.dnnl_primitive_attr_destroy(attr)
 
-    def __call__(self, a, b, bias):
+    def __call__(self, a, b, bias, addend):
         c = numpy.empty(self.shape, numpy.float32)
         args = [(_ARG_SRC, (self.descs[0], a)), (_ARG_WEIGHTS, (self.descs[1], b)), (_ARG_DST, (self.descs[2], c))]
         if bias is not None:
-            args.append((_ARG_BIAS, (self.descs[3], bias)))
+            args.append((_ARG_BIAS, (self.bias_desc, bias)))
+        if addend is not None:
+            args.append((self.addend_arg, (self.descs[2], addend)))
         self.op(args)
         return c
 
@@ -525,32 +546,37 @@ def _strides_ok(a):
     return all(s > 0 and s % 4 == 0 for s in a.strides)
 
 
-def matmul(a, b, bias=None, negative_slope=None):
+def matmul(a, b, bias=None, negative_slope=None, addend=None):
     """``a @ b`` of 2-D float32 NumPy arrays (any positive strides) on oneDNN, a new C-contiguous
     (M, N) array; None when oneDNN is off, the product is small (``MIN_PRODUCT_MACS``, or
     ``MIN_FUSED_OUTPUT`` for a fused one) or its operands' memory order is one oneDNN does not take
     (the caller uses NumPy).
 
     With ``bias`` (a contiguous float32 (N,) array) the row is added to every row of the product,
-    and with ``negative_slope`` the sum is rectified (``x`` where ``x > 0``, else
-    ``negative_slope * x``; 0 is ReLU), both in the product's own pass over its output.
+    with ``negative_slope`` the sum is rectified (``x`` where ``x > 0``, else
+    ``negative_slope * x``; 0 is ReLU), and with ``addend`` (a C-contiguous float32 (M, N) array,
+    left unchanged) it is added last, each in the product's own pass over its output. The addition
+    is one rounded float32 sum per element, as ``addend + a @ b`` after the product.
     """
-    fused = bias is not None or negative_slope is not None
+    fused = bias is not None or negative_slope is not None or addend is not None
     if (a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS
             and not (fused and a.shape[0] * b.shape[1] >= MIN_FUSED_OUTPUT)) or not (_strides_ok(a) and _strides_ok(b)):
         return None
     if bias is not None and not (bias.dtype == numpy.float32 and bias.shape == (b.shape[1],)
                                  and bias.flags.c_contiguous):
         return None
+    if addend is not None and not (addend.__class__ is numpy.ndarray and addend.dtype == numpy.float32
+                                   and addend.shape == (a.shape[0], b.shape[1]) and addend.flags.c_contiguous):
+        return None
     lib = _load()
     if lib is None:
         return None
     slope = None if negative_slope is None else float(negative_slope)
-    product = _cached(_products, (a.shape, a.strides, b.shape, b.strides, bias is not None, slope),
-                      lambda: _Product(lib, a, b, bias is not None, slope))
+    key = (a.shape, a.strides, b.shape, b.strides, bias is not None, slope, addend is not None)
+    product = _cached(_products, key, lambda: _Product(lib, a, b, bias is not None, slope, addend is not None))
     if product.op is None:
         return None
-    return product(a, b, bias)
+    return product(a, b, bias, addend)
 
 
 def implementation_names(x_shape, w_shape, stride, padding, dilation, out_hw):

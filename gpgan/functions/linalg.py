@@ -4,7 +4,7 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import fused_affine
 from gpgan.backend import matmul as backend_matmul
-from gpgan.functions._split import array_sum
+from gpgan.functions._split import add_arrays, array_sum
 from gpgan.functions.activation import rectify_array
 from gpgan.functions.array import reshape, sum_to, transpose
 from gpgan.functions.math import rectified_gradient_and_sums, rectified_gradient_array, rectified_scale
@@ -25,6 +25,19 @@ def _product(a, b):
     if _is_outer(a, b):
         return a * b
     return backend_matmul(a, b)
+
+
+def _product_plus(a, b, addend):
+    """``addend + a @ b`` of arrays (``a @ b`` for None): where oneDNN runs the product it adds
+    ``addend`` in its own pass over the output, else :func:`_product` and :func:`add_arrays`,
+    with the same values (one rounded sum per element)."""
+    if addend is None:
+        return _product(a, b)
+    if not _is_outer(a, b):
+        total = fused_affine(a, b, addend=addend)
+        if total is not None:
+            return total
+    return add_arrays(addend, _product(a, b))
 
 
 def _is_outer(a, b):
@@ -143,10 +156,21 @@ class Linear(FunctionNode):
                 out.append(sum_to(gy2, (out_features,)))
         return tuple(out)
 
-    def _array_gradients(self, indexes, gy, x, w):
+    def backward_accumulate(self, indexes, grad_outputs, grad_inputs):
+        """The engine calls this instead of :meth:`backward` when no graph is recorded and an
+        input already has a gradient: the weight's earlier gradient is added in the weight
+        gradient's own product (a linear layer used twice in a step, as a critic on real and fake
+        data, saves a pass over each weight gradient)."""
+        x, w = self.get_retained_inputs()
+        gy, = grad_outputs
+        earlier = [None if g is None else g.data for g in grad_inputs]
+        return tuple(_const(g) for g in self._array_gradients(indexes, gy.data, x.data, w.data, earlier))
+
+    def _array_gradients(self, indexes, gy, x, w, earlier=None):
         """The gradients ``indexes`` asks for, as arrays, when no graph is recorded (first order):
         the products without building nodes, and with a rectifier its gradient and the bias's
-        sum in one pass (:func:`rectified_gradient_and_sums`)."""
+        sum in one pass (:func:`rectified_gradient_and_sums`). ``earlier``: None, or arrays
+        aligned with ``indexes`` (or None) to add each gradient to (:meth:`backward_accumulate`)."""
         out_features, in_features = w.shape
         g, gb = gy.reshape(-1, out_features), None
         if self.slope is not None:
@@ -157,9 +181,14 @@ class Linear(FunctionNode):
                 g = rectified_gradient_array(g, y, self.slope)
         elif 2 in indexes:
             gb = array_sum(g, (0,))
-        raw = {0: lambda: _product(g, w).reshape(x.shape),
-               1: lambda: _product(g.T, x.reshape(-1, in_features)),
-               2: lambda: gb}
+        earlier = dict(zip(indexes, earlier)) if earlier is not None else {}
+
+        def plus_earlier(i, gradient):
+            return gradient if earlier.get(i) is None else add_arrays(earlier[i], gradient)
+
+        raw = {0: lambda: plus_earlier(0, _product(g, w).reshape(x.shape)),
+               1: lambda: _product_plus(g.T, x.reshape(-1, in_features), earlier.get(1)),
+               2: lambda: plus_earlier(2, gb)}
         return [raw[i]() for i in indexes]
 
 
