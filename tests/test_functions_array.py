@@ -294,6 +294,22 @@ def test_matmul_derivatives(r, shapes):
     check(F.matmul, [a, b])
 
 
+def test_a_broadcast_operand_is_multiplied_by_blas(r):
+    """A broadcast operand (zero strides: the gradient of a sum, transposed for a weight gradient)
+    is made contiguous before NumPy's matmul, which otherwise runs its own loop, not BLAS: the
+    product of the contiguous copy, bit for bit, and the float64 product to float32 rounding."""
+    from gpgan.backend import matmul
+
+    ones = np.broadcast_to(np.float32(0.37), (1, 256))
+    b = r.standard_normal((256, 512)).astype(np.float32)
+    assert ones.strides == (0, 0)
+    got = matmul(ones, b)
+    np.testing.assert_array_equal(got, np.matmul(np.ascontiguousarray(ones), b))
+    np.testing.assert_allclose(got, 0.37 * b.astype(np.float64).sum(0, keepdims=True), rtol=1e-5, atol=1e-4)
+    rows = np.broadcast_to(r.standard_normal((1, 5)).astype(np.float32), (3, 5))
+    np.testing.assert_array_equal(matmul(b[:3].T, rows), np.matmul(b[:3].T, np.ascontiguousarray(rows)))
+
+
 def test_products_with_inner_dimension_one_are_exact_and_differentiable(r):
     """An inner dimension of 1 (a critic's last layer: out_features 1) takes a broadcast multiply
     instead of BLAS: the same numbers bit for bit, in float32 too, and the same derivatives."""

@@ -67,10 +67,17 @@ def matmul(a, b):
     graph."""
     if get_array_module(a, b) is numpy:
         c = fused_affine(a, b)  # oneDNN, where it takes the product
-        return numpy.matmul(a, b) if c is None else c
+        return numpy.matmul(_blas_operand(a), _blas_operand(b)) if c is None else c
     from gpgan.backend.cublas import matmul as cublas_matmul
 
     return cublas_matmul(a, b)
+
+
+def _blas_operand(x):
+    """``x`` as NumPy's matmul can hand it to BLAS: a broadcast operand (a zero stride, as the
+    gradient of a sum is) made contiguous. NumPy runs its own loop for one, not BLAS: 128 us for
+    (1, 256) @ (256, 512) inside the toy MLP's step, against 35 for a contiguous copy."""
+    return numpy.ascontiguousarray(x) if 0 in x.strides and x.size > 1 else x
 
 
 def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
