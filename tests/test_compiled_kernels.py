@@ -24,7 +24,7 @@ from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERN
 
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
 
-KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "add", "relu", "leaky_relu",
+KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "add", "outer", "relu", "leaky_relu",
                 "rectified_gradient")
 BATCH_NORM_KERNELS = ("channel_moments", "channel_gradient_sums", "channel_affine", "channel_input_gradient")
 SUM_KERNELS = ("channel_sums", "rectified_gradient_sums")
@@ -312,6 +312,28 @@ def test_relu_family_identical_with_and_without_kernels(activation, layout, dtyp
     assert counted["rectified_gradient"] > 0  # every layout, (C, N, H, W) memory included
     assert counted["relu"] > 0 or activation is not F.relu
     assert counted["add"] > 0  # the two paths' gradients summed by the engine's adder
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_outer_products_identical_with_and_without_kernels(dtype, counted, thread_split, rng):
+    # A critic's one-output last layer: its input gradient (N, 1) @ (1, C) is an outer product,
+    # once in the first backward and again in the second. Signed zeros, infinities and a NaN
+    # among the weights; the products must match NumPy's broadcast multiply bit for bit.
+    x = rng.standard_normal((9, 7)).astype(dtype)
+    w = rng.standard_normal((1, 7)).astype(dtype)
+    w[0, :4] = [-0.0, np.inf, np.nan, 0.0]
+
+    def net(x, w):
+        y = F.linear(F.tanh(x), w)
+        g, = gpgan.grad(F.sum(y * y), x, create_graph=True)
+        return g * g
+
+    with np.errstate(invalid="ignore"):
+        _both_paths(net, [x, w], counted)
+        a, b = rng.standard_normal((9, 1)).astype(dtype), w[:, ::-1]  # a strided row
+        compiled.set_compiled_kernels(True)
+        np.testing.assert_array_equal(F.matmul(gpgan.Variable(a), gpgan.Variable(b)).data, a * b)
+    assert counted["outer"] >= 3
 
 
 def test_small_activations_run_on_numpy_and_do_not_load_numba():

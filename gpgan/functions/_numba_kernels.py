@@ -21,7 +21,8 @@ import threading
 import numba
 import numpy
 
-__all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "add", "relu", "leaky_relu",
+__all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "add", "outer", "relu",
+           "leaky_relu",
            "rectified_gradient", "rectified_gradient_sums",
            "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
@@ -176,6 +177,18 @@ def add(a, b, out):
     """``out = a + b`` elementwise on 1-D arrays (one IEEE addition each, as NumPy's)."""
     for i in numba.prange(a.size):
         out[i] = a[i] + b[i]
+
+
+@_parallel_jit
+def outer(a, b, out):
+    """``out[i, j] = a[i] * b[j]`` for 1-D ``a`` (M,) and ``b`` (N,) and ``out`` (M, N): an
+    (M, 1) @ (1, N) product, one rounded product per element as NumPy's broadcast multiply, with
+    the rows split over the threads."""
+    for i in numba.prange(a.size):
+        v = a[i]
+        row = out[i]
+        for j in range(b.size):
+            row[j] = v * b[j]
 
 
 @_parallel_jit

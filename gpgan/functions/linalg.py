@@ -4,7 +4,7 @@ import numpy
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import fused_affine
 from gpgan.backend import matmul as backend_matmul
-from gpgan.functions._split import add_arrays, array_sum
+from gpgan.functions._split import add_arrays, array_sum, kernels_for
 from gpgan.functions.activation import rectify_array
 from gpgan.functions.array import reshape, sum_to, transpose
 from gpgan.functions.math import rectified_gradient_and_sums, rectified_gradient_array, rectified_scale
@@ -23,8 +23,21 @@ def _product(a, b):
     against 0.05 ms for the broadcast multiply; the last layer of every critic has one output):
     then it is that multiply, which gives the same numbers (one rounded product per element)."""
     if _is_outer(a, b):
-        return a * b
+        return _outer(a, b)
     return backend_matmul(a, b)
+
+
+def _outer(a, b):
+    """``a * b`` for ``a`` (M, 1) and ``b`` (1, N): one pass split over the threads where the Numba
+    kernels take the (M, N) output (NumPy's broadcast multiply runs on one core, and slowly: 45 us
+    for (256, 1) x (1, 512) on the README's Xeon, against 7), else NumPy's; the same products."""
+    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray and a.dtype == b.dtype:
+        out = numpy.empty((a.shape[0], b.shape[1]), a.dtype)
+        kernels = kernels_for(numpy, out)
+        if kernels is not None:
+            kernels.outer(a[:, 0], b[0], out)
+            return out
+    return a * b
 
 
 def _product_plus(a, b, addend):
