@@ -126,19 +126,22 @@ def test_few_output_channels_identical_with_and_without_kernels(case, layout, co
 
 def test_dcgan_shapes_identical_and_every_kernel_runs(counted, rng):
     # The generator's k4 s2 p1 transposed convolutions (channels-last col2im) and ReLU, its 3x3 image
-    # layer (few outputs: the channel-planes col2im) and the critic's convolutions. (Batch norm,
-    # which the compiled path sums in float64, is tested below.)
+    # layer (few outputs: the channel-planes col2im), the critic's convolutions and its one-output
+    # last layer (an outer product backward). (Batch norm, which the compiled path sums in float64,
+    # is tested below.)
     x = rng.standard_normal((4, 32, 4, 4)).astype(np.float32)
     w1 = (0.1 * rng.standard_normal((32, 16, 4, 4))).astype(np.float32)
     w2 = (0.1 * rng.standard_normal((3, 16, 3, 3))).astype(np.float32)
     w3 = (0.1 * rng.standard_normal((8, 3, 4, 4))).astype(np.float32)
+    w4 = (0.1 * rng.standard_normal((1, 128))).astype(np.float32)
 
-    def net(x, w1, w2, w3):
+    def net(x, w1, w2, w3, w4):
         h = F.relu(F.conv_transpose2d(x, w1, stride=2, padding=1))
         img = F.tanh(F.conv2d(h, w2, padding=1))
-        return F.leaky_relu(F.conv2d(img, w3, stride=2, padding=1), 0.2)
+        features = F.leaky_relu(F.conv2d(img, w3, stride=2, padding=1), 0.2)
+        return F.linear(F.reshape(features, (4, 128)), w4)
 
-    calls = _both_paths(net, [x, w1, w2, w3], counted)
+    calls = _both_paths(net, [x, w1, w2, w3, w4], counted)
     assert all(calls[name] > 0 for name in KERNEL_NAMES), calls
     assert not any(calls[name] for name in BATCH_NORM_KERNELS)
 
