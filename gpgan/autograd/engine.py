@@ -88,9 +88,9 @@ def _previous_gradients(f, indexes, grads):
     for i in indexes:
         n = f.inputs[i]
         g = grads.get(n)
-        if g is STRUCTURAL_ZERO or id(n) in seen:
+        if g is STRUCTURAL_ZERO or n in seen:
             g = None
-        seen.add(id(n))
+        seen.add(n)
         previous.append(g)
         some = some or g is not None
     return tuple(previous) if some else None
@@ -145,33 +145,35 @@ def _initial_gradients(outputs, grad_outputs, create_graph):
 
 
 def _needed_functions(output_nodes, target_nodes):
-    """Functions that lie on a path from an output node to a target node.
+    """Functions that lie on a path from an output node to a target node (a set of nodes).
 
     Computed by a depth-first walk from the outputs (post-order: a function after the creators
-    of its inputs), not by generation, which does not count structural inputs."""
+    of its inputs), not by generation, which does not count structural inputs. Nodes and
+    functions hash by identity, so the sets hold the objects themselves."""
     needed = set()
     done = set()
     stack = [(n.creator, False) for n in output_nodes if n.creator is not None]
     while stack:
         f, expanded = stack.pop()
-        if id(f) in done:
+        if f in done:
             continue
         if not expanded:
             stack.append((f, True))
             for n in f.inputs:
-                if n is not None and n.requires_grad and n.creator is not None and id(n.creator) not in done:
+                if n is not None and n.requires_grad and n.creator is not None and n.creator not in done:
                     stack.append((n.creator, False))
             continue
-        done.add(id(f))
+        done.add(f)
         for n in f.inputs:
-            if n is not None and (id(n) in target_nodes or (n.creator is not None and id(n.creator) in needed)):
-                needed.add(id(f))
+            if n is not None and (n in target_nodes or (n.creator is not None and n.creator in needed)):
+                needed.add(f)
                 break
     return needed
 
 
 def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
-    """The shared traversal. ``target_nodes``: id -> node for ``grad``, or None for ``backward``.
+    """The shared traversal. ``target_nodes``: the set of nodes ``grad`` asks for, or None for
+    ``backward``.
 
     Returns the dict node -> gradient holding the gradients of the leaves (``backward``) or the
     target nodes (``grad``); a gradient may be STRUCTURAL_ZERO (see the module docstring).
@@ -179,7 +181,7 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
     grads = _initial_gradients(outputs, grad_outputs, create_graph)
     output_nodes = [y._node for y in outputs]
     needed = None if target_nodes is None else _needed_functions(output_nodes, target_nodes)
-    keep = target_nodes if target_nodes is not None else {}
+    keep = target_nodes if target_nodes is not None else frozenset()
 
     heap = []
     pushed = set()
@@ -187,11 +189,13 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
     counter = [0]
 
     def schedule(f):
-        if f is not None and id(f) in passed:  # a late structural zero (see structural_inputs)
-            passed.discard(id(f))
-            pushed.discard(id(f))
-        if f is not None and id(f) not in pushed and (needed is None or id(f) in needed):
-            pushed.add(id(f))
+        if f is None:
+            return
+        if f in passed:  # a late structural zero (see structural_inputs)
+            passed.discard(f)
+            pushed.discard(f)
+        if f not in pushed and (needed is None or f in needed):
+            pushed.add(f)
             counter[0] += 1
             heapq.heappush(heap, (-f.generation, counter[0], f))  # counter: a unique tie-break
 
@@ -207,7 +211,7 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
                 node = ref()
                 if node is None:
                     g = None
-                elif id(node) in keep:
+                elif node in keep:
                     g = grads.get(node)
                 else:
                     g = grads.pop(node, None)  # consumed: free it now
@@ -217,13 +221,13 @@ def _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph):
                     live = True
                 gys.append(g)
             if not (live or zero):
-                passed.add(id(f))
+                passed.add(f)
                 continue
             indexes = []
             for i, n in enumerate(f.inputs):
                 if n is None or not n.requires_grad:
                     continue
-                if needed is None or id(n) in keep or (n.creator is not None and id(n.creator) in needed):
+                if needed is None or n in keep or (n.creator is not None and n.creator in needed):
                     indexes.append(i)
             if not indexes:
                 continue
@@ -329,13 +333,13 @@ def grad(outputs, inputs, grad_outputs=None, create_graph=False, retain_graph=No
     grad_outputs = _as_list(grad_outputs)
     if retain_graph is None:
         retain_graph = create_graph
-    target_nodes = {}
+    target_nodes = set()
     for k, x in enumerate(inputs):
         if not isinstance(x, Variable):
             raise TypeError(f"inputs[{k}] must be a Variable, got {type(x).__name__}")
         if not x.requires_grad:
             raise RuntimeError(f"inputs[{k}] does not require grad; set requires_grad=True on it")
-        target_nodes[id(x._node)] = x._node
+        target_nodes.add(x._node)
     grads = _run(outputs, grad_outputs, target_nodes, create_graph, retain_graph)
     result = []
     for k, x in enumerate(inputs):
