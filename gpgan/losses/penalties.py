@@ -90,8 +90,11 @@ def _gradient_of_output(x_var, out, create_graph):
     """``d sum(out) / d x_var``: the critic's input gradient, given its output ``out`` computed
     from the leaf ``x_var``. For a critic without batch statistics each sample's output depends on
     its own input only, so row i is sample i's own gradient."""
+    # Output gradients of ones: the gradient of sum(out), without a sum node and its backward's
+    # reshape and broadcast (and a broadcast operand in the products that follow).
+    ones = get_array_module(out.data).ones_like(out.data)
     with enable_grad():
-        g, = grad(F.sum(out), x_var, create_graph=create_graph)
+        g, = grad(out, x_var, grad_outputs=ones, create_graph=create_graph)
     return g
 
 
