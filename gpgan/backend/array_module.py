@@ -76,7 +76,7 @@ def matmul(a, b):
 def _blas_operand(x):
     """``x`` as NumPy's matmul can hand it to BLAS: a broadcast operand (a zero stride, as the
     gradient of a sum is) made contiguous. NumPy runs its own loop for one, not BLAS: 128 us for
-    (1, 256) @ (256, 512) inside the toy MLP's step, against 35 for a contiguous copy."""
+    (1, 256) @ (256, 512) inside the toy MLP's step, against 22 with a contiguous copy."""
     return numpy.ascontiguousarray(x) if 0 in x.strides and x.size > 1 else x
 
 
