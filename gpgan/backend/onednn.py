@@ -162,27 +162,30 @@ class _Library:
             raise OneDNNError(f"{name} returned oneDNN status {status}")
 
     def post_ops_attr(self, negative_slope=None, addend=None):
-        """A new attribute (the caller destroys it): user scratchpad, then the operations after the
-        product, in this order: ``relu`` with ``negative_slope`` (None: none), and the addition of
-        a tensor of memory desc ``addend`` (None: none), which each call passes under
-        :func:`_post_op_source` of that post-op's index."""
-        attr, post_ops = _handle(), _handle()
+        """``(attr, addend_argument)``: a new attribute (the caller destroys it) with a user
+        scratchpad, then the operations after the product, in this order: ``relu`` with
+        ``negative_slope`` (None: none), and the addition of a tensor of memory desc ``addend``
+        (None: none), which each call passes under ``addend_argument`` (None without one)."""
+        attr, post_ops, addend_argument = _handle(), _handle(), None
         self.call("dnnl_primitive_attr_create", ctypes.byref(attr))
         try:
             self.call("dnnl_primitive_attr_set_scratchpad_mode", attr, _SCRATCHPAD_USER)
             self.call("dnnl_post_ops_create", ctypes.byref(post_ops))
             try:
+                index = 0
                 if negative_slope is not None:
                     self.call("dnnl_post_ops_append_eltwise", post_ops, _ELTWISE_RELU, negative_slope, 0.0)
+                    index += 1
                 if addend is not None:
                     self.call("dnnl_post_ops_append_binary", post_ops, _BINARY_ADD, addend)
+                    addend_argument = _post_op_source(index)
                 self.call("dnnl_primitive_attr_set_post_ops", attr, post_ops)
             finally:
                 self.lib.dnnl_post_ops_destroy(post_ops)
         except OneDNNError:
             self.lib.dnnl_primitive_attr_destroy(attr)
             raise
-        return attr
+        return attr, addend_argument
 
     def memory_desc(self, dims, tag):
         md = _handle()
@@ -519,9 +522,9 @@ class _Product(_Descs):
         if bias:
             self.descs.append(self.bias_desc)
         # The addend has the output's shape and memory order: it shares the output's desc.
-        self.addend_arg = _post_op_source(0 if negative_slope is None else 1) if addend else None
-        fused = negative_slope is not None or addend
-        attr = lib.post_ops_attr(negative_slope, self.descs[2] if addend else None) if fused else lib.attr
+        attr, self.addend_arg = lib.attr, None
+        if negative_slope is not None or addend:
+            attr, self.addend_arg = lib.post_ops_attr(negative_slope, self.descs[2] if addend else None)
         try:
             self.op = _Primitive.create(lib, "dnnl_matmul_primitive_desc_create", lib.engine, *self.descs[:2],
                                         self.bias_desc, self.descs[2], attr)
