@@ -160,7 +160,7 @@ def test_a_library_that_fails_to_load_falls_back_with_one_warning(monkeypatch, r
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     try:
-        with pytest.warns(RuntimeWarning, match="oneDNN convolutions unavailable.*using gpgan's own"):
+        with pytest.warns(RuntimeWarning, match="oneDNN convolutions and products unavailable.*using gpgan's own"):
             y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1).data
         assert compiled.onednn.enabled() is False
         compiled.onednn.set(False)

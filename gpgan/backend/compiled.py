@@ -1,4 +1,4 @@
-"""The switches of gpgan's optional CPU accelerators: Numba kernels and oneDNN convolutions.
+"""The switches of gpgan's optional CPU accelerators: Numba kernels and oneDNN (convolutions, products).
 
 A few NumPy passes of a convolution cannot be written as one NumPy call without moving the data
 several times: col2im (zeroing the output, then one strided read-modify-write per kernel tap) and
@@ -12,7 +12,7 @@ They are used when Numba can be imported (``pip install 'gpgan[cpu]'``) unless
 way: each compiled kernel adds the same terms in the same order as the NumPy code it replaces,
 and the tests compare the two bit for bit.
 
-The oneDNN convolutions (:mod:`gpgan.backend.onednn`) have a switch of the same kind here,
+oneDNN's convolutions and products (:mod:`gpgan.backend.onednn`) have a switch of the same kind here,
 :data:`onednn` (``GPGAN_ONEDNN``), on where ``onednn-cpu-gomp`` is installed. Both switches live in
 this module, which imports only the standard library, because :mod:`gpgan.backend.blas_idle`
 must read the oneDNN one before NumPy is loaded.
@@ -96,7 +96,8 @@ def _distribution_installed(name):
     return True
 
 
-onednn = OptionalLibrary(ONEDNN_ENV, "oneDNN convolutions", lambda: _distribution_installed(ONEDNN_DISTRIBUTION),
+onednn = OptionalLibrary(ONEDNN_ENV, "oneDNN convolutions and products",
+                         lambda: _distribution_installed(ONEDNN_DISTRIBUTION),
                          lambda: importlib.metadata.version(ONEDNN_DISTRIBUTION),
                          f"pip install 'gpgan[cpu]', or {ONEDNN_DISTRIBUTION}", "set_onednn")
 

@@ -84,7 +84,8 @@ def _library_path():
 
 
 def onednn_enabled():
-    """True when float32 NumPy convolutions run on oneDNN (installed, not switched off)."""
+    """True when float32 NumPy convolutions and large products run on oneDNN (installed, not
+    switched off)."""
     return onednn.enabled()
 
 
@@ -94,7 +95,8 @@ def onednn_version():
 
 
 def set_onednn(enabled):
-    """Use oneDNN's convolutions (``True``; needs ``onednn-cpu-gomp``) or gpgan's own (``False``)."""
+    """Use oneDNN's convolutions and products (``True``; needs ``onednn-cpu-gomp``) or gpgan's own
+    convolutions and NumPy's products (``False``)."""
     onednn.set(enabled)
 
 
@@ -275,8 +277,8 @@ def _load():
                     _library = _Library(path)
                 except (OSError, AttributeError, OneDNNError) as exc:
                     onednn.disable_after_failure()
-                    warnings.warn(f"gpgan: oneDNN convolutions unavailable ({exc}); using gpgan's own",
-                                  RuntimeWarning, stacklevel=3)
+                    warnings.warn(f"gpgan: oneDNN convolutions and products unavailable ({exc}); using gpgan's own "
+                                  "convolutions and NumPy's products", RuntimeWarning, stacklevel=3)
                     return None
     return _library
 
