@@ -19,7 +19,7 @@ import gpgan
 import gpgan.functions as F
 from gpgan.backend import compiled, threads
 from gpgan.functions import _split
-from naive_helpers import pair, values_and_grads as _values_and_grads
+from naive_helpers import first_order_grads as _first_order_grads, pair, values_and_grads as _values_and_grads
 from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
 
 numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
@@ -275,15 +275,6 @@ def test_rectified_linear_gradient_and_bias_sum_in_one_pass(slope, dtype, counte
         np.testing.assert_array_equal(b_, c)
         np.testing.assert_array_equal(b_, d)
         np.testing.assert_allclose(b_, a, rtol=tol, atol=tol * np.abs(a).max())
-
-
-def _first_order_grads(fn, arrays):
-    """fn's value and the gradient of <fn, r> w.r.t. every input, with no graph recorded (the
-    backward of a training step's last pass)."""
-    vs = [gpgan.Variable(a, requires_grad=True) for a in arrays]
-    y = fn(*vs)
-    r = gpgan.Variable(np.cos(np.arange(y.size, dtype=y.dtype)).reshape(y.shape))
-    return [y.data] + [g.data for g in gpgan.grad((y * r).sum(), vs)]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
