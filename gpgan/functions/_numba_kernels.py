@@ -22,8 +22,7 @@ import numba
 import numpy
 
 __all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "add", "outer", "relu",
-           "leaky_relu",
-           "rectified_gradient", "rectified_gradient_sums",
+           "leaky_relu", "rectified_gradient", "rectified_gradient_sums",
            "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
 _jit = numba.njit(nogil=True, cache=True)
