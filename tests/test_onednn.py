@@ -9,6 +9,7 @@ a library that fails to load, and what a run records are checked too.
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -26,16 +27,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture
 def executed(monkeypatch):
-    """Counts oneDNN's primitive executions; restores the switch afterwards."""
+    """Counts oneDNN's primitive executions (each as its number of arguments, the scratchpad's
+    included), through ctypes or the compiled product call; restores the switch afterwards."""
     before = compiled.onednn.enabled()
     calls = []
-    original = onednn._Library.execute
+    original, original_product = onednn._Library.execute, onednn._Library.execute_product
 
     def counting(self, prim, bound, args):
         calls.append(len(args))
         return original(self, prim, bound, args)
 
+    def counting_product(self, run, prim, bound, a, b, c, bias, addend, scratchpad):
+        calls.append(4 + (bias is not None) + (addend is not None))
+        return original_product(self, run, prim, bound, a, b, c, bias, addend, scratchpad)
+
     monkeypatch.setattr(onednn._Library, "execute", counting)
+    monkeypatch.setattr(onednn._Library, "execute_product", counting_product)
     yield calls
     compiled.onednn.set(before)
 
@@ -376,14 +383,88 @@ def test_a_layer_used_twice_sums_its_weight_gradient_in_the_product_with_the_sam
         out = F.sum(F.linear(real, w, b, 0.0) ** 2) - F.sum(F.linear(fake, w, b, 0.0))
         return [g.data for g in gpgan.grad(out, [w, b])]
 
-    argument_indexes = []
-    original = onednn._Library.execute
+    argument_indexes = []  # of each execution, as its bound memory objects hand them to oneDNN
+    original, original_product = onednn._Library.execute, onednn._Library.execute_product
     monkeypatch.setattr(onednn._Library, "execute",
-                        lambda self, prim, bound, args: argument_indexes.append([k for k, _ in args])
+                        lambda self, prim, bound, args: argument_indexes.append([k for k, _ in bound.keys])
                         or original(self, prim, bound, args))
+    monkeypatch.setattr(onednn._Library, "execute_product",
+                        lambda self, run, prim, bound, *arrays: argument_indexes.append([k for k, _ in bound.keys])
+                        or original_product(self, run, prim, bound, *arrays))
     summed = gradients()
     with_addend = [k for k in argument_indexes if onednn._post_op_source(0) in k]
     monkeypatch.delattr(F.linalg.Linear, "backward_accumulate")
     for got, want in zip(summed, gradients()):
         np.testing.assert_array_equal(got, want)
     assert len(with_addend) == (1 if on else 0) and len(argument_indexes) == (8 if on else 0)
+
+
+@pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
+def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch, rng):
+    # With Numba on, a product's call runs from compiled code (execute_product), with it off through
+    # ctypes (execute): the same primitive on the same arrays, so the same bits, for every kind of
+    # argument list (bias and addend each present or not, rectified or not, strided operands), and
+    # for consecutive calls on new arrays (the compiled code re-points the memory objects), with
+    # writable and read-only operands.
+    compiled.onednn.set(True)
+    monkeypatch.setattr(onednn, "_products", type(onednn._products)())
+    before = compiled.numba.enabled()
+    g = rng.standard_normal((256, 384)).astype(np.float32)
+    x = np.pad(rng.standard_normal((256, 330)).astype(np.float32), ((0, 0), (0, 6)))[:, 3:323]  # sliced
+    bias = rng.standard_normal(320).astype(np.float32)
+    x.flags.writeable = bias.flags.writeable = False  # read-only operands (a loaded weight) as well
+    earlier = rng.standard_normal((384, 320)).astype(np.float32)
+    forms = [dict(), dict(bias=bias), dict(negative_slope=0.2), dict(addend=earlier),
+             dict(bias=bias, addend=earlier), dict(bias=bias, negative_slope=0.0, addend=earlier)]
+    paths = {}
+    try:
+        for numba_on in (True, False):
+            compiled.numba.set(numba_on)
+            for form in forms:
+                for scale in (1.0, -0.5):  # a second call, on new arrays
+                    paths.setdefault(numba_on, []).append(gpgan.backend.fused_affine((g * scale).T, x, **form))
+            assert len(executed) == 2 * len(forms)
+            executed.clear()
+    finally:
+        compiled.numba.set(before)
+    for compiled_result, ctypes_result in zip(paths[True], paths[False]):
+        assert compiled_result is not None
+        np.testing.assert_array_equal(compiled_result, ctypes_result)
+    exact = (g.astype(np.float64).T @ x + bias) + earlier  # forms[4] at scale 1
+    np.testing.assert_allclose(paths[True][8], exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+
+
+@pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
+def test_which_path_a_product_takes(monkeypatch, rng):
+    # Numba on: the compiled call, never ctypes; Numba off: ctypes. A compiled call that cannot be
+    # made warns once and leaves products to ctypes.
+    compiled.onednn.set(True)
+    before = compiled.numba.enabled()
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    taken = []
+    original, original_product = onednn._Library.execute, onednn._Library.execute_product
+    monkeypatch.setattr(onednn._Library, "execute", lambda self, *args: taken.append("ctypes") or original(self, *args))
+    monkeypatch.setattr(onednn._Library, "execute_product",
+                        lambda self, *args: taken.append("compiled") or original_product(self, *args))
+    try:
+        compiled.numba.set(True)
+        want = gpgan.backend.matmul(a, b)
+        compiled.numba.set(False)
+        np.testing.assert_array_equal(gpgan.backend.matmul(a, b), want)
+        assert taken == ["compiled", "ctypes"]
+        compiled.numba.set(True)
+        monkeypatch.setattr(onednn, "_runners", {})
+
+        def fails(lib):
+            raise RuntimeError("no compiler today")
+
+        monkeypatch.setattr(onednn, "_compile_product_runner", fails)
+        with pytest.warns(RuntimeWarning, match="could not compile oneDNN's product call.*no compiler today"):
+            np.testing.assert_array_equal(gpgan.backend.matmul(a, b), want)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no second warning
+            np.testing.assert_array_equal(gpgan.backend.matmul(a, b), want)
+        assert taken[2:] == ["ctypes", "ctypes"]
+    finally:
+        compiled.numba.set(before)

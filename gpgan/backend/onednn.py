@@ -22,7 +22,9 @@ Each call runs on the NumPy buffers themselves (no copies of the data: activatio
 channels-last already, see :mod:`gpgan.functions.conv`), with a fresh NumPy scratchpad. The memory
 objects that point oneDNN at them are made once per operation and calling thread and re-pointed at
 each call's arrays, so calls from several threads share nothing but the cached primitives, which
-oneDNN allows.
+oneDNN allows. Where Numba is on (:data:`gpgan.backend.compiled.numba`), a product's call goes
+from its arrays to oneDNN in compiled code (:func:`_product_runner`): 1.5 us of the call's
+overhead where ctypes took about 8, which is 3% of the toy MLP's R1 step.
 Its OpenMP threads follow ``OMP_NUM_THREADS``, which :mod:`gpgan.backend.core_share` sets to an
 MPI rank's share of the cores as it does for OpenBLAS.
 """
@@ -35,6 +37,7 @@ from collections import OrderedDict
 import numpy
 
 from gpgan.backend.compiled import ONEDNN_DISTRIBUTION, ONEDNN_ENV, onednn
+from gpgan.backend.compiled import numba as numba_switch
 
 __all__ = ["ONEDNN_ENV", "MIN_PRODUCT_MACS", "onednn_enabled", "onednn_version", "set_onednn", "conv_forward",
            "conv_backward_data", "conv_backward_weights", "matmul", "implementation_names"]
@@ -217,6 +220,16 @@ class _Library:
         if status != 0:
             raise OneDNNError(f"dnnl_primitive_execute returned oneDNN status {status}")
 
+    def execute_product(self, run, prim, bound, a, b, c, bias, addend, scratchpad):
+        """Run a product's ``prim`` through :func:`_product_runner`'s compiled ``run``: ``bound``
+        holds the memory objects of (source ``a``, weights ``b``, output ``c``, ``bias`` and
+        ``addend`` where not None, ``scratchpad``), in that order."""
+        status = run(prim.value, self.stream.value, bound.packed_address, bound.handles, bound.pointers,
+                     a, b, c, _NO_BIAS if bias is None else bias, _NO_ADDEND if addend is None else addend,
+                     bias is not None, addend is not None, scratchpad)
+        if status != 0:
+            raise OneDNNError(f"a oneDNN product returned oneDNN status {status}")
+
 
 class _BoundArguments:
     """One thread's memory objects for one primitive's arguments: made once, then pointed at each
@@ -224,15 +237,19 @@ class _BoundArguments:
     destroying them at every call cost about half of a product's 30 us of Python and ctypes."""
 
     def __init__(self, lib, args):
-        self.lib, self.memories, self.pointers = lib, [], []
+        self.lib, self.memories = lib, []
         self.set_handle = lib.lib.dnnl_memory_set_data_handle
         self.keys = [(k, md) for k, (md, _) in args]
         for _, md in self.keys:
             memory = _handle()
             lib.call("dnnl_memory_create", ctypes.byref(memory), md, lib.engine, None)
             self.memories.append(memory)
-            self.pointers.append(None)
+        # Each memory object's data address, 0 before the first: kept in arrays, because the
+        # compiled call path (_product_runner) reads and updates them too.
+        self.handles = numpy.array([m.value for m in self.memories], numpy.uint64)
+        self.pointers = numpy.zeros(len(args), numpy.uint64)
         self.packed = (_ExecArg * len(args))(*[_ExecArg(k, m) for (k, _), m in zip(self.keys, self.memories)])
+        self.packed_address = ctypes.addressof(self.packed)
 
     def fits(self, args):
         """True when ``args`` name the same arguments with the same memory descs, in order."""
@@ -283,6 +300,87 @@ def _load():
     return _library
 
 
+#: The compiled product call's stand-ins for an absent bias and addend (its arguments are typed).
+_NO_BIAS = numpy.empty(0, numpy.float32)
+_NO_ADDEND = numpy.empty((0, 0), numpy.float32)
+_runners = {}  # library -> its compiled product call, or False where Numba failed to compile it
+
+
+def _product_runner(lib):
+    """A Numba-compiled function that points a product's memory objects at its arrays (where an
+    address changed) and runs its primitive, for ``lib``; None where Numba fails (one warning).
+
+    ``run(prim, stream, packed_args, handles, pointers, a, b, c, bias, addend, has_bias,
+    has_addend, scratchpad) -> status``: ``handles`` and ``pointers`` are a
+    :class:`_BoundArguments`' memory objects and their current addresses, in the order of
+    :meth:`_Product.arguments` with the scratchpad last. Compiled once a process (about 0.6 s;
+    the C functions' addresses are constants of the code, so it is not cached on disk)."""
+    run = _runners.get(lib)
+    if run is None:
+        with _lock:
+            run = _runners.get(lib)
+            if run is None:
+                try:
+                    run = _runners[lib] = _compile_product_runner(lib)
+                except Exception as exc:  # noqa: BLE001 - any failure of Numba leaves the ctypes path
+                    run = _runners[lib] = False
+                    warnings.warn(f"gpgan: Numba could not compile oneDNN's product call ({exc}); products "
+                                  "are called through ctypes", RuntimeWarning, stacklevel=4)
+    return run or None
+
+
+def _compile_product_runner(lib):
+    import numba
+    from numba import types
+
+    address = ctypes.c_size_t
+
+    def c_function(name, *argtypes):
+        pointer = ctypes.cast(getattr(lib.lib, name), ctypes.c_void_p).value
+        return ctypes.CFUNCTYPE(ctypes.c_int, *argtypes)(pointer)
+
+    set_handle = c_function("dnnl_memory_set_data_handle", address, address)
+    execute = c_function("dnnl_primitive_execute", address, address, ctypes.c_int, address)
+    wait = c_function("dnnl_stream_wait", address)
+
+    @numba.njit(nogil=True)
+    def point(handles, pointers, i, data):
+        if pointers[i] == data:
+            return 0
+        pointers[i] = data
+        return set_handle(handles[i], data)
+
+    @numba.njit(nogil=True)
+    def run(prim, stream, packed_args, handles, pointers, a, b, c, bias, addend, has_bias, has_addend, scratchpad):
+        status = point(handles, pointers, 0, a.ctypes.data)
+        status |= point(handles, pointers, 1, b.ctypes.data)
+        status |= point(handles, pointers, 2, c.ctypes.data)
+        n = 3
+        if has_bias:
+            status |= point(handles, pointers, n, bias.ctypes.data)
+            n += 1
+        if has_addend:
+            status |= point(handles, pointers, n, addend.ctypes.data)
+            n += 1
+        status |= point(handles, pointers, n, scratchpad.ctypes.data)
+        if status != 0:
+            pointers[:] = 0  # a failed re-pointing leaves no address trusted
+            return status
+        status = execute(prim, stream, n + 1, packed_args)
+        return status if status != 0 else wait(stream)
+
+    u64, f32 = types.uint64, types.float32
+
+    def read_only(ndim, layout):  # writable arrays convert to it too
+        return types.Array(f32, ndim, layout, readonly=True)
+
+    run.compile((u64, u64, u64, u64[::1], u64[::1], read_only(2, "A"), read_only(2, "A"), f32[:, ::1],
+                 read_only(1, "C"), read_only(2, "C"), types.boolean, types.boolean, types.uint8[::1]))
+    run.disable_compile()  # every call converts to the one signature: no second compilation
+    run.c_functions = (set_handle, execute, wait)  # kept alive with the code that calls them
+    return run
+
+
 class _Primitive:
     """One oneDNN operation: its primitive descriptor (made at once; it says whether oneDNN has a
     kernel) and the primitive (JIT-compiled on the first call), with its scratchpad's size queried
@@ -315,16 +413,22 @@ class _Primitive:
     def __call__(self, args):
         """Run on ``args``, pairs of (argument index, (memory desc, NumPy array)), with a fresh
         scratchpad (so that threads calling one primitive share no buffer)."""
+        scratchpad = numpy.empty(self.scratchpad_size, numpy.uint8)
+        args = list(args) + [(_ARG_SCRATCHPAD, (self.scratchpad, scratchpad))]
+        bound = self.bind(args)  # makes the primitive on the first call
+        self.lib.execute(self.prim, bound, args)
+
+    def bind(self, args):
+        """The calling thread's :class:`_BoundArguments` for ``args`` (the scratchpad's last),
+        made when it has none that fits; the primitive is made on the first call."""
         if self.prim is None:
             with _lock:
                 if self.prim is None:
                     self.prim = self.lib.primitive(self.pd)
-        scratchpad = numpy.empty(self.scratchpad_size, numpy.uint8)
-        args = list(args) + [(_ARG_SCRATCHPAD, (self.scratchpad, scratchpad))]
         bound = getattr(self.bound, "arguments", None)
         if bound is None or not bound.fits(args):
             bound = self.bound.arguments = _BoundArguments(self.lib, args)
-        self.lib.execute(self.prim, bound, args)
+        return bound
 
     def __del__(self):
         lib = getattr(self, "lib", None)
@@ -534,14 +638,29 @@ class _Product(_Descs):
             if attr is not lib.attr:
                 lib.lib.dnnl_primitive_attr_destroy(attr)
 
-    def __call__(self, a, b, bias, addend):
-        c = numpy.empty(self.shape, numpy.float32)
+    def arguments(self, a, b, c, bias, addend):
+        """The call's arguments in the order :func:`_product_runner` points them too: source,
+        weights, output, then the bias and the addend where given (the scratchpad comes last)."""
         args = [(_ARG_SRC, (self.descs[0], a)), (_ARG_WEIGHTS, (self.descs[1], b)), (_ARG_DST, (self.descs[2], c))]
         if bias is not None:
             args.append((_ARG_BIAS, (self.bias_desc, bias)))
         if addend is not None:
             args.append((self.addend_arg, (self.descs[2], addend)))
-        self.op(args)
+        return args
+
+    def __call__(self, a, b, bias, addend):
+        c = numpy.empty(self.shape, numpy.float32)
+        run = _product_runner(self.lib) if numba_switch.enabled() else None
+        if run is None:
+            self.op(self.arguments(a, b, c, bias, addend))
+            return c
+        op = self.op
+        scratchpad = numpy.empty(op.scratchpad_size, numpy.uint8)
+        # A product's arguments are the same kind at every call: a thread's first call binds them.
+        bound = getattr(op.bound, "arguments", None) if op.prim is not None else None
+        if bound is None:
+            bound = op.bind(self.arguments(a, b, c, bias, addend) + [(_ARG_SCRATCHPAD, (op.scratchpad, scratchpad))])
+        self.lib.execute_product(run, op.prim, bound, a, b, c, bias, addend, scratchpad)
         return c
 
 
