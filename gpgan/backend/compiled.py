@@ -5,7 +5,8 @@ several times: col2im (zeroing the output, then one strided read-modify-write pe
 im2col of a padded input (a padded copy, then the window copy). Numba compiles them as one loop
 that reads each input once and writes each output once; on the 2-core Xeon of the README's
 benchmarks that took the DCGAN generator step's col2im from about 20 ms to 2. The kernels are in
-:mod:`gpgan.functions._numba_kernels`; this module only owns the switch.
+:mod:`gpgan.functions._numba_kernels`, with one more in :mod:`gpgan.backend.onednn` (the call
+into oneDNN's products, compiled so that it skips ctypes); this module only owns the switch.
 
 They are used when Numba can be imported (``pip install 'gpgan[cpu]'``) unless
 ``GPGAN_NUMBA=0`` or :func:`set_compiled_kernels` says otherwise. Results are identical either
