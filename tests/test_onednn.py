@@ -406,6 +406,7 @@ def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch
     # argument list (bias and addend each present or not, rectified or not, strided operands), and
     # for consecutive calls on new arrays (the compiled code re-points the memory objects), with
     # writable and read-only operands.
+    pytest.importorskip("numba")  # the compiled call is made once Numba is loaded
     compiled.onednn.set(True)
     monkeypatch.setattr(onednn, "_products", type(onednn._products)())
     before = compiled.numba.enabled()
@@ -436,8 +437,9 @@ def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch
 
 @pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
 def test_which_path_a_product_takes(monkeypatch, rng):
-    # Numba on: the compiled call, never ctypes; Numba off: ctypes. A compiled call that cannot be
-    # made warns once and leaves products to ctypes.
+    # Numba on (and loaded): the compiled call, never ctypes; Numba off: ctypes. A compiled call
+    # that cannot be made warns once and leaves products to ctypes.
+    pytest.importorskip("numba")
     compiled.onednn.set(True)
     before = compiled.numba.enabled()
     a = rng.standard_normal((96, 200)).astype(np.float32)
@@ -468,3 +470,30 @@ def test_which_path_a_product_takes(monkeypatch, rng):
         assert taken[2:] == ["ctypes", "ctypes"]
     finally:
         compiled.numba.set(before)
+
+
+@pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
+def test_products_take_the_compiled_call_only_once_numba_is_loaded():
+    # A run whose arrays never load Numba (the quickstart's) keeps the ctypes call: compiling the
+    # other would cost it 0.6 s and Numba's LLVM for what it saves. Once Numba is loaded, the
+    # next product takes the compiled call, with the same bits.
+    code = (
+        "import sys, numpy as np, gpgan\n"
+        "from gpgan.backend import onednn\n"
+        "taken = []\n"
+        "execute, execute_product = onednn._Library.execute, onednn._Library.execute_product\n"
+        "onednn._Library.execute = lambda self, *a: taken.append('ctypes') or execute(self, *a)\n"
+        "onednn._Library.execute_product = lambda self, *a: taken.append('compiled') or execute_product(self, *a)\n"
+        "rng = np.random.default_rng(0)\n"
+        "a, b = (rng.standard_normal(s).astype(np.float32) for s in [(96, 200), (200, 300)])\n"
+        "before = gpgan.backend.matmul(a, b)\n"
+        "loaded = 'numba' in sys.modules\n"
+        "import numba\n"
+        "after = gpgan.backend.matmul(a, b)\n"
+        "print(loaded, taken, np.array_equal(before, after))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_ONEDNN="1", GPGAN_NUMBA="1",
+                                                                 PYTHONPATH=ROOT),
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "['ctypes',", "'compiled']", "True"]

@@ -22,14 +22,16 @@ Each call runs on the NumPy buffers themselves (no copies of the data: activatio
 channels-last already, see :mod:`gpgan.functions.conv`), with a fresh NumPy scratchpad. The memory
 objects that point oneDNN at them are made once per operation and calling thread and re-pointed at
 each call's arrays, so calls from several threads share nothing but the cached primitives, which
-oneDNN allows. Where Numba is on (:data:`gpgan.backend.compiled.numba`), a product's call goes
-from its arrays to oneDNN in compiled code (:func:`_product_runner`), not through ctypes: a tiny
-product's whole call takes 4.3 us where it took 9.2, which is 3-4% of the toy MLP's R1 step.
+oneDNN allows. Where Numba is on (:data:`gpgan.backend.compiled.numba`) and loaded, a product's
+call goes from its arrays to oneDNN in compiled code (:func:`_product_runner`), not through
+ctypes: a tiny product's whole call takes 4.3 us where it took 9.2, which is 3-4% of the toy
+MLP's R1 step.
 Its OpenMP threads follow ``OMP_NUM_THREADS``, which :mod:`gpgan.backend.core_share` sets to an
 MPI rank's share of the cores as it does for OpenBLAS.
 """
 import ctypes
 import importlib.metadata
+import sys
 import threading
 import warnings
 from collections import OrderedDict
@@ -308,7 +310,14 @@ _runners = {}  # library -> its compiled product call, or False where Numba fail
 
 def _product_runner(lib):
     """A Numba-compiled function that points a product's memory objects at its arrays (where an
-    address changed) and runs its primitive, for ``lib``; None where Numba fails (one warning).
+    address changed) and runs its primitive, for ``lib``; None until Numba is loaded, and where it
+    fails (one warning).
+
+    Made only once the process has loaded Numba (gpgan's kernels load it on their first array of
+    256 KiB or more): compiling it takes 0.6 s and Numba's LLVM about 100 MiB, which a run of
+    small arrays would pay for about what it gains (the quickstart: the same time, its resident
+    peak from 116 to 226 MiB), where the runs that load Numba anyway gain 3-4% (the toy MLP's R1
+    step at width 512).
 
     ``run(prim, stream, packed_args, handles, pointers, a, b, c, bias, addend, has_bias,
     has_addend, scratchpad) -> status``: ``handles`` and ``pointers`` are a
@@ -317,6 +326,8 @@ def _product_runner(lib):
     the C functions' addresses are constants of the code, so it is not cached on disk)."""
     run = _runners.get(lib)
     if run is None:
+        if "numba" not in sys.modules:
+            return None
         with _lock:
             run = _runners.get(lib)
             if run is None:
