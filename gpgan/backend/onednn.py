@@ -313,17 +313,17 @@ def _product_runner(lib):
     address changed) and runs its primitive, for ``lib``; None until Numba is loaded, and where it
     fails (one warning).
 
-    Made only once the process has loaded Numba (gpgan's kernels load it on their first array of
-    256 KiB or more): compiling it takes 0.6 s and Numba's LLVM about 100 MiB, which a run of
-    small arrays would pay for about what it gains (the quickstart: the same time, its resident
-    peak from 116 to 226 MiB), where the runs that load Numba anyway gain 3-4% (the toy MLP's R1
-    step at width 512).
+    Made once a process, and only once the process has loaded Numba (gpgan's kernels load it on
+    their first array of 256 KiB or more): compiling it takes 0.6 s (the C functions' addresses
+    are constants of the code, so it is not cached on disk) and Numba's LLVM about 100 MiB, which
+    a run of small arrays would pay for about what it gains (the quickstart: the same time, its
+    resident peak from 116 to 226 MiB), where the runs that load Numba anyway gain 3-4% (the toy
+    MLP's R1 step at width 512).
 
     ``run(prim, stream, packed_args, handles, pointers, a, b, c, bias, addend, has_bias,
     has_addend, scratchpad) -> status``: ``handles`` and ``pointers`` are a
     :class:`_BoundArguments`' memory objects and their current addresses, in the order of
-    :meth:`_Product.arguments` with the scratchpad last. Compiled once a process (about 0.6 s;
-    the C functions' addresses are constants of the code, so it is not cached on disk)."""
+    :meth:`_Product.arguments` with the scratchpad last."""
     run = _runners.get(lib)
     if run is None:
         if "numba" not in sys.modules:

@@ -46,17 +46,20 @@ def _product_plus(a, b, addend):
     with the same values (one rounded sum per element)."""
     if addend is None:
         return _product(a, b)
-    if not _is_outer(a, b):
-        total = fused_affine(a, b, addend=addend)
-        if total is not None:
-            return total
-    return add_arrays(addend, _product(a, b))
+    total = _fused_product(a, b, addend=addend)
+    return add_arrays(addend, _product(a, b)) if total is None else total
 
 
 def _is_outer(a, b):
     """True when ``a @ b`` is an outer product (2-D, inner dimension 1), which :func:`_product`
     computes as a multiply."""
     return a.ndim == 2 and b.ndim == 2 and a.shape[1] == 1
+
+
+def _fused_product(a, b, bias=None, negative_slope=None, addend=None):
+    """:func:`gpgan.backend.fused_affine` for a product that :func:`_product` would not compute as
+    a multiply (an outer product keeps its multiply); None where the caller runs the parts."""
+    return None if _is_outer(a, b) else fused_affine(a, b, bias, negative_slope, addend)
 
 
 def _swap_last(x):
@@ -141,7 +144,7 @@ class Linear(FunctionNode):
             self.retain_outputs((0,))
         # Fold leading dimensions into one, so the product is a single 2-D GEMM.
         x2 = x.reshape(-1, w.shape[1])
-        y = None if _is_outer(x2, w.T) else fused_affine(x2, w.T, b, self.slope)  # _product's multiply
+        y = _fused_product(x2, w.T, b, self.slope)
         if y is None:
             y = _product(x2, w.T)
             if b is not None:
