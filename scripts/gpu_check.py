@@ -6,10 +6,11 @@ so that one that hangs or fails does not cost the others:
 
   environment  the GPU, its driver, CuPy and PyTorch versions
   tests        ``pytest -m cuda`` (every test marked ``cuda``); counts and the failed tests' names
-  bench        ``scripts/bench_engine.py --device cuda --torch``, graphed, then ``--eager``:
-               median ms per step of both engines and their ratio, per workload
+  bench        ``scripts/bench_engine.py --device cuda --torch``, graphed, then ``--eager``, then
+               graphed with ``--precision bf16``: median ms per step of both engines and their
+               ratio, per workload
   train        ``configs/r1_cifar.yaml`` on ``--data`` for ``--steps`` generator steps with CUDA
-               graphs: steps/s (median of the logged ``time_per_step`` after the first quarter),
+               graphs, once per ``--precisions`` (float32 and bf16): steps/s (median of the logged ``time_per_step`` after the first quarter),
                wall time, and the device's peak memory in use (``nvidia-smi``, polled)
   samples      ``gpgan-sample`` of the run: ``--n-fid`` images as ``samples.npz`` (kept in the
                output folder, to be scored elsewhere when the weights are not on this machine)
@@ -38,7 +39,7 @@ import xml.etree.ElementTree as ElementTree
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Seconds per stage at --budget 1; the whole check then stays under 8 minutes.
-LIMITS = {"tests": 180, "bench_graph": 75, "bench_eager": 60, "train": 120, "samples": 30, "fid": 60}
+LIMITS = {"tests": 130, "bench_graph": 40, "bench_eager": 40, "train": 60, "samples": 20, "fid": 45}
 
 
 def run_stage(name, cmd, out, limit, env=None, poll_memory=False):
@@ -168,11 +169,14 @@ def main(argv=None):
     parser.add_argument("--steps", type=int, default=2000, help="generator steps of r1_cifar.yaml (2000)")
     parser.add_argument("--n-fid", type=int, default=5000, help="samples drawn for FID (5000)")
     parser.add_argument("--inception-weights", metavar="PATH", help="FID Inception weights for the fid stage")
+    parser.add_argument("--precisions", default="float32,bf16",
+                        help="train.precision values to benchmark and train with (float32,bf16)")
     parser.add_argument("--budget", type=float, default=1.0, help="scales every stage's time limit (1.0)")
     parser.add_argument("--stages", default="tests,bench,train,samples,fid",
                         help="comma-separated subset of tests,bench,train,samples,fid")
     args = parser.parse_args(argv)
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     out = os.path.abspath(args.out)
     os.makedirs(out, exist_ok=True)
     data = os.path.abspath(args.data)
@@ -198,47 +202,51 @@ def main(argv=None):
         record("tests", status, seconds, **extra)
 
     if "bench" in stages:
-        for name, flags in (("bench_graph", []), ("bench_eager", ["--eager"])):
+        benches = [("bench_graph", [])] + [("bench_eager", ["--eager"])]
+        benches += [(f"bench_graph_{p}", ["--precision", p]) for p in precisions if p != "float32"]
+        for name, flags in benches:
             path = os.path.join(out, f"{name}.json")
             status, seconds, _ = run_stage(name, [py, "scripts/bench_engine.py", "--device", "cuda", "--torch",
-                                                  "--steps", "30", "--json", path, *flags], out, limit[name], env)
+                                                  "--steps", "30", "--json", path, *flags], out,
+                                           limit["bench_eager" if "eager" in name else "bench_graph"], env)
             extra = {"workloads": bench_summary(path)} if os.path.exists(path) else {}
             record(name, status, seconds, **extra)
 
-    run_dir = os.path.join(out, "runs", "r1_cifar", "check")  # gpgan-train's --out/<config>/<--name>
-    if "train" in stages:
-        shutil.rmtree(os.path.join(out, "runs"), ignore_errors=True)
-        cmd = [py, "-m", "gpgan.cli.train", "configs/r1_cifar.yaml", "--device", "cuda", "--quiet",
-               "--out", os.path.join(out, "runs"), "--name", "check",
-               "--set", f"data.root={data}", "--set", "data.download=false",
-               "--set", f"train.steps={args.steps}", "--set", "train.log_interval=100",
-               "--set", f"train.checkpoint_interval={args.steps}", "--set", f"train.sample_interval={args.steps}"]
-        status, seconds, peak = run_stage("train", cmd, out, limit["train"], env, poll_memory=True)
-        extra = {"peak_gpu_memory_used_mib": peak, "wall_s": round(seconds, 1)}
-        if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
-            extra.update(training_summary(run_dir, args.steps))
-        record("train", status, seconds, **extra)
+    for precision in precisions:
+        suffix = "" if precision == "float32" else f"_{precision}"
+        run_dir = os.path.join(out, "runs", "r1_cifar", f"check{suffix}")  # gpgan-train's --out/<config>/<--name>
+        if "train" in stages:
+            shutil.rmtree(run_dir, ignore_errors=True)
+            cmd = [py, "-m", "gpgan.cli.train", "configs/r1_cifar.yaml", "--device", "cuda", "--quiet",
+                   "--out", os.path.join(out, "runs"), "--name", f"check{suffix}",
+                   "--set", f"data.root={data}", "--set", "data.download=false", "--set", f"train.precision={precision}",
+                   "--set", f"train.steps={args.steps}", "--set", "train.log_interval=100",
+                   "--set", f"train.checkpoint_interval={args.steps}", "--set", f"train.sample_interval={args.steps}"]
+            status, seconds, peak = run_stage(f"train{suffix}", cmd, out, limit["train"], env, poll_memory=True)
+            extra = {"precision": precision, "peak_gpu_memory_used_mib": peak, "wall_s": round(seconds, 1)}
+            if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+                extra.update(training_summary(run_dir, args.steps))
+            record(f"train{suffix}", status, seconds, **extra)
 
-    if "samples" in stages:
-        cmd = [py, "-m", "gpgan.cli.sample", run_dir, "--device", "cuda", "--n", str(args.n_fid),
-               "--out", os.path.join(out, "samples.npz"), "--quiet"]
-        status, seconds, _ = run_stage("samples", cmd, out, limit["samples"], env)
-        record("samples", status, seconds, file="samples.npz")
+        if "samples" in stages:
+            cmd = [py, "-m", "gpgan.cli.sample", run_dir, "--device", "cuda", "--n", str(args.n_fid),
+                   "--out", os.path.join(out, f"samples{suffix}.npz"), "--quiet"]
+            status, seconds, _ = run_stage(f"samples{suffix}", cmd, out, limit["samples"], env)
+            record(f"samples{suffix}", status, seconds, file=f"samples{suffix}.npz")
 
-    if "fid" in stages:
-        weights = args.inception_weights
-        cmd = [py, "-m", "gpgan.cli.eval", run_dir, "--metrics", "fid,kid", "--n", str(args.n_fid),
-               "--ref", "cifar10:train", "--data-root", data, "--device", "cuda", "--quiet"]
-        if weights:
-            cmd += ["--inception-weights", weights]
-        status, seconds, _ = run_stage("fid", cmd, out, limit["fid"], env)
-        extra = {}
-        scores = sorted(f for f in os.listdir(run_dir) if f.startswith("eval_")) if os.path.isdir(run_dir) else []
-        if scores:
-            extra["scores"] = fid_score(os.path.join(run_dir, scores[-1]))
-        elif status != "passed":
-            extra["reason"] = last_line(os.path.join(out, "fid.log"))
-        record("fid", status, seconds, **extra)
+        if "fid" in stages:
+            cmd = [py, "-m", "gpgan.cli.eval", run_dir, "--metrics", "fid,kid", "--n", str(args.n_fid),
+                   "--ref", "cifar10:train", "--data-root", data, "--device", "cuda", "--quiet"]
+            if args.inception_weights:
+                cmd += ["--inception-weights", args.inception_weights]
+            status, seconds, _ = run_stage(f"fid{suffix}", cmd, out, limit["fid"], env)
+            extra = {}
+            scores = sorted(f for f in os.listdir(run_dir) if f.startswith("eval_")) if os.path.isdir(run_dir) else []
+            if scores:
+                extra["scores"] = fid_score(os.path.join(run_dir, scores[-1]))
+            elif status != "passed":
+                extra["reason"] = last_line(os.path.join(out, f"fid{suffix}.log"))
+            record(f"fid{suffix}", status, seconds, **extra)
 
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_summary(out, summary)
