@@ -256,7 +256,8 @@ def main(argv=None):
 
 def git_commit():
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+        return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                              cwd=ROOT).stdout.strip()
     except OSError:
         return None
 

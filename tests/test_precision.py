@@ -84,7 +84,7 @@ def test_cuda_rounding_matches_the_reference_bit_for_bit():
     from gpgan.backend.cublas import to_bf16
 
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.standard_normal(100_000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 100_000),
+    x = np.concatenate([(rng.standard_normal(100_000) * 10.0 ** rng.integers(-30, 30, 100_000)).astype(np.float32),
                         rng.integers(0, 2 ** 32, 10_000, dtype=np.uint64).astype(np.uint32).view(np.float32),
                         np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)])
     got = cupy.asnumpy(to_bf16(cupy.asarray(x)))
@@ -129,8 +129,8 @@ def _r1_on_dcgan(precision):
     with matmul_precision(precision):
         value, _, sq = penalty.evaluate(critic, real, real, {})
         params = list(critic.parameters())
-        grads = gpgan.grad(value, params)
-    return float(value.data), [g.numpy().astype(np.float64) for g in grads]
+        grads = gpgan.grad(value, params, allow_unused=True)  # the last bias does not move the input gradient
+    return float(value.data), [g.numpy().astype(np.float64) for g in grads if g is not None]
 
 
 @pytest.mark.cuda
