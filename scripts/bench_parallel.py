@@ -31,7 +31,7 @@ from gpgan.train.launch import make_trainer  # noqa: E402
 from gpgan.train.run import RunFolder  # noqa: E402
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
-# Seconds per generator step on one H100 (README, training throughput), for the estimates' ratios.
+# Seconds per generator step on one H100 (docs/benchmarks.md, training throughput), for the estimates' ratios.
 H100_STEP = {"r1_cifar": 0.042, "wgangp_cifar": 0.155, "r1_resnet_cifar": 0.104, "wgangp_resnet_cifar": None}
 # Alpha-beta model of NCCL's all-reduce: bus bandwidth (bytes/s) at messages of a few MB, and a
 # latency per all-reduce (NCCL picks its tree algorithm where latency dominates: ~2 log2 N hops).

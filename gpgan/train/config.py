@@ -2,9 +2,9 @@
 
 The machinery (validation with did-you-mean, ``base:`` chains, typed ``--set`` overrides, diffs,
 the reference table) is :mod:`gpgan.schema`'s; this module only says what gpgan's keys are.
-``python -m gpgan.train.config`` prints the reference table that README.md embeds (a test keeps
-the two in sync). Reading a config imports neither models nor tensorboardX: the registries that
-give the accepted names are looked up when a config is validated.
+``python -m gpgan.train.config`` prints the reference table that docs/configuration.md embeds (a
+test keeps the two in sync). Reading a config imports neither models nor tensorboardX: the
+registries that give the accepted names are looked up when a config is validated.
 """
 from gpgan.backend.precision import MATMUL_PRECISIONS
 from gpgan.schema import ConfigError, Field, Schema, closest, diff_configs, get_key
