@@ -1,0 +1,110 @@
+"""README.md and docs/: what they name exists (files, links, command-line options, config keys),
+the CI runs the README's test command, and measured figures stay out of the README."""
+import glob
+import os
+import re
+
+import pytest
+
+from gpgan.cli import ablate, sample, train
+from gpgan.cli import eval as eval_cli
+from gpgan.train.config import config_reference_markdown
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "README.md")
+DOCS = sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+
+
+def read(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def code_blocks(text):
+    """The lines of every fenced code block."""
+    return [line for block in re.findall(r"```[a-z]*\n(.*?)```", text, re.S) for line in block.splitlines()]
+
+
+def command_lines(text):
+    """(command, text) for every line of a code block that runs a gpgan command (the text from the
+    command on, past a launcher such as mpiexec); an indented line that continues a usage line
+    belongs to the command before it."""
+    found, last = [], None
+    for line in code_blocks(text):
+        words = line.split("#", 1)[0].split()
+        command = next((w for w in words if w.startswith("gpgan-")), None)
+        if command is not None:
+            if command == "gpgan-eval" and words[words.index(command) + 1:][:1] == ["stats"]:
+                command = "gpgan-eval stats"
+            last = command
+            code = line.split("#", 1)[0]
+            found.append((command, code[code.index(command.split()[0]):]))  # a launcher's options are not gpgan's
+        elif line.startswith(" ") and line.strip().startswith("[") and last is not None:
+            found.append((last, line))
+        else:
+            last = None
+    return found
+
+
+PARSERS = {"gpgan-train": train.build_parser, "gpgan-sample": sample.build_parser,
+           "gpgan-eval": eval_cli.build_parser, "gpgan-eval stats": eval_cli.build_stats_parser,
+           "gpgan-ablate": ablate.build_parser}
+
+
+def test_readme_and_docs_exist_and_the_readme_stays_short():
+    assert {os.path.basename(p) for p in DOCS} >= {"benchmarks.md", "configuration.md", "design.md", "studies.md"}
+    lines = read(README).splitlines()
+    assert len(lines) <= 350, f"README.md has {len(lines)} lines; details belong in docs/"
+
+
+@pytest.mark.parametrize("path", [README] + DOCS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_relative_links_point_to_files_that_exist(path):
+    links = re.findall(r"\]\(([^)\s]+)\)", read(path))
+    local = [link.split("#", 1)[0] for link in links if not re.match(r"[a-z]+:", link)]
+    assert local, f"{path} links nothing"
+    missing = [link for link in local if link and not os.path.exists(os.path.join(os.path.dirname(path), link))]
+    assert not missing, f"{os.path.relpath(path, ROOT)} links missing files: {missing}"
+
+
+def test_every_documented_command_line_option_exists():
+    commands = command_lines(read(README))
+    assert {c for c, _ in commands} == set(PARSERS), "README.md should show every command"
+    for command, line in commands:
+        options = PARSERS[command]()._option_string_actions
+        for option in re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", line):
+            assert option in options, f"README.md: {command} has no option {option} (line: {line.strip()})"
+
+
+def test_every_documented_config_key_exists():
+    keys = set(re.findall(r"^\| `([a-z_.]+)` \|", config_reference_markdown(), re.M))
+    dict_keys = {k for k in keys if k.endswith("options")}
+    text = read(README)
+    named = set(re.findall(r"`(?:--set )?((?:train|model|optim|penalty|data|eval)\.[a-z_.]+)(?:[=:][^`]*)?`", text))
+    assert {"train.steps", "train.cuda_graph", "train.stop_after"} <= named
+    for key in named:
+        assert key in keys or any(key.startswith(d + ".") for d in dict_keys), f"README.md names no config key {key}"
+
+
+def test_every_named_config_and_script_exists():
+    text = read(README) + "".join(read(p) for p in DOCS)
+    paths = set(re.findall(r"\b((?:configs|scripts|tests)/[\w/]+\.(?:yaml|py))\b", text))
+    shipped = read(README).split("## Configs", 1)[1].split("\n## ", 1)[0]
+    paths |= {"configs/" + name for name in re.findall(r"^\| `(\w+\.yaml)` \|", shipped, re.M)}
+    assert {"configs/quickstart.yaml", "configs/wgangp_resnet_cifar.yaml", "scripts/bench_engine.py"} <= paths
+    missing = sorted(p for p in paths if not os.path.exists(os.path.join(ROOT, p)))
+    assert not missing, f"README.md or docs/ name missing files: {missing}"
+
+
+def test_the_ci_runs_the_readme_test_command():
+    quickstart = read(README).split("## Quickstart", 1)[1].split("```bash\n", 1)[1].split("```", 1)[0]
+    first, second = quickstart.strip().splitlines()
+    assert first == "pip install -e . && gpgan-train configs/quickstart.yaml"
+    assert second == "pip install -e '.[test]' && pytest"
+    ci = read(os.path.join(ROOT, ".ci", "run")).splitlines()
+    assert ci[-1] == second, ".ci/run must run exactly the README's test command"
+
+
+def test_the_readme_states_no_measured_timings():
+    timing = re.compile(r"\b\d[\d,.]*\s?(?:ms|us|s|MiB|GiB|GFLOP/s|steps/s|images/s)\b")
+    found = [line for line in read(README).splitlines() if timing.search(line)]
+    assert not found, f"measured figures belong in docs/benchmarks.md, not README.md: {found}"
