@@ -57,13 +57,24 @@ def test_readme_and_docs_exist_and_the_readme_stays_short():
     assert len(lines) <= 350, f"README.md has {len(lines)} lines; details belong in docs/"
 
 
+def anchors(path):
+    """GitHub's anchors for a Markdown file's headings: lower case, punctuation dropped, spaces
+    to hyphens."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", read(path), flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
 @pytest.mark.parametrize("path", [README] + DOCS, ids=lambda p: os.path.relpath(p, ROOT))
-def test_relative_links_point_to_files_that_exist(path):
-    links = re.findall(r"\]\(([^)\s]+)\)", read(path))
-    local = [link.split("#", 1)[0] for link in links if not re.match(r"[a-z]+:", link)]
-    assert local, f"{path} links nothing"
-    missing = [link for link in local if link and not os.path.exists(os.path.join(os.path.dirname(path), link))]
-    assert not missing, f"{os.path.relpath(path, ROOT)} links missing files: {missing}"
+def test_relative_links_point_to_files_and_headings_that_exist(path):
+    links = [link for link in re.findall(r"\]\(([^)\s]+)\)", read(path)) if not re.match(r"[a-z]+:", link)]
+    assert links, f"{path} links nothing"
+    for link in links:
+        target, _, anchor = link.partition("#")
+        target = os.path.normpath(os.path.join(os.path.dirname(path), target)) if target else path
+        assert os.path.exists(target), f"{os.path.relpath(path, ROOT)} links a missing file: {link}"
+        if anchor:
+            assert target.endswith(".md") and anchor in anchors(target), (
+                f"{os.path.relpath(path, ROOT)} links a missing heading: {link}")
 
 
 def test_every_documented_command_line_option_exists():
