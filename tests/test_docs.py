@@ -98,7 +98,7 @@ def test_every_documented_config_key_exists():
 
 def test_every_named_config_and_script_exists():
     text = read(README) + "".join(read(p) for p in DOCS)
-    paths = set(re.findall(r"\b((?:configs|scripts|tests)/[\w/]+\.(?:yaml|py))\b", text))
+    paths = set(re.findall(r"\b((?:configs|scripts|tests)/[\w/]+\.(?:yaml|py|sh))\b", text))
     shipped = read(README).split("## Configs", 1)[1].split("\n## ", 1)[0]
     paths |= {"configs/" + name for name in re.findall(r"^\| `(\w+\.yaml)` \|", shipped, re.M)}
     assert {"configs/quickstart.yaml", "configs/wgangp_resnet_cifar.yaml", "scripts/bench_engine.py"} <= paths
