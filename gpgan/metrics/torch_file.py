@@ -37,7 +37,7 @@ import numpy
 
 from gpgan.files import RefusedPickle, RestrictedUnpickler
 
-__all__ = ["load_torch_state_dict", "STORAGE_DTYPES"]
+__all__ = ["load_torch_state_dict", "ModuleTensors", "STORAGE_DTYPES"]
 
 # TorchScript's list builders (torch/jit/_pickle.py): each takes the list itself.
 _JIT_LIST_BUILDERS = ("build_intlist", "build_doublelist", "build_boollist", "build_tensorlist")
@@ -279,6 +279,15 @@ def _to_array(tensor, big_endian):
     return array
 
 
+class ModuleTensors(dict):
+    """The tensors of a TorchScript archive's module tree (name -> array); ``type_name`` is the
+    root module's TorchScript class (``__torch__.wrap_net.WrapNet``)."""
+
+    def __init__(self, items, type_name):
+        super().__init__(items)
+        self.type_name = type_name
+
+
 def _module_tensors(module, prefix, out, depth=0):
     """``out[prefix + name] = tensor`` for every tensor attribute of a TorchScript module tree,
     sub-modules depth first in attribute order (``state_dict()``'s names and order)."""
@@ -303,8 +312,9 @@ def load_torch_state_dict(path, modules=False):
             code is read or run (module docstring).
 
     Returns:
-        A dict ``name -> numpy.ndarray`` in the file's order; each array is a C-contiguous copy
-        of the tensor (float32, float64, float16, int64 ... as saved; bfloat16 becomes float32).
+        A dict ``name -> numpy.ndarray`` in the file's order (a :class:`ModuleTensors` for a
+        TorchScript archive); each array is a C-contiguous copy of the tensor (float32, float64,
+        float16, int64 ... as saved; bfloat16 becomes float32).
 
     Raises:
         ValueError: naming ``path`` and what is wrong: a refused global (anything but tensors and
@@ -328,7 +338,9 @@ def load_torch_state_dict(path, modules=False):
         raise ValueError(f"{path}: truncated or corrupt torch file ({type(exc).__name__}: {exc})") from None
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
+    type_name = None
     if isinstance(result, _ScriptModule):
+        type_name = result.type_name
         try:
             result = _module_tensors(result, "", {})
         except ValueError as exc:
@@ -344,4 +356,4 @@ def load_torch_state_dict(path, modules=False):
             arrays[str(name)] = _to_array(tensor, big_endian)
         except ValueError as exc:
             raise ValueError(f"{path}: entry {name!r}: {exc}") from None
-    return arrays
+    return arrays if type_name is None else ModuleTensors(arrays, type_name)
