@@ -28,6 +28,7 @@ class PixelNetwork:
 
     weights_id = "feedbeef" * 8
     dtype = np.float32
+    has_classifier = True
 
     def __init__(self):
         self.seen = 0

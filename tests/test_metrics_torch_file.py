@@ -1,5 +1,6 @@
 """load_torch_state_dict: both torch.save formats (committed fixtures made by
-scripts/make_torch_fixtures.py), hand-assembled streams, and refusal of foreign pickles."""
+scripts/make_torch_fixtures.py), hand-assembled streams, TorchScript archives' module trees, and
+refusal of foreign pickles."""
 import os
 import pickle
 import struct
@@ -10,7 +11,8 @@ import numpy as np
 import pytest
 
 from gpgan.metrics.torch_file import load_torch_state_dict
-from torch_stream import legacy_stream, op_global, state_dict_pickle, storage_pid, tensor
+from torch_stream import (legacy_stream, op_global, op_str, op_tuple, state_dict_pickle, storage_pid, tensor,
+                          write_torchscript_file)
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
@@ -133,6 +135,50 @@ def test_a_foreign_class_is_refused(tmp_path):
         load_torch_state_dict(path)
 
 
+# -- TorchScript archives --------------------------------------------------------------------------
+def test_a_torchscript_module_tree_gives_its_tensors_by_state_dict_name(tmp_path):
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tree = {"__type__": ("__torch__.wrap_net", "WrapNet"),
+            "net": {"layers": {"conv": {"__type__": ("__torch__.inceptionv3.___torch_mangle_2", "Conv2dLayer"),
+                                        "weight": weight, "stride": 2, "padding": [0, 1]},
+                               "conv_1": {"beta": np.array([0.5, -1], np.float32)}}},
+            "scale": np.array([3.0], np.float32)}
+    path = tmp_path / "module.pt"
+    write_torchscript_file(path, tree)  # its code/ would exit the tests if it were run
+    got = load_torch_state_dict(path, modules=True)
+    assert list(got) == ["net.layers.conv.weight", "net.layers.conv_1.beta", "scale"]
+    np.testing.assert_array_equal(got["net.layers.conv.weight"], weight)
+    np.testing.assert_array_equal(got["net.layers.conv_1.beta"], [0.5, -1])
+    # A state dict is expected unless modules are asked for.
+    with pytest.raises(ValueError, match=r"module.pt: refused to unpickle \(refused global "
+                                         r"'__torch__.wrap_net.WrapNet': a torch state dict may only name"):
+        load_torch_state_dict(path)
+    # A state-dict file still reads with modules=True.
+    assert list(load_torch_state_dict(os.path.join(FIXTURES, "torch_state_zip.pt"), modules=True)) == \
+        list(expected_fixture())
+
+
+def test_a_torchscript_archive_naming_os_system_is_refused_without_running(tmp_path):
+    marker = tmp_path / "pwned"
+    payload = (b"\x80\x02" + op_global("__torch__.evil", "Net") + b")\x81}(" + op_str("hook")
+               + op_global("os", "system") + op_tuple(op_str(f"touch {marker}")) + b"Rub.")
+    path = tmp_path / "evil.pt"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("evil/data.pkl", payload)
+    with pytest.raises(ValueError, match=r"refused global 'os.system': .* TorchScript archive also __torch__ "
+                                         r"module classes"):
+        load_torch_state_dict(path, modules=True)
+    assert not marker.exists()
+    # The stand-ins' state must be a dict of attribute names, and list builders take lists.
+    for body in (op_global("__torch__.m", "M") + b")\x81" + op_str("state") + b"b",
+                 op_global("torch.jit._pickle", "build_intlist") + op_tuple(op_str("x")) + b"R"):
+        path.write_bytes(b"")
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("evil/data.pkl", b"\x80\x02" + body + b".")
+        with pytest.raises(ValueError, match="evil.pt: truncated or corrupt torch file"):
+            load_torch_state_dict(path, modules=True)
+
+
 # -- optional: against torch itself ----------------------------------------------------------------
 def test_equals_torch_load(tmp_path):
     torch = pytest.importorskip("torch")
@@ -146,3 +192,15 @@ def test_equals_torch_load(tmp_path):
         ref = torch.load(path)
         for key in sd:
             np.testing.assert_array_equal(got[key], ref[key].numpy())
+
+
+def test_equals_a_torchscript_modules_state_dict(tmp_path):
+    torch = pytest.importorskip("torch")
+    module = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(2, 5))
+    path = tmp_path / "script.pt"
+    torch.jit.save(torch.jit.script(module), str(path))
+    got = load_torch_state_dict(path, modules=True)
+    ref = {k: v for k, v in module.state_dict().items()}
+    assert list(got) == list(ref)
+    for key in ref:
+        np.testing.assert_array_equal(got[key], ref[key].numpy())

@@ -67,3 +67,44 @@ def write_legacy_torch_file(path, arrays):
         storages.append(value.reshape(-1))
     with open(path, "wb") as f:
         f.write(legacy_stream(state_dict_pickle(entries), keys, storages))
+
+
+# -- TorchScript archives (torch.jit.save's zip: a pickled module tree) ------------------------------
+def _zip_pid(key, numel):
+    return op_tuple(op_str("storage"), op_global("torch", "FloatStorage"), op_str(key), op_str("cpu"), op_int(numel))
+
+
+def _script_value(value, storages):
+    """Opcodes of one module attribute: a sub-module (dict), a tensor (array), an int list, an int or
+    a bool."""
+    if isinstance(value, dict):
+        kind = value.get("__type__", ("__torch__.fake", "Module"))
+        items = b"".join(op_str(k) + _script_value(v, storages) for k, v in value.items() if k != "__type__")
+        return op_global(*kind) + b")\x81}(" + op_str("training") + b"\x89" + items + b"ub"
+    if isinstance(value, bool):
+        return b"\x88" if value else b"\x89"
+    if isinstance(value, int):
+        return op_int(value)
+    if isinstance(value, list):
+        return op_global("torch.jit._pickle", "build_intlist") + b"(](" + b"".join(map(op_int, value)) + b"etR"
+    value = np.ascontiguousarray(value, dtype=np.float32)
+    key = str(len(storages))
+    storages[key] = value
+    return tensor(_zip_pid(key, value.size), 0, value.shape, tuple(s // 4 for s in value.strides))
+
+
+def write_torchscript_file(path, tree, prefix="archive"):
+    """A TorchScript-like archive of the module ``tree`` (nested dicts: sub-modules; arrays: float32
+    tensors; ``__type__``: the module's ``(module, class)``), with a ``code/`` file that must never
+    run."""
+    import zipfile
+
+    storages = {}
+    payload = b"\x80\x02" + _script_value(tree, storages) + b"."
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr(f"{prefix}/data.pkl", payload)
+        archive.writestr(f"{prefix}/code/__torch__/fake.py", "raise SystemExit('TorchScript code was run')\n")
+        archive.writestr(f"{prefix}/constants.pkl", b"\x80\x02).")
+        archive.writestr(f"{prefix}/version", "3\n")
+        for key, value in storages.items():
+            archive.writestr(f"{prefix}/data/{key}", value.tobytes())

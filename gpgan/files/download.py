@@ -11,7 +11,7 @@ import urllib.request
 
 from gpgan.files.atomic import atomic_write
 
-__all__ = ["DownloadError", "cache_dir", "digest", "download"]
+__all__ = ["DownloadError", "cache_dir", "digest", "download", "store_checked"]
 
 
 _NAMES = {"sha256": "SHA-256", "md5": "md5"}
@@ -35,9 +35,41 @@ def digest(path, algorithm="sha256", chunk=1 << 20):
     return h.hexdigest()
 
 
+def store_checked(dest, chunks, checksum, size=None, algorithm="sha256", what=None):
+    """Write the byte blocks ``chunks`` yields into ``dest``, keeping the file only with digest
+    ``checksum`` (and ``size`` bytes, when given): the one rule by which a download or a copy
+    out of an archive takes its name.
+
+    Args:
+        chunks: an iterable of ``bytes``; reading stops once more than ``size`` bytes came.
+        what: the source, for the error message (default: ``dest``).
+
+    Raises:
+        DownloadError: a size or digest mismatch; ``dest`` is then untouched and no partial file
+            is left. Errors ``chunks`` raises pass through, with the same guarantee.
+    """
+    def write(out):
+        h, count = hashlib.new(algorithm), 0
+        for block in chunks:
+            out.write(block)
+            h.update(block)
+            count += len(block)
+            if size is not None and count > size:
+                break
+        if (size is not None and count != size) or h.hexdigest() != checksum:
+            name = _NAMES.get(algorithm, algorithm)
+            got = f"{count} bytes" if size is not None and count != size else f"{name} {h.hexdigest()}"
+            expected = (f"{size} bytes with " if size is not None else "") + f"{name} {checksum}"
+            raise DownloadError(f"{what or dest} has {got}, expected {expected} (corrupt or changed file; nothing "
+                                "was kept)")
+
+    atomic_write(dest, write)
+    return dest
+
+
 def download(url, dest, checksum, size=None, algorithm="sha256", progress=True, desc=None):
     """Fetch ``url`` into ``dest``, keeping it only with digest ``checksum`` (and ``size`` bytes,
-    when given).
+    when given; see :func:`store_checked`).
 
     Raises:
         DownloadError: on a network error or a size / digest mismatch; ``dest`` is then untouched
@@ -45,28 +77,16 @@ def download(url, dest, checksum, size=None, algorithm="sha256", progress=True, 
     """
     from tqdm import tqdm
 
-    def fetch(out):
-        h, count = hashlib.new(algorithm), 0
-        try:
-            response = urllib.request.urlopen(url, timeout=60)
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise DownloadError(f"could not download {url} ({exc})") from None
-        total = size or int(response.headers.get("Content-Length") or 0) or None
-        with response, tqdm(total=total, unit="B", unit_scale=True, desc=desc or os.path.basename(dest),
-                            disable=None if progress else True) as bar:
+    try:
+        response = urllib.request.urlopen(url, timeout=60)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise DownloadError(f"could not download {url} ({exc})") from None
+    total = size or int(response.headers.get("Content-Length") or 0) or None
+    with response, tqdm(total=total, unit="B", unit_scale=True, desc=desc or os.path.basename(dest),
+                        disable=None if progress else True) as bar:
+        def blocks():
             for block in iter(lambda: response.read(1 << 20), b""):
-                out.write(block)
-                h.update(block)
-                count += len(block)
                 bar.update(len(block))
-                if size is not None and count > size:
-                    break
-        if (size is not None and count != size) or h.hexdigest() != checksum:
-            name = _NAMES.get(algorithm, algorithm)
-            got = f"{count} bytes" if size is not None and count != size else f"{name} {h.hexdigest()}"
-            expected = (f"{size} bytes with " if size is not None else "") + f"{name} {checksum}"
-            raise DownloadError(f"the download of {url} has {got}, expected {expected} (corrupt or changed "
-                                "file; nothing was kept)")
+                yield block
 
-    atomic_write(dest, fetch)
-    return dest
+        return store_checked(dest, blocks(), checksum, size, algorithm, what=f"the download of {url}")

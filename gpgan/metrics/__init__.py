@@ -4,8 +4,8 @@ which way each metric improves.
 Image metrics take features from pytorch-fid's FID Inception-v3 (:class:`InceptionV3`, run with
 gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scores`)::
 
-    net = InceptionV3.load()                                 # downloads the weights once
-    fake = net.features(gpgan.data.to_uint8(generated))      # {"pool3", "logits"}
+    net = InceptionV3.load()                                 # the cached weights (inception.weights_path)
+    fake = net.features(gpgan.data.to_uint8(generated))      # {"pool3", "logits"} (logits: with a classifier)
     mu, sigma = dataset_statistics(net, "cifar10", root="~/data/cifar-10-batches-py")
     score = frechet_distance(*feature_statistics(fake["pool3"]), mu, sigma)
 

@@ -99,6 +99,9 @@ def score_features(names, fake, reference):
         scores["eval/kid"], scores["eval_std/kid"] = kid(pool3, reference.features, subsets=KID_SUBSETS,
                                                          subset_size=subset)
     if "is" in names:
+        if fake.get("logits") is None:
+            raise ValueError("the Inception Score needs the classifier's logits, and these features have none "
+                             "(Inception weights without the classifier)")
         scores["eval/is"], scores["eval_std/is"] = inception_score(fake["logits"], splits=min(IS_SPLITS, n))
     if "pr" in names:
         real = reference.features

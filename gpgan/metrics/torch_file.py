@@ -1,4 +1,5 @@
-"""Read a ``torch.save``d state dict into NumPy arrays, without torch and without trusting pickle.
+"""Read a ``torch.save``d state dict, or the tensors of a TorchScript archive, into NumPy arrays,
+without torch and without trusting pickle.
 
 ``torch.save`` has written two formats:
 
@@ -14,6 +15,15 @@ unpickler here admits exactly those names and ``collections.OrderedDict``, and g
 stand-ins of its own: torch is never imported, and any other global (``os.system``, a class of
 some package ...) raises before anything is called. Tensors become NumPy arrays of their dtype,
 copied out of the storage with their offset and strides, bounds checked.
+
+A TorchScript archive (``torch.jit.save``) is the zip format too: its ``<name>/data.pkl`` pickles
+the module tree, each module as ``__torch__.<path>.<Class>`` built with no arguments and then
+given its attributes (``training``, sub-modules, tensors, ints ...) by pickle's BUILD; lists of
+ints or floats come through ``torch.jit._pickle.build_intlist`` and its siblings. With
+``modules=True`` these names are admitted too, as inert stand-ins: a ``__torch__`` class becomes
+a plain record of its qualified name and attributes (its code, under ``code/``, is never read,
+let alone run), and a ``build_*list`` returns the list it is given. The module tree's tensors come
+back named as ``module.state_dict()`` names them (``layers.conv.weight``).
 """
 import collections
 import io
@@ -27,7 +37,10 @@ import numpy
 
 from gpgan.files import RefusedPickle, RestrictedUnpickler
 
-__all__ = ["load_torch_state_dict", "STORAGE_DTYPES"]
+__all__ = ["load_torch_state_dict", "ModuleTensors", "STORAGE_DTYPES"]
+
+# TorchScript's list builders (torch/jit/_pickle.py): each takes the list itself.
+_JIT_LIST_BUILDERS = ("build_intlist", "build_doublelist", "build_boollist", "build_tensorlist")
 
 # The legacy stream's first two pickles: torch's serialization.MAGIC_NUMBER and PROTOCOL_VERSION.
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
@@ -83,16 +96,47 @@ def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=Fals
     return _PendingTensor(storage, int(storage_offset), size, stride)
 
 
+class _ScriptModule:
+    """Stand-in for a TorchScript module class ``__torch__.<path>.<Class>``: pickle creates it with
+    no arguments and BUILD hands it the attribute dict, which is all it keeps."""
+
+    type_name = "__torch__"
+
+    def __init__(self):
+        self.attributes = {}
+
+    def __setstate__(self, state):
+        if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
+            raise pickle.UnpicklingError(f"the state of TorchScript module {self.type_name} is not a dict of "
+                                         "attribute names")
+        self.attributes = state
+
+
+def _script_class(qualified):
+    """A fresh :class:`_ScriptModule` subclass that records the TorchScript class name."""
+    return type("ScriptModule", (_ScriptModule,), {"type_name": qualified})
+
+
+def _jit_list(values):
+    if not isinstance(values, list):
+        raise pickle.UnpicklingError(f"a TorchScript list builder got {type(values).__name__}, not a list")
+    return values
+
+
 class _TorchUnpickler(RestrictedUnpickler):
     """Admits ``collections.OrderedDict``, ``torch._utils._rebuild_tensor_v2`` and the
-    ``torch.<Type>Storage`` names of :data:`STORAGE_DTYPES`, as stand-ins; refuses the rest with
-    :class:`RefusedPickle` naming the global. Persistent ids go to ``storage_for(pid)``."""
+    ``torch.<Type>Storage`` names of :data:`STORAGE_DTYPES`, and with ``modules`` TorchScript's
+    ``__torch__.*`` classes and ``torch.jit._pickle`` list builders, as stand-ins; refuses the rest
+    with :class:`RefusedPickle` naming the global. Persistent ids go to ``storage_for(pid)``."""
 
-    what = "a torch state dict may only name tensor storages, torch._utils._rebuild_tensor_v2 and collections.OrderedDict"
-
-    def __init__(self, file, storage_for):
+    def __init__(self, file, storage_for, modules=False):
         super().__init__(file)
         self._storage_for = storage_for
+        self._modules = modules
+        self._classes = {}
+        self.what = ("a torch state dict may only name tensor storages, torch._utils._rebuild_tensor_v2 and "
+                     "collections.OrderedDict" + (", and a TorchScript archive also __torch__ module classes and "
+                                                  "torch.jit._pickle list builders" if modules else ""))
 
     def allowed(self, module, name):
         if (module, name) == ("collections", "OrderedDict"):
@@ -101,6 +145,11 @@ class _TorchUnpickler(RestrictedUnpickler):
             return _rebuild_tensor_v2
         if module == "torch" and name in STORAGE_DTYPES:
             return _StorageType(name)
+        if self._modules:
+            if module == "torch.jit._pickle" and name in _JIT_LIST_BUILDERS:
+                return _jit_list
+            if (module == "__torch__" or module.startswith("__torch__.")) and name.isidentifier():
+                return self._classes.setdefault(f"{module}.{name}", _script_class(f"{module}.{name}"))
         return None
 
     def persistent_load(self, pid):
@@ -121,7 +170,7 @@ def _no_storage(pid):
 
 
 # -- the two formats -------------------------------------------------------------------------------
-def _read_zip(path):
+def _read_zip(path, modules=False):
     with zipfile.ZipFile(path) as archive:
         names = archive.namelist()
         pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
@@ -152,7 +201,7 @@ def _read_zip(path):
                 storages[key] = storage
             return storages[key]
 
-        result = _TorchUnpickler(io.BytesIO(archive.read(pickles[0])), storage_for).load()
+        result = _TorchUnpickler(io.BytesIO(archive.read(pickles[0])), storage_for, modules).load()
     return result, big_endian
 
 
@@ -230,24 +279,52 @@ def _to_array(tensor, big_endian):
     return array
 
 
-def load_torch_state_dict(path):
-    """Read a ``torch.save``d state dict (zip archive or legacy pickle stream).
+class ModuleTensors(dict):
+    """The tensors of a TorchScript archive's module tree (name -> array); ``type_name`` is the
+    root module's TorchScript class (``__torch__.wrap_net.WrapNet``)."""
+
+    def __init__(self, items, type_name):
+        super().__init__(items)
+        self.type_name = type_name
+
+
+def _module_tensors(module, prefix, out, depth=0):
+    """``out[prefix + name] = tensor`` for every tensor attribute of a TorchScript module tree,
+    sub-modules depth first in attribute order (``state_dict()``'s names and order)."""
+    if depth > 64:
+        raise ValueError("the TorchScript module tree is deeper than 64 levels (or cyclic)")
+    for name, value in module.attributes.items():
+        if isinstance(value, _PendingTensor):
+            out[prefix + name] = value
+        elif isinstance(value, _ScriptModule):
+            _module_tensors(value, f"{prefix}{name}.", out, depth + 1)
+    return out
+
+
+def load_torch_state_dict(path, modules=False):
+    """Read a ``torch.save``d state dict (zip archive or legacy pickle stream), or with ``modules``
+    also the tensors of a TorchScript archive.
 
     Args:
         path: the file.
+        modules: also accept a TorchScript archive (``torch.jit.save``): its module tree's
+            tensors are returned, named as ``module.state_dict()`` names them; nothing of its
+            code is read or run (module docstring).
 
     Returns:
-        A dict ``name -> numpy.ndarray`` in the file's order; each array is a C-contiguous copy
-        of the tensor (float32, float64, float16, int64 ... as saved; bfloat16 becomes float32).
+        A dict ``name -> numpy.ndarray`` in the file's order (a :class:`ModuleTensors` for a
+        TorchScript archive); each array is a C-contiguous copy of the tensor (float32, float64,
+        float16, int64 ... as saved; bfloat16 becomes float32).
 
     Raises:
         ValueError: naming ``path`` and what is wrong: a refused global (anything but tensors and
-            OrderedDict; nothing is executed), not a torch file, truncated or inconsistent data, or
-            a pickle that is not a mapping of names to tensors.
+            OrderedDict, and TorchScript's module classes with ``modules``; nothing is executed),
+            not a torch file, truncated or inconsistent data, or a pickle that is not a mapping of
+            names to tensors (or a TorchScript module, with ``modules``).
     """
     try:
         if zipfile.is_zipfile(path):
-            result, big_endian = _read_zip(path)
+            result, big_endian = _read_zip(path, modules)
         else:
             if tarfile.is_tarfile(path):
                 raise ValueError("this is torch's tar format (torch < 0.4), which is not supported; "
@@ -261,9 +338,16 @@ def load_torch_state_dict(path):
         raise ValueError(f"{path}: truncated or corrupt torch file ({type(exc).__name__}: {exc})") from None
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
-    if not isinstance(result, dict):
+    type_name = None
+    if isinstance(result, _ScriptModule):
+        type_name = result.type_name
+        try:
+            result = _module_tensors(result, "", {})
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+    elif not isinstance(result, dict):
         raise ValueError(f"{path}: holds a {type(result).__name__}, not a state dict (a mapping of names "
-                         "to tensors)")
+                         "to tensors)" + (" or a TorchScript module" if modules else ""))
     arrays = {}
     for name, tensor in result.items():
         if not isinstance(tensor, _PendingTensor):
@@ -272,4 +356,4 @@ def load_torch_state_dict(path):
             arrays[str(name)] = _to_array(tensor, big_endian)
         except ValueError as exc:
             raise ValueError(f"{path}: entry {name!r}: {exc}") from None
-    return arrays
+    return arrays if type_name is None else ModuleTensors(arrays, type_name)

@@ -34,7 +34,8 @@ def generated_features(net, batches, batch_size=50, progress=True):
         batch_size, progress: of the feature extraction (one progress bar over all images).
 
     Returns:
-        ``{"pool3": (N, 2048), "logits": (N, 1008)}`` as :meth:`~gpgan.metrics.InceptionV3.features`.
+        ``{"pool3": (N, 2048), "logits": (N, 1008)}`` as :meth:`~gpgan.metrics.InceptionV3.features`
+        (no logits from weights without the classifier).
     """
     images = numpy.concatenate([to_uint8(batch) for batch in batches])
     return net.features(images, batch_size=batch_size, progress=progress)
@@ -62,7 +63,7 @@ class ImageMetrics:
 
     @classmethod
     def build(cls, names, spec, weights=None, cifar_root=None, download=False, device="cpu", batch_size=50,
-              progress=True, compute=True):
+              progress=True, compute=True, is_optional=False):
         """Load the Inception weights and the reference ``spec`` (see
         :func:`gpgan.metrics.parse_reference`): everything an evaluation needs, so that whatever
         is missing fails here, before any work.
@@ -73,10 +74,12 @@ class ImageMetrics:
             cifar_root, download: where a CIFAR-10 reference is read.
             compute: False checks the reference without computing features (a dry run):
                 ``reference`` is then None unless it was cached.
+            is_optional: leave the Inception Score out (instead of failing) when the weights have
+                no classifier (gpgan-eval's default metrics).
 
         Raises:
-            InceptionWeightsError: weights missing (offline: the message says where to put them)
-                or not the FID network.
+            InceptionWeightsError: weights missing (offline: the message says where to put them),
+                not the FID network, or without the classifier while ``is`` is asked for.
             FileNotFoundError, ValueError: a reference that cannot be had, or with too few images.
         """
         from gpgan.metrics import InceptionV3, check_metrics, load_reference, needs_features
@@ -86,6 +89,12 @@ class ImageMetrics:
         names = check_metrics(names)
         path = weights_path(weights, progress=progress)
         net = InceptionV3.load(path, device=device, progress=progress)
+        left_out = ""
+        if "is" in names and not net.has_classifier:
+            if not is_optional:
+                net.require_classifier()
+            names = [n for n in names if n != "is"]
+            left_out = " (the Inception Score left out: these weights have no classifier)"
         features = needs_features(names)
         reference = load_reference(net, spec, cifar_root=cifar_root, download=download, features=features,
                                    batch_size=batch_size, progress=progress, compute=compute)
@@ -97,7 +106,7 @@ class ImageMetrics:
                 raise ValueError(f"the reference {reference.description} has {len(reference.features)} images; "
                                  f"precision and recall (pr) need more than {PR_K}")
         return cls(names, net, reference, batch_size, progress, f"{', '.join(names)} against {note}; "
-                                                                f"Inception weights {path}")
+                                                                f"Inception weights {path}{left_out}")
 
     @classmethod
     def for_run(cls, config, progress=True, compute=True):
