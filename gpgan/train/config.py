@@ -147,8 +147,10 @@ SCHEMA = {
                            "from data.root), a statistics file (.npz with mu and sigma, fid and is only) or a "
                            "folder of images; null: the run's own data. Computed once and cached in "
                            "~/.cache/gpgan/fid_stats", nullable=True),
-        "inception_weights": Field("str", None, "pytorch-fid's FID Inception weights file; null: "
-                                   "$GPGAN_INCEPTION_WEIGHTS, else ~/.cache/gpgan/ (downloaded once)",
+        "inception_weights": Field("str", None, "the FID Inception weights file (pytorch-fid's .pth, or a "
+                                   "TorchScript: inception-2015-12-05.pt, default_1.pt); null: "
+                                   "$GPGAN_INCEPTION_WEIGHTS, else ~/.cache/gpgan/ (gpgan-eval fetch-weights, or "
+                                   "downloaded once)",
                                    nullable=True),
         "batch_size": Field("int", 50, "images per Inception forward pass (memory: about 25 MB each in float32)",
                             minimum=1),
