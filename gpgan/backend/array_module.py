@@ -156,7 +156,9 @@ def to_device(array, device):
     return cupy.asarray(array)
 
 
-def _cpu_name():
+def cpu_model():
+    """The CPU's model name (``/proc/cpuinfo``'s, else the platform's), for manifests: BLAS and
+    oneDNN pick their kernels per CPU, so float32 results agree across CPUs only to rounding."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -172,7 +174,7 @@ def device_description(device):
     or the current CUDA GPU's name, memory and the CUDA runtime version (CuPy is only asked when
     ``device`` is ``"cuda"``; an unreadable GPU is described as unknown, never an error)."""
     if device != "cuda":
-        return f"{_cpu_name()}, {os.cpu_count()} logical cores"
+        return f"{cpu_model()}, {os.cpu_count()} logical cores"
     try:
         import cupy
 

@@ -98,10 +98,11 @@ class Trainer:
 
     def manifest_entries(self):
         """What this trainer adds to manifest.json and its resume entries: what the image metrics
-        compare with (when there are any); a data-parallel run adds its processes."""
+        compare with (when there are any) and the number of processes (``world_size``; a
+        data-parallel run adds the processes' hosts and devices)."""
         if self.image_metrics is None:
-            return {}
-        return {"image_metrics": self.image_metrics.provenance()}
+            return {"world_size": 1}
+        return {"world_size": 1, "image_metrics": self.image_metrics.provenance()}
 
     # -- one step -----------------------------------------------------------------------------
     def train_step(self):
