@@ -42,6 +42,8 @@ def test_a_run_folder_from_before_the_split_resumes_exactly(tmp_path):
     assert "from step 4" in proc.stderr
     config = yaml.safe_load((old / "config.yaml").read_text())
     assert config["train"]["stop_after"] is None and config["train"]["steps"] == 8
+    # Written before the EMA's ramp existed: it keeps averaging without one (train.ema.rampup).
+    assert config["train"]["ema"]["enabled"] is True and config["train"]["ema"]["rampup"] is False
     straight_config = tmp_path / "straight.yaml"
     straight_config.write_text(yaml.safe_dump(config))
     _train(str(straight_config), "--out", str(tmp_path / "exp"), "--name", "straight")
