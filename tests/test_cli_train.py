@@ -266,7 +266,11 @@ def test_cifar_fixture_with_tiny_dcgan(tmp_path):
     from PIL import Image
 
     with Image.open(run / "samples" / "final.png") as img:
-        assert img.size == (2 * 34 + 2, 2 * 34 + 2)  # 4 images of 32x32, 2 per row, 2 px padding
+        # 4 images of 32x32, 2 per row, 2 px padding: 70 px, enlarged 8 times to be readable; the
+        # raw weights' grid beside the EMA's (8 px apart), under their labels and the step's caption.
+        assert img.size == (2 * 8 * 70 + 8, 24 + 24 + 8 * 70)
+        pixels = np.asarray(img.convert("RGB"))
+    assert (pixels[:24] < 100).all(axis=2).sum() > 20  # the caption "step 3" is written
     assert sorted(os.listdir(run / "samples")) == ["final.png", "step_000002.png"]
     assert [r["step"] for r in metrics(run)] == [1, 2, 3]
     assert sorted(os.listdir(run / "checkpoints")) == ["ckpt_000002.npz", "ckpt_000003.npz"]

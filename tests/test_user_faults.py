@@ -61,6 +61,9 @@ def test_report_only_without_runs_leaves_the_committed_report(tmp_path, capsys):
     assert snapshot(report) == before and not (tmp_path / "none").exists()
 
 
+CAPTION = 24  # the caption strip above a grid picture (gpgan.viz.grid.CAPTION_SIZE + 8)
+
+
 # -- 2. sampling in batches, sample files ----------------------------------------------------------------
 def test_many_samples_go_to_npz_in_bounded_batches(image_run, tmp_path, monkeypatch):
     import gpgan.train.sampling as sampling
@@ -76,9 +79,9 @@ def test_many_samples_go_to_npz_in_bounded_batches(image_run, tmp_path, monkeypa
     assert images.shape == (1030, 32, 32, 3) and images.dtype == np.uint8
     # The first images are those of a grid with the same seed (quantized the same way).
     grid = tmp_path / "g.png"
-    assert sample_cli.main([str(image_run), "--grid", "1x2", "--out", str(grid)]) == 0
+    assert sample_cli.main([str(image_run), "--grid", "1x2", "--scale", "1", "--out", str(grid)]) == 0
     with Image.open(grid) as img:
-        pixels = np.asarray(img.convert("RGB"))
+        pixels = np.asarray(img.convert("RGB"))[CAPTION:]  # below the caption strip
     np.testing.assert_array_equal(pixels[2:34, 2:34], images[0])
     np.testing.assert_array_equal(pixels[2:34, 36:68], images[1])
 
