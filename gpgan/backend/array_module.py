@@ -37,8 +37,7 @@ def _import_cupy():
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
         raise RuntimeError(
-            "device 'cuda' needs CuPy, which could not be imported "
-            f"({type(exc).__name__}: {exc}). Install it with `pip install -e '.[cuda]'` "
+            f"device 'cuda' needs CuPy, which could not be imported ({exc}). Install it with `pip install -e '.[cuda]'` "
             "(or the cupy-cudaXXx wheel matching your CUDA), or use device 'cpu'."
         ) from exc
     try:

@@ -45,8 +45,8 @@ def describe_os_error(exc):
 
 def _name_the_file(exc, path):
     """An OSError from writing into an open file (ENOSPC, EIO) names no file: name ``path``."""
-    if isinstance(exc, OSError) and exc.filename is None:
-        exc.filename = path
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None and exc.strerror:
+        exc.filename = path  # (an OSError made from a message alone keeps its plain text)
 
 
 def append_text(path, text):
