@@ -84,6 +84,22 @@ def test_run_folder_contents(reference_runs):
     from gpgan.backend import compiled_kernels_enabled, onednn_enabled
     assert (manifest["numba"] is not None) == compiled_kernels_enabled()  # which kernels ran
     assert (manifest["onednn"] is not None) == onednn_enabled()
+    # What decides the bits beyond the config: the CPU model, NumPy's BLAS, the installed extras
+    # (each package's version, None when absent) and the number of processes.
+    import importlib.metadata
+
+    from gpgan.backend import cpu_model
+    assert manifest["cpu"] == cpu_model() and manifest["world_size"] == 1
+    assert manifest["blas"] is None or manifest["blas"].split()[0]
+    for extra, packages in manifest["extras"].items():
+        for name, version in packages.items():
+            try:
+                assert version == importlib.metadata.version(name), (extra, name)
+            except importlib.metadata.PackageNotFoundError:
+                assert version is None, (extra, name)
+    if manifest["extras"]:  # gpgan is installed as a distribution
+        assert set(manifest["extras"]) >= {"cpu", "mpi", "cuda", "ray"}
+        assert set(manifest["extras"]["cpu"]) >= {"numba"}
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [2, 4, 6, 8, 10, 12]
     for r in records:

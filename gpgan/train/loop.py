@@ -10,7 +10,9 @@ Randomness, all seeded from ``train.seed`` and all restored on resume: the initi
 global generator, reseeded with the seed and checkpointed for layers such as dropout); latent
 noise and the penalty's random numbers (the feed's generator, "trainer" in checkpoints); data
 order and flips, or toy samples (the loader); the fixed noise of samples and evaluations (the
-monitor's own). The same config, seed and device give the same run, bit for bit on the CPU, and a
+monitor's own). The same config, seed and device give the same run, bit for bit on the same
+machine and install (another CPU model, other CPU extras or another process count agree to float32
+rounding at first, then diverge as chaotic training does; the manifest records each), and a
 resumed run continues exactly as the uninterrupted one.
 """
 import os
