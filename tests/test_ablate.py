@@ -59,10 +59,10 @@ else:
             device = args[i + 1]; i += 2
         else:
             sys.exit("fake trainer: unexpected argument " + args[i])
-    if sets.get("penalty.weight", 0) < 0:
+    if sets.get("penalty.weight", 0) >= 1000:  # a valid config that fails in training
         print("step 0 ok", file=sys.stderr)
-        print("ConfigError: penalty.weight: got -1 (out of range); accepted: a number >= 0", file=sys.stderr)
-        sys.exit(2)
+        print("gpgan-train: error: non-finite loss/critic (inf) at step 1", file=sys.stderr)
+        sys.exit(1)
     run = Path(out) / Path(config).stem / name
     if run.exists():
         sys.exit("fake trainer: run folder exists: " + str(run))
@@ -166,8 +166,10 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
         assert float(r["best/eval/reverse_kl"]) == pytest.approx(1 / (1 + seed))  # min over the log
         assert float(r["wall_time_s"]) == 1.5 + seed
         assert (out / r["run_dir"] / "final.json").is_file()
-        # logs captured into the run folder
-        assert "training done" in (out / r["run_dir"] / "stdout.log").read_text()
+        # logs captured once, in the sweep's logs/ folder (not copied into the run folder)
+        name = Path(r["run_dir"]).name
+        assert "training done" in (out / "logs" / name / "stdout.log").read_text()
+        assert not (out / r["run_dir"] / "stdout.log").exists()
 
     report = (out / "REPORT.md").read_text()
     modes = [10 + s + 1.0 for s in (0, 1)]
@@ -222,7 +224,7 @@ def test_failing_setting_is_reported_and_others_finish(tmp_path, fake, capsys):
         base: base.yaml
         axes:
           penalty.type: [r1]
-          penalty.weight: [1, -1]
+          penalty.weight: [1, 1000]
           train.seed: [0, 1]
     """)
     out = tmp_path / "out"
@@ -230,22 +232,26 @@ def test_failing_setting_is_reported_and_others_finish(tmp_path, fake, capsys):
     rows = {(r["penalty.weight"], r["train.seed"]): r for r in read_csv(out / "results.csv")}
     assert rows["1", "0"]["status"] == rows["1", "1"]["status"] == "finished"
     for seed in ("0", "1"):
-        bad = rows["-1", seed]
+        bad = rows["1000", seed]
         assert bad["status"] == "failed"
-        assert "penalty.weight: got -1" in bad["error"]
+        assert bad["error"] == "step 0 ok\ngpgan-train: error: non-finite loss/critic (inf) at step 1"
         assert bad["final/eval/modes"] == ""
     report = (out / "REPORT.md").read_text()
     failures = report.split("## Failures", 1)[1]
-    assert "penalty.type=r1, penalty.weight=-1" in failures
+    assert "penalty.type=r1, penalty.weight=1000" in failures
     assert "2/2 runs failed" in failures
-    assert "ConfigError: penalty.weight: got -1" in failures
-    assert "| r1 | -1 | 0/2 | n/a | n/a | n/a | n/a |" in report
+    assert failures.count("non-finite loss/critic (inf) at step 1") == 1  # the latest attempt's, once
+    assert "| r1 | 1000 | 0/2 | n/a | n/a | n/a | n/a |" in report
     # The finished setting is still summarised (modes = 10 + seed + 1).
     # (no metrics listed: every eval/ metric, sorted: high_quality = 0.5 + 0.1 seed, modes, ...)
     assert "| r1 | 1 | 2/2 | 0.55 ± 0.071 | 11.5 ± 0.71 |" in report
     # --report-only reproduces the failure section from the recorded failures.
     assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
     assert (out / "REPORT.md").read_text() == report
+    # A second attempt appends to the same log; the report still shows the error once.
+    assert main([str(sweep), "--out", str(out)]) == 1
+    failures = (out / "REPORT.md").read_text().split("## Failures", 1)[1]
+    assert failures.count("non-finite loss/critic (inf) at step 1") == 1
 
 
 def test_unfinished_run_is_resumed_and_stale_one_restarted(tmp_path, fake, monkeypatch, capsys):
@@ -273,7 +279,7 @@ def test_unfinished_run_is_resumed_and_stale_one_restarted(tmp_path, fake, monke
     for run in out.glob("runs/base/*"):
         if run != stale:
             assert (run / "calls.txt").read_text() == "start\nresume\n"
-            assert "--resume" in (run / "stderr.log").read_text()
+            assert "--resume" in (out / "logs" / run.name / "stderr.log").read_text()
     rows = read_csv(out / "results.csv")
     assert [r["status"] for r in rows] == ["finished"] * 4 and all(r["error"] == "" for r in rows)
     assert "## Failures\n\nNone." in (out / "REPORT.md").read_text()
@@ -646,6 +652,10 @@ def test_mean_std_and_stderr_tail(tmp_path):
                    + "  5%|#   | 5/100\r 50%|#####  | 50/100\r\nTraceback: boom\n\n")
     tail = stderr_tail(log, n=3)
     assert tail == ["line 29", " 50%|#####  | 50/100", "Traceback: boom"]
+    # A second attempt appended to the log: only its lines.
+    with open(log, "a") as fh:
+        fh.write("=== gpgan-ablate resume: x\nagain\n")
+    assert stderr_tail(log, n=3) == ["again"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -671,6 +681,12 @@ def test_mean_std_and_stderr_tail(tmp_path):
     ("base: base.yaml\naxes: {penalty.wieght: [1]}\n", "did you mean 'penalty.weight'?"),
     ("base: base.yaml\naxes: {penalty.type: [a/b, a_b]}\n", "get the same folder name"),
     ("- just a list\n", "must be a mapping"),
+    # values the trainer's schema refuses are caught before any run starts, naming the run
+    ("base: base.yaml\naxes: {penalty.type: [r1, r9]}\n",
+     "run type-r9 (penalty.type=r9): invalid config"),
+    ("base: base.yaml\naxes: {penalty.type: [r1, r9]}\n", "penalty.type: got 'r9' (not one of the accepted values)"),
+    ("base: base.yaml\naxes: {penalty.type: [r1], penalty.weight: [1, -1]}\n",
+     "run type-r1__weight--1 (penalty.type=r1, penalty.weight=-1): invalid config"),
 ])
 def test_sweep_validation_errors(tmp_path, capsys, body, message):
     path = write_sweep(tmp_path, body)
@@ -679,6 +695,8 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
     assert message in str(info.value)
     assert str(path) in str(info.value)
     assert main([str(path), "--out", str(tmp_path / "out")]) == 2
+    assert message in capsys.readouterr().err
+    assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
@@ -736,7 +754,7 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
         assert float(r["best/eval/reverse_kl"]) == min(kls)
         config = (run / "config.yaml").read_text()
         assert f"seed: {r['train.seed']}" in config and f"type: {r['penalty.type']}" in config
-        assert (run / "stderr.log").is_file()
+        assert (out / "logs" / run.name / "stderr.log").is_file()
     report = (out / "REPORT.md").read_text()
     for ptype in ("r1", "wgan_gp"):
         vals = [float(r["final/eval/modes"]) for r in rows if r["penalty.type"] == ptype]
@@ -785,7 +803,8 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
     [run] = out.glob("runs/*/*")
     final = json.loads((run / "final.json").read_text())
     assert final["steps"] == 18
-    assert "--resume" in (run / "stdout.log").read_text() and "train.steps=18" in (run / "stdout.log").read_text()
+    log = (out / "logs" / run.name / "stdout.log").read_text()
+    assert "--resume" in log and "train.steps=18" in log
 
     # An `adjust:` rule lengthens only the runs it matches: the others are skipped as finished.
     two_seeds = short.replace("train.seed: [0]", "train.seed: [0, 1]").replace("train.steps: 12", "train.steps: 18")
@@ -813,28 +832,28 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
 
 
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
-    # weight -1 is rejected by gpgan-train's config schema (exit 2); stop_after makes the other
+    # weight 1e38 overflows the critic's gradients at step 1 (exit 1); stop_after makes the other
     # runs stop at step 6 with a checkpoint (exit 130), so the second sweep must resume them.
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(REAL_TINY.replace("train.steps: 12", "train.steps: 12\n  train.stop_after: 6")
                      .replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]")
-                     .replace("penalty.weight: [1.0]", "penalty.weight: [1.0, -1]")
+                     .replace("penalty.weight: [1.0]", "penalty.weight: [1.0, 1.0e+38]")
                      .replace("train.seed: [0, 1]", "train.seed: [0]"))
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
-    assert rows["1.0"]["status"] == "interrupted" and rows["-1"]["status"] == "failed"
+    assert rows["1.0"]["status"] == "interrupted" and rows["1e+38"]["status"] == "failed"
     report = (out / "REPORT.md").read_text()
     assert re.search(r"- `type-r1__weight-1.0__seed-0`: interrupted, checkpoint at step 6 of 12\n", report)
-    assert "penalty.weight: got" in rows["-1"]["error"] and "out of range" in rows["-1"]["error"]
+    assert "non-finite gradient of the critic" in rows["1e+38"]["error"] and "at step 1" in rows["1e+38"]["error"]
     assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
     assert "started 1, resumed 1; finished 1, failed 1" in capsys.readouterr().out
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
     assert rows["1.0"]["status"] == "finished" and rows["1.0"]["steps"] == "12"
-    assert rows["-1"]["status"] == "failed"
+    assert rows["1e+38"]["status"] == "failed"
     failures = (out / "REPORT.md").read_text().split("## Failures", 1)[1]
-    assert "penalty.type=r1, penalty.weight=-1" in failures and "out of range" in failures
+    assert "penalty.type=r1, penalty.weight=1e+38" in failures and failures.count("non-finite gradient") == 1
     assert "penalty.weight=1.0" not in failures
 
 

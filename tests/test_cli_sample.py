@@ -35,7 +35,7 @@ def runs(tmp_path_factory):
            "--set", f"data.root={cifar}", "--set", "train.steps=2", "--set", "train.batch_size=4",
            "--set", "model.generator_options.width=2", "--set", "model.generator_options.latent_dim=8",
            "--set", "model.critic_options.width=2", "--set", "train.n_samples=4",
-           "--set", "train.ema.decay=0.5")
+           "--set", "train.ema.decay=0.5", "--set", "train.ema.rampup=false")  # EMA far from raw
     _train(os.path.join(ROOT, "configs", "quickstart.yaml"), "--out", str(tmp), "--name", "toy",
            "--set", "train.steps=2", "--set", "model.generator_options.width=8",
            "--set", "model.critic_options.width=8", "--set", "train.eval_samples=100")
@@ -52,42 +52,52 @@ def _pixels(path):
         return np.asarray(img.convert("RGB")).astype(int)
 
 
-def test_grid_sizes(runs):
+CAPTION = 24  # the caption strip above a grid picture (gpgan.viz.grid.CAPTION_SIZE + 8)
+
+
+def test_grid_sizes(runs, capsys):
     img_run, _, tmp = runs
     out = tmp / "g.png"
+    # 64 images, 8 per row, 2-pixel padding: 274 px, enlarged twice to be readable, captioned.
     assert sample_cli.main([str(img_run), "--out", str(out)]) == 0
-    assert _size(out) == (8 * 34 + 2, 8 * 34 + 2)  # 64 images, 8 per row, 2-pixel padding
+    assert _size(out) == (2 * (8 * 34 + 2), CAPTION + 2 * (8 * 34 + 2))
+    assert "step 2, EMA weights" in capsys.readouterr().err
+    assert sample_cli.main([str(img_run), "--grid", "2x3", "--scale", "1", "--out", str(out)]) == 0
+    assert _size(out) == (3 * 34 + 2, CAPTION + 2 * 34 + 2)  # (width, height)
+    assert sample_cli.main([str(img_run), "--n", "5", "--scale", "1", "--out", str(out)]) == 0
+    assert _size(out) == (3 * 34 + 2, CAPTION + 2 * 34 + 2)  # 5 images on a 3-wide grid
     assert sample_cli.main([str(img_run), "--grid", "2x3", "--out", str(out)]) == 0
-    assert _size(out) == (3 * 34 + 2, 2 * 34 + 2)  # (width, height)
-    assert sample_cli.main([str(img_run), "--n", "5", "--out", str(out)]) == 0
-    assert _size(out) == (3 * 34 + 2, 2 * 34 + 2)  # 5 images on a 3-wide grid
+    assert _size(out) == (5 * 104, CAPTION + 5 * 70)  # 104 px wide: 5 times, at least 512
 
 
-def test_seed_ema_and_checkpoint_path(runs):
+def test_side_by_side_shows_the_raw_and_the_ema_grids_of_the_same_noise(runs):
     img_run, _, tmp = runs
-    ckpt = img_run / "checkpoints" / "ckpt_000002.npz"
-    a, b, c, d = (tmp / f"{k}.png" for k in "abcd")
-    assert sample_cli.main([str(img_run), "--grid", "2x2", "--seed", "1", "--out", str(a)]) == 0
-    assert sample_cli.main([str(ckpt), "--grid", "2x2", "--seed", "1", "--out", str(b)]) == 0
-    assert sample_cli.main([str(img_run), "--grid", "2x2", "--seed", "2", "--out", str(c)]) == 0
-    assert sample_cli.main([str(img_run), "--grid", "2x2", "--seed", "1", "--no-ema", "--out", str(d)]) == 0
-    assert np.array_equal(_pixels(a), _pixels(b))
-    assert not np.array_equal(_pixels(a), _pixels(c))
-    assert not np.array_equal(_pixels(a), _pixels(d))  # EMA (decay 0.5) differs from the raw weights
+    both, raw, ema = tmp / "both.png", tmp / "raw.png", tmp / "ema.png"
+    common = ["--grid", "2x2", "--seed", "5", "--scale", "1"]
+    assert sample_cli.main([str(img_run), *common, "--side-by-side", "--out", str(both)]) == 0
+    assert sample_cli.main([str(img_run), *common, "--no-ema", "--out", str(raw)]) == 0
+    assert sample_cli.main([str(img_run), *common, "--ema", "--out", str(ema)]) == 0
+    side, width = 2 * 34 + 2, 8  # each grid 70 px, 8 px apart, under the caption and the labels
+    assert _size(both) == (2 * side + width, 2 * CAPTION + side)
+    pixels = _pixels(both)[2 * CAPTION:]
+    np.testing.assert_array_equal(pixels[:, :side], _pixels(raw)[CAPTION:])
+    np.testing.assert_array_equal(pixels[:, side + width:], _pixels(ema)[CAPTION:])
+    assert not np.array_equal(pixels[:, :side], pixels[:, side + width:])
 
 
 def test_interpolation_rows_end_at_their_latents(runs):
     img_run, _, tmp = runs
     out = tmp / "i.png"
-    assert sample_cli.main([str(img_run), "--interpolate", "--grid", "2x5", "--seed", "4", "--out", str(out)]) == 0
-    assert _size(out) == (5 * 34 + 2, 2 * 34 + 2)
+    assert sample_cli.main([str(img_run), "--interpolate", "--grid", "2x5", "--seed", "4", "--scale", "1",
+                            "--out", str(out)]) == 0
+    assert _size(out) == (5 * 34 + 2, CAPTION + 2 * 34 + 2)
     # Recompute the endpoints directly: z0 and z1 of each row, drawn as gpgan-sample draws them.
     run, ckpt = sample_cli.resolve_source(str(img_run))
     generator, _, _ = sample_cli.load_generator(run, ckpt)
     rng = np.random.default_rng(4)
     z0, z1 = rng.standard_normal((2, 8)), rng.standard_normal((2, 8))
     ends = sample_cli.generate(generator, np.concatenate([z0, z1]), "cpu")
-    grid = _pixels(out)
+    grid = _pixels(out)[CAPTION:]
     for row in range(2):
         for col, image in ((0, ends[row]), (4, ends[2 + row])):
             tile = grid[2 + row * 34: 2 + row * 34 + 32, 2 + col * 34: 2 + col * 34 + 32]
@@ -118,6 +128,79 @@ def test_toy_scatter_and_errors(runs, capsys):
     with pytest.raises(SystemExit) as info:  # argparse's usage error
         sample_cli.main([str(toy_run), "--n", "0", "--out", str(out)])
     assert info.value.code == 2 and "--n must be at least 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seed", "-1"], "--seed: must be at least 0, got -1"),
+    (["--seed", "x"], "--seed: expected a whole number, got 'x'"),
+    (["--grid", "4x4", "--n", "10"], "--grid 4x4 holds 16 images but --n is 10: give one of them"),
+    (["--scale", "0"], "--scale: must be at least 1, got 0"),
+    (["--side-by-side", "--no-ema"], "--side-by-side shows both the raw and the EMA weights"),
+])
+def test_bad_arguments_exit_2_naming_them(runs, tmp_path, capsys, args, message):
+    img_run, _, _ = runs
+    with pytest.raises(SystemExit) as info:
+        sample_cli.main([str(img_run), *args, "--out", str(tmp_path / "g.png")])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message in err and "Error" not in err
+    assert not (tmp_path / "g.png").exists()
+
+
+def test_out_dir_that_is_a_file_exits_2(runs, tmp_path, capsys):
+    img_run, _, _ = runs
+    afile = tmp_path / "README.md"
+    afile.write_text("not a folder")
+    with pytest.raises(SystemExit) as info:
+        sample_cli.main([str(img_run), "--n", "3", "--out-dir", str(afile)])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "README.md' is a file, not a folder" in err and "Errno" not in err
+    assert afile.read_text() == "not a folder"
+
+
+def test_a_damaged_newest_checkpoint_is_named_when_an_older_one_is_used(runs, tmp_path, capsys):
+    img_run, _, _ = runs
+    copy = tmp_path / "run"
+    shutil.copytree(img_run, copy)
+    newest = copy / "checkpoints" / "ckpt_000002.npz"
+    older = copy / "checkpoints" / "ckpt_000001.npz"
+    shutil.copyfile(newest, older)  # stands for an older checkpoint that reads back
+    newest.write_bytes(newest.read_bytes()[:1000])  # cut short, as by a full disk
+    assert sample_cli.main([str(copy), "--grid", "1x1", "--out", str(tmp_path / "g.png")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: ckpt_000002.npz did not read back" in err and "using the newest readable checkpoint, " \
+        "ckpt_000001.npz" in err
+
+
+def test_a_full_disk_during_out_dir_leaves_no_partial_files(runs, tmp_path, capsys, monkeypatch):
+    import errno
+
+    from PIL import Image as PILImage
+
+    img_run, _, _ = runs
+    real_save, saved = PILImage.Image.save, []
+
+    def fills_up(self, fp, *args, **kwargs):
+        if len(saved) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved.append(fp)
+        return real_save(self, fp, *args, **kwargs)
+
+    monkeypatch.setattr(PILImage.Image, "save", fills_up)
+    folder = tmp_path / "pngs"
+    assert sample_cli.main([str(img_run), "--n", "6", "--batch-size", "2", "--quiet", "--out-dir", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Errno" not in err and "OSError" not in err
+    assert f"{folder / '000003.png'}: No space left on device" in err
+    assert os.listdir(tmp_path) == []  # no folder, no staging folder, no partial PNGs
+    # Into an existing folder: what was there stays, nothing is added.
+    folder.mkdir()
+    (folder / "keep.txt").write_text("mine")
+    saved.clear()
+    assert sample_cli.main([str(img_run), "--n", "6", "--quiet", "--out-dir", str(folder)]) == 1
+    assert os.listdir(folder) == ["keep.txt"] and sorted(os.listdir(tmp_path)) == ["pngs"]
+    monkeypatch.setattr(PILImage.Image, "save", real_save)
+    assert sample_cli.main([str(img_run), "--n", "3", "--quiet", "--out-dir", str(folder)]) == 0
+    assert sorted(os.listdir(folder)) == ["000000.png", "000001.png", "000002.png", "keep.txt"]
 
 
 def test_no_ema_in_run_is_reported(runs, tmp_path, capsys):

@@ -84,6 +84,22 @@ def test_run_folder_contents(reference_runs):
     from gpgan.backend import compiled_kernels_enabled, onednn_enabled
     assert (manifest["numba"] is not None) == compiled_kernels_enabled()  # which kernels ran
     assert (manifest["onednn"] is not None) == onednn_enabled()
+    # What decides the bits beyond the config: the CPU model, NumPy's BLAS, the installed extras
+    # (each package's version, None when absent) and the number of processes.
+    import importlib.metadata
+
+    from gpgan.backend import cpu_model
+    assert manifest["cpu"] == cpu_model() and manifest["world_size"] == 1
+    assert manifest["blas"] is None or manifest["blas"].split()[0]
+    for extra, packages in manifest["extras"].items():
+        for name, version in packages.items():
+            try:
+                assert version == importlib.metadata.version(name), (extra, name)
+            except importlib.metadata.PackageNotFoundError:
+                assert version is None, (extra, name)
+    if manifest["extras"]:  # gpgan is installed as a distribution
+        assert set(manifest["extras"]) >= {"cpu", "mpi", "cuda", "ray"}
+        assert set(manifest["extras"]["cpu"]) >= {"numba"}
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in records] == [2, 4, 6, 8, 10, 12]
     for r in records:
@@ -266,7 +282,11 @@ def test_cifar_fixture_with_tiny_dcgan(tmp_path):
     from PIL import Image
 
     with Image.open(run / "samples" / "final.png") as img:
-        assert img.size == (2 * 34 + 2, 2 * 34 + 2)  # 4 images of 32x32, 2 per row, 2 px padding
+        # 4 images of 32x32, 2 per row, 2 px padding: 70 px, enlarged 8 times to be readable; the
+        # raw weights' grid beside the EMA's (8 px apart), under their labels and the step's caption.
+        assert img.size == (2 * 8 * 70 + 8, 24 + 24 + 8 * 70)
+        pixels = np.asarray(img.convert("RGB"))
+    assert (pixels[:24] < 100).all(axis=2).sum() > 20  # the caption "step 3" is written
     assert sorted(os.listdir(run / "samples")) == ["final.png", "step_000002.png"]
     assert [r["step"] for r in metrics(run)] == [1, 2, 3]
     assert sorted(os.listdir(run / "checkpoints")) == ["ckpt_000002.npz", "ckpt_000003.npz"]

@@ -119,7 +119,7 @@ def test_runs_that_cannot_have_the_weights_fail_before_training(runs, tmp_path, 
             "--name", "x", "--quiet"] + (["--dry-run"] if dry_run else [])
     assert train_cli.main(args) == 1
     err = capsys.readouterr().err
-    assert "error: InceptionWeightsError: could not download" in err
+    assert "error: could not download" in err and "InceptionWeightsError" not in err
     assert f"to {tmp_path / 'home' / '.cache' / 'gpgan' / inception.FID_WEIGHTS_FILE}" in err
     assert "run `gpgan-eval fetch-weights`" in err
     assert not (tmp_path / "exp").exists()  # nothing written, nothing trained

@@ -1,7 +1,9 @@
 """A run folder written before the training step was split from the loop (gpgan 0.1.0 at commit
 374a796, stopped at step 4 of 8 by train.stop_after) resumes after it to the same metrics and
-final weights as an uninterrupted run of the same config made now: bit for bit on a CPU that
-reproduces the fixture's first steps, to float32 rounding on another kind of CPU."""
+final weights as an uninterrupted run of the same config made now, to float32 rounding: the
+fixture's first four steps were computed on another machine (another CPU rounds float32 products
+differently in the last bits, and agreeing first records do not prove the rest agree), so nothing
+here is compared bit for bit. A resume on one machine is checked bit for bit in test_cli_train."""
 import json
 import os
 import shutil
@@ -40,26 +42,21 @@ def test_a_run_folder_from_before_the_split_resumes_exactly(tmp_path):
     assert "from step 4" in proc.stderr
     config = yaml.safe_load((old / "config.yaml").read_text())
     assert config["train"]["stop_after"] is None and config["train"]["steps"] == 8
+    # Written before the EMA's ramp existed: it keeps averaging without one (train.ema.rampup).
+    assert config["train"]["ema"]["enabled"] is True and config["train"]["ema"]["rampup"] is False
     straight_config = tmp_path / "straight.yaml"
     straight_config.write_text(yaml.safe_dump(config))
     _train(str(straight_config), "--out", str(tmp_path / "exp"), "--name", "straight")
     straight = tmp_path / "exp" / "straight" / "straight"
     resumed, fresh = _metrics(old), _metrics(straight)
     assert [m["step"] for m in resumed] == [m["step"] for m in fresh] == [2, 4, 6, 8]
-    # Steps up to the stop were computed on the machine that made the fixture. OpenBLAS picks its
-    # GEMM kernels per CPU, so another kind of CPU rounds float32 differently in the last bits:
-    # there the run agrees to float32 rounding, and on a CPU that reproduces the fixture's own
-    # steps it agrees bit for bit (a same-machine resume is checked bit for bit in test_cli_train).
-    same_cpu = resumed[:2] == fresh[:2]
+    # The steps up to the stop were computed where the fixture was made: whatever this machine
+    # computes agrees with them to float32 rounding (relative 1e-6 on the logged scalars; the
+    # weights to 1e-5 relative, 1e-8 absolute for those near zero), never necessarily bit for bit.
     for before, now in zip(resumed, fresh):
         assert before.keys() == now.keys()
         np.testing.assert_allclose([before[k] for k in before], [now[k] for k in now], rtol=1e-6)
     a, b = _weights(old, 8), _weights(straight, 8)
     assert a.keys() == b.keys() and any(k.startswith("module/critic/") for k in a)
     for key in a:
-        if same_cpu:
-            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-        else:
-            np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-8, err_msg=key)
-    if same_cpu:
-        assert resumed == fresh
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-8, err_msg=key)

@@ -477,6 +477,64 @@ def test_ema_copy_to_other_module_and_state_round_trip(rng):
     np.testing.assert_array_equal(restored.params["fc.weight"], ema.params["fc.weight"])
 
 
+def test_ema_rampup_closed_form(rng):
+    """With rampup the n-th averaging update (n from 0) uses d_n = min(decay, (1 + n) / (10 + n)):
+    after copies up to start_step, avg_n = d_n avg_(n-1) + (1 - d_n) w_n, checked against the
+    recursion in float64 and against its values (0.1, 0.5 at n = 8, the decay from n = 890)."""
+    module = Tiny(rng)
+    decay, s = 0.99, 2
+    ema = EMA(module, decay=decay, start_step=s, rampup=True)
+    set_weights(module, 3.0)
+    for step in range(s):  # copies
+        ema.update(step)
+    assert ema.averaged == 0 and ema.ramped_decay() == pytest.approx(0.1)
+    expected, ws = 3.0, rng.standard_normal(1000)
+    for n, w in enumerate(ws):
+        d = min(decay, (1 + n) / (10 + n))
+        set_weights(module, w)
+        ema.update(s + n)
+        expected = d * expected + (1 - d) * w
+        if n < 30 or n % 97 == 0:
+            np.testing.assert_allclose(ema.params["fc.weight"], expected, rtol=1e-12, atol=1e-15)
+    assert ema.averaged == 1000 and ema.num_updates == 1000 + s
+    np.testing.assert_allclose(ema.params["fc.bias"], expected, rtol=1e-12, atol=1e-15)
+    probe = EMA(Tiny(rng), decay=decay, rampup=True)
+    for n, want in ((0, 0.1), (8, 0.5), (80, 0.9), (889, (1 + 889) / (10 + 889)), (890, 0.99), (5000, 0.99)):
+        probe.averaged = n
+        assert probe.ramped_decay() == pytest.approx(want, rel=1e-15)
+
+
+def test_ema_rampup_off_is_the_plain_average_and_on_resumes_exactly(rng):
+    a, b = Tiny(rng, np.float32), Tiny(rng, np.float32)
+    b.weight.data[...] = a.weight.data
+    b.bias.data[...] = a.bias.data
+    plain, ramped = EMA(a, decay=0.9), EMA(b, decay=0.9, rampup=True)
+    stream = rng.standard_normal((40, 2)).astype(np.float32)
+    for step, w in enumerate(stream[:20]):
+        for module in (a, b):
+            module.bias.data[...] = w
+        plain.update(step)
+        ramped.update(step)
+    # Early on the ramp weighs the new weights far more: at step 0, 0.9 of w against 0.1 of it.
+    assert not np.array_equal(plain.params["fc.bias"], ramped.params["fc.bias"])
+    # A copy restored from the state continues bit for bit (the count of averaged updates is state).
+    state = copy.deepcopy(ramped.state_dict())
+    assert state["averaged"] == 20
+    restored = EMA(Tiny(rng, np.float32), decay=0.5, rampup=True)
+    restored.load_state_dict(state)
+    for step, w in enumerate(stream[20:], start=20):
+        b.bias.data[...] = w
+        restored.module.bias.data[...] = w
+        ramped.update(step)
+        restored.update(step)
+    np.testing.assert_array_equal(restored.params["fc.bias"], ramped.params["fc.bias"])
+    # A state from before the count existed (a trainer's: steps from 1, copies below start_step).
+    old = {k: v for k, v in ramped.state_dict().items() if k != "averaged"}
+    old.update(num_updates=100, start_step=30)
+    restored.load_state_dict(old)
+    assert restored.averaged == 100 - 29
+
+
 def test_ema_mismatch_errors_name_the_entry(rng):
     ema = EMA(Tiny(rng))
     sd = ema.state_dict()

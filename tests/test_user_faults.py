@@ -61,6 +61,9 @@ def test_report_only_without_runs_leaves_the_committed_report(tmp_path, capsys):
     assert snapshot(report) == before and not (tmp_path / "none").exists()
 
 
+CAPTION = 24  # the caption strip above a grid picture (gpgan.viz.grid.CAPTION_SIZE + 8)
+
+
 # -- 2. sampling in batches, sample files ----------------------------------------------------------------
 def test_many_samples_go_to_npz_in_bounded_batches(image_run, tmp_path, monkeypatch):
     import gpgan.train.sampling as sampling
@@ -76,9 +79,9 @@ def test_many_samples_go_to_npz_in_bounded_batches(image_run, tmp_path, monkeypa
     assert images.shape == (1030, 32, 32, 3) and images.dtype == np.uint8
     # The first images are those of a grid with the same seed (quantized the same way).
     grid = tmp_path / "g.png"
-    assert sample_cli.main([str(image_run), "--grid", "1x2", "--out", str(grid)]) == 0
+    assert sample_cli.main([str(image_run), "--grid", "1x2", "--scale", "1", "--out", str(grid)]) == 0
     with Image.open(grid) as img:
-        pixels = np.asarray(img.convert("RGB"))
+        pixels = np.asarray(img.convert("RGB"))[CAPTION:]  # below the caption strip
     np.testing.assert_array_equal(pixels[2:34, 2:34], images[0])
     np.testing.assert_array_equal(pixels[2:34, 36:68], images[1])
 
@@ -264,3 +267,118 @@ def test_progress_bar_shows_penalty_and_latest_evaluation():
     shown = _progress({"loss/critic": 0.5, "loss/generator": 1.25, "penalty": 0.03},
                       {"eval/modes": 25, "eval/reverse_kl": 0.0123})
     assert shown == {"D": "0.500", "G": "1.250", "pen": "0.03", "modes": "25", "reverse_kl": "0.0123"}
+
+
+# -- a full disk, messages without Python's exception names -------------------------------------------
+def _full_disk_at(monkeypatch, module, name):
+    """Make ``module``'s atomic writes of a file called ``name`` fail as on a full disk: some
+    bytes reach the temporary file, then ENOSPC, without a file name (as a write() raises it)."""
+    import errno
+
+    real = module.atomic_write
+
+    def atomic_write(path, content):
+        if os.path.basename(path) != name:
+            return real(path, content)
+
+        def fills_up(f):
+            f.write(b"PK\x03\x04 a partial checkpoint")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, fills_up)
+
+    monkeypatch.setattr(module, "atomic_write", atomic_write)
+
+
+def test_a_full_disk_in_training_names_the_file_and_step_and_keeps_the_last_checkpoint(tmp_path, monkeypatch,
+                                                                                          capsys):
+    import gpgan.checkpoint.npz as npz
+    from gpgan.cli import train as train_cli
+
+    _full_disk_at(monkeypatch, npz, "ckpt_000004.npz")
+    status = train_cli.main([QUICKSTART, *sets(SMALL), "--out", str(tmp_path), "--name", "full", "--quiet"])
+    err = capsys.readouterr().err
+    run = tmp_path / "quickstart" / "full"
+    ckpt = run / "checkpoints" / "ckpt_000004.npz"
+    assert status == 1
+    [line] = [x for x in err.splitlines() if "error" in x]
+    assert line == (f"gpgan-train: error: at step 4: {ckpt}: No space left on device; the last good checkpoint "
+                    f"is {run / 'checkpoints' / 'ckpt_000002.npz'} (step 2); free space and resume with: "
+                    f"gpgan-train --resume {run}")
+    assert "Errno" not in err and "OSError" not in err and "Traceback" not in err
+    # Nothing partial: no temporary file, no final.json; the step-2 checkpoint reads back whole.
+    assert sorted(os.listdir(run / "checkpoints")) == ["best.npz", "ckpt_000002.npz"]
+    assert not (run / "final.json").exists()
+    from gpgan.checkpoint import verify
+
+    verify(run / "checkpoints" / "ckpt_000002.npz")
+    # Space freed: the run resumes from step 2 and ends as an uninterrupted run does.
+    monkeypatch.undo()
+    assert train_cli.main(["--resume", str(run), "--quiet"]) == 0
+    straight = tmp_path / "quickstart" / "straight"
+    assert train_cli.main([QUICKSTART, *sets(SMALL), "--out", str(tmp_path), "--name", "straight", "--quiet"]) == 0
+    strip = lambda records: [{k: v for k, v in r.items() if k != "time_per_step"} for r in records]  # noqa: E731
+    assert strip(metrics(run)) == strip(metrics(straight))
+
+
+def test_a_full_disk_while_logging_leaves_no_partial_metrics_line(tmp_path, monkeypatch, capsys):
+    import errno
+
+    from gpgan.cli import train as train_cli
+    from gpgan.files import atomic as atomic_module
+
+    real_open, calls = open, []
+
+    class FullFile:
+        """metrics.jsonl opened for appending on a disk that fills at the third record."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            calls.append(len(data))
+            if len(calls) == 3:
+                self.f.write(data[:7])
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(data)
+
+    def fake_open(path, mode="r", *args, **kwargs):
+        f = real_open(path, mode, *args, **kwargs)
+        return FullFile(f) if str(path).endswith("metrics.jsonl") and "a" in mode else f
+
+    monkeypatch.setattr(atomic_module, "open", fake_open, raising=False)
+    status = train_cli.main([QUICKSTART, *sets(SMALL), "--out", str(tmp_path), "--name", "m", "--quiet"])
+    run = tmp_path / "quickstart" / "m"
+    err = capsys.readouterr().err
+    assert status == 1 and f"at step 3: {run / 'metrics.jsonl'}: No space left on device" in err
+    assert (run / "metrics.jsonl").read_text().endswith("}\n")
+    assert [r["step"] for r in metrics(run)] == [1, 2]
+
+
+@pytest.mark.parametrize("args, message", [
+    ([QUICKSTART, "--device", "cuda"], "device 'cuda' needs CuPy"),
+    ([os.path.join(ROOT, "configs", "r1_cifar.yaml"), "--set", "data.root=/nonexistent/cifar",
+      "--set", "data.download=false"], "/nonexistent/cifar"),
+])
+def test_errors_name_no_python_exception(tmp_path, args, message, capsys):
+    from gpgan.cli import train as train_cli
+
+    try:
+        import cupy  # noqa: F401
+        if args[0] == "--device":
+            pytest.skip("CuPy is installed: cuda is a usable device here")
+    except ImportError:
+        pass
+    assert train_cli.main([*args, "--out", str(tmp_path), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert message in err and err.startswith("gpgan-train: error: ")
+    for name in ("Error:", "Error(", "Errno", "Traceback"):  # RuntimeError: ..., ModuleNotFoundError: ...
+        assert name not in err

@@ -49,6 +49,50 @@ def test_save_image_grid(tmp_path):
         assert im.size == (5 * 10 + 2, 2 * 10 + 2) and im.mode == "RGB"
 
 
+def test_grid_picture_upscales_captions_and_sets_grids_side_by_side():
+    from gpgan.viz.grid import CAPTION_SIZE, grid_picture, readable_scale, upscale
+
+    rng = np.random.default_rng(0)
+    raw, ema = rng.uniform(-1, 1, (64, 3, 32, 32)), rng.uniform(-1, 1, (64, 3, 32, 32))
+    one = image_grid(raw, nrow=8)
+    assert one.shape[1] == 8 * 34 + 2 and readable_scale(one.shape[1]) == 2  # 274 px -> 548
+    strip = CAPTION_SIZE + 8
+    picture = grid_picture([("raw weights", raw), ("EMA weights", ema)], 8, caption="step 200")
+    width = 2 * 548 + 8
+    assert picture.shape == (2 * strip + 548, width, 3) and picture.dtype == np.uint8
+    # Each grid is its own pixels, each repeated 2 x 2 (nearest neighbour), below its label.
+    np.testing.assert_array_equal(picture[2 * strip:, :548], upscale(one, 2))
+    np.testing.assert_array_equal(picture[2 * strip:, 556:], upscale(image_grid(ema, nrow=8), 2))
+    np.testing.assert_array_equal(upscale(one, 2)[::2, ::2], one)
+    # The caption and the labels are drawn: dark text on the white strips.
+    for rows in (picture[:strip], picture[strip:2 * strip, :548], picture[strip:2 * strip, 556:]):
+        assert (rows < 100).all(axis=2).sum() > 20
+    # One grid, no caption, an explicit scale.
+    assert grid_picture([(None, raw[:4])], 2, scale=3).shape == (3 * (2 * 34 + 2), 3 * (2 * 34 + 2), 3)
+    with pytest.raises(ValueError, match="whole number >= 1"):
+        upscale(one, 0)
+
+
+def test_saving_a_picture_on_a_full_disk_leaves_the_old_file_and_no_partial_one(tmp_path, monkeypatch):
+    import errno
+
+    from PIL import Image as PILImage
+
+    path = tmp_path / "grid.png"
+    save_image_grid(path, np.zeros((4, 3, 8, 8)), nrow=2)
+    before = path.read_bytes()
+
+    def full_disk(self, fp, *args, **kwargs):
+        fp.write(b"\x89PNG partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(PILImage.Image, "save", full_disk)
+    with pytest.raises(OSError) as info:
+        save_image_grid(path, np.ones((4, 3, 8, 8)), nrow=2, caption="step 1", scale=None)
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(path)
+    assert path.read_bytes() == before and os.listdir(tmp_path) == ["grid.png"]
+
+
 # ----------------------------------------------------------------------------------------------
 # helpers: data coordinates -> pixels of the saved PNG
 

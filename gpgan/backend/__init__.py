@@ -15,6 +15,7 @@ from gpgan.backend import core_share  # noqa: F401, I001
 from gpgan.backend.array_module import (
     DEVICES,
     check_same_device,
+    cpu_model,
     cupy_available,
     device_description,
     device_of,
@@ -37,6 +38,7 @@ __all__ = [
     "check_same_device",
     "cupy_available",
     "device_description",
+    "cpu_model",
     "device_of",
     "fused_affine",
     "get_array_module",

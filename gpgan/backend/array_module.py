@@ -37,8 +37,7 @@ def _import_cupy():
         import cupy
     except Exception as exc:  # ImportError, or a broken CUDA install
         raise RuntimeError(
-            "device 'cuda' needs CuPy, which could not be imported "
-            f"({type(exc).__name__}: {exc}). Install it with `pip install -e '.[cuda]'` "
+            f"device 'cuda' needs CuPy, which could not be imported ({exc}). Install it with `pip install -e '.[cuda]'` "
             "(or the cupy-cudaXXx wheel matching your CUDA), or use device 'cpu'."
         ) from exc
     try:
@@ -156,7 +155,9 @@ def to_device(array, device):
     return cupy.asarray(array)
 
 
-def _cpu_name():
+def cpu_model():
+    """The CPU's model name (``/proc/cpuinfo``'s, else the platform's), for manifests: BLAS and
+    oneDNN pick their kernels per CPU, so float32 results agree across CPUs only to rounding."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
@@ -172,7 +173,7 @@ def device_description(device):
     or the current CUDA GPU's name, memory and the CUDA runtime version (CuPy is only asked when
     ``device`` is ``"cuda"``; an unreadable GPU is described as unknown, never an error)."""
     if device != "cuda":
-        return f"{_cpu_name()}, {os.cpu_count()} logical cores"
+        return f"{cpu_model()}, {os.cpu_count()} logical cores"
     try:
         import cupy
 

@@ -95,7 +95,8 @@ def build_parser():
                    help="where runs go: worker processes here (default), or Ray tasks on an existing Ray "
                         "cluster (--out must be on a filesystem every node sees)")
     p.add_argument("--ray-address", metavar="HOST:PORT", default=None,
-                   help="the Ray cluster's head (default: $RAY_ADDRESS, else a cluster started on this machine)")
+                   help="the Ray cluster's head (default: $RAY_ADDRESS, else 'auto': a Ray cluster already "
+                        "running on this machine, started with `ray start --head`; none is started)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each; run nothing")
     return p

@@ -157,7 +157,9 @@ def main(argv=None):
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        print(f"gpgan-eval: error: {exc}", file=sys.stderr)
+        from gpgan.files import describe_os_error
+
+        print(f"gpgan-eval: error: {describe_os_error(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
         return 1
 
 
@@ -221,11 +223,15 @@ def _evaluate(parser, args):
     from gpgan.checkpoint import read_meta
     from gpgan.data import is_toy
     from gpgan.train.evaluation import ImageMetrics
-    from gpgan.train.sampling import DEFAULT_BATCH, batches, load_generator, resolve_source
+    from gpgan.train.sampling import DEFAULT_BATCH, batches, load_generator, resolve_source, skipped_note
 
     if args.n < 2:
         parser.error(f"--n must be at least 2 (FID and KID compare sets of samples), got {args.n}")
-    run, checkpoint = resolve_source(args.source)
+    skipped = []
+    run, checkpoint = resolve_source(args.source, skipped)
+    note = skipped_note(skipped, checkpoint)
+    if note:
+        print(f"gpgan-eval: warning: {note}", file=sys.stderr)
     config = run.read_config()
     if is_toy(config["data"]["name"]):
         raise ValueError(f"{run.path} trained on 2-D points ({config['data']['name']}): image metrics need an "

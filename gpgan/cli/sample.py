@@ -8,16 +8,20 @@ run or checkpoint, an option the run's data do not allow).
 import argparse
 import math
 import os
+import shutil
 import sys
+import tempfile
 
 import numpy
 
-from gpgan.train.sampling import batches, generate, load_generator, resolve_source
+from gpgan.files import describe_os_error
+from gpgan.train.sampling import batches, generate, load_generator, resolve_source, skipped_note
 
 EPILOG = """\
 examples:
   gpgan-sample experiments/r1_cifar/run1 --out samples.png
   gpgan-sample experiments/r1_cifar/run1/checkpoints/ckpt_010000.npz --grid 4x8 --seed 3 --out s.png
+  gpgan-sample experiments/r1_cifar/run1 --side-by-side --out raw_and_ema.png
   gpgan-sample experiments/r1_cifar/run1 --interpolate --grid 8x10 --out interp.png
   gpgan-sample experiments/r1_cifar/run1 --n 50000 --out samples.npz      (uint8 NHWC images)
   gpgan-sample experiments/r1_cifar/run1 --n 1000 --out-dir samples/      (one PNG per image)
@@ -35,7 +39,27 @@ def _out_path(text):
         raise argparse.ArgumentTypeError(
             f"{text!r} has no accepted extension ({', '.join(GRID_EXTENSIONS + ('.npz',))}): a picture "
             "(.png, .jpg) or an .npz file of the samples")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; give a file name (or use --out-dir)")
     return text
+
+
+def _out_dir(text):
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder: give a folder (new or existing)")
+    return text
+
+
+def _count(least):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
+        return value
+    return parse
 
 
 def build_parser():
@@ -52,9 +76,15 @@ def build_parser():
     p.add_argument("--grid", metavar="RxC",
                    help="rows x columns of the image grid, e.g. 8x8 (sets --n to R*C); default: a "
                         "near-square grid")
-    p.add_argument("--seed", type=int, default=0, help="seed of the latent noise (default 0)")
+    p.add_argument("--seed", type=_count(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
     p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                    help="use the generator's exponential moving average (default: when the run kept one)")
+    p.add_argument("--side-by-side", action="store_true",
+                   help="a picture of the raw weights' grid beside the EMA's, from the same noise "
+                        "(needs a run that kept an EMA)")
+    p.add_argument("--scale", type=_count(1), metavar="K",
+                   help="enlarge a grid picture K times (nearest neighbour); default: to at least "
+                        "512 pixels wide. Pictures are captioned with the step and EMA or raw weights")
     p.add_argument("--interpolate", action="store_true",
                    help="each row interpolates (spherically) between two random latents, left to right")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the generator (cpu)")
@@ -64,7 +94,8 @@ def build_parser():
     out.add_argument("--out", type=_out_path, metavar="FILE",
                      help="FILE.png (or .jpg): a grid / scatter plot; FILE.npz: the samples themselves "
                           "(images: uint8 (N, H, W, C) under 'images'; 2-D data: float32 (N, 2) under 'points')")
-    out.add_argument("--out-dir", metavar="DIR", help="write one PNG per image into DIR (000000.png, ...)")
+    out.add_argument("--out-dir", type=_out_dir, metavar="DIR",
+                     help="write one PNG per image into DIR (000000.png, ...); all of them or none")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
@@ -104,16 +135,21 @@ def main(argv=None):
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
     if args.grid:
         try:
-            parse_grid(args.grid)
+            rows, cols = parse_grid(args.grid)
         except ValueError as exc:
             parser.error(str(exc))
+        if args.n is not None and args.n != rows * cols:
+            parser.error(f"--grid {args.grid} holds {rows * cols} images but --n is {args.n}: give one of them")
+    if args.side_by_side and args.ema is not None:
+        parser.error("--side-by-side shows both the raw and the EMA weights: drop --ema/--no-ema")
     try:
         return _main(args)
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        print(f"gpgan-sample: error: {args.source}: {exc}" if args.source not in str(exc)
-              else f"gpgan-sample: error: {exc}", file=sys.stderr)
+        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"gpgan-sample: error: {args.source}: {text}" if args.source not in text
+              else f"gpgan-sample: error: {text}", file=sys.stderr)
         return 1
 
 
@@ -126,12 +162,24 @@ def _progress(args, total):
 def _main(args):
     from gpgan.data import is_toy
 
-    run, checkpoint = resolve_source(args.source)
-    generator, config, used_ema = load_generator(run, checkpoint, args.ema, args.device)
+    from gpgan.checkpoint import read_meta
+
+    skipped = []
+    run, checkpoint = resolve_source(args.source, skipped)
+    note = skipped_note(skipped, checkpoint)
+    if note:
+        print(f"gpgan-sample: warning: {note}", file=sys.stderr)
+    generator, config, used_ema = load_generator(run, checkpoint, True if args.side_by_side else args.ema,
+                                                 args.device)
+    args.step, args.used_ema = int(read_meta(checkpoint)["step"]), used_ema
     rng = numpy.random.default_rng(args.seed)
     latent = int(generator.latent_dim)
     data = config["data"]
     many = args.out_dir is not None or args.out.lower().endswith(".npz")
+    if args.side_by_side and (many or is_toy(data["name"])):
+        raise ValueError("--side-by-side makes a picture of image grids: use --out FILE.png on an image run")
+    if args.side_by_side:
+        args.raw_generator = load_generator(run, checkpoint, False, args.device)[0]
     if is_toy(data["name"]):
         if args.interpolate or args.grid:
             raise ValueError("--interpolate and --grid need image data; this run trained on 2-D "
@@ -144,7 +192,8 @@ def _main(args):
         written = _many_images(args, generator, rng, latent)
     else:
         written = _grid(args, generator, rng, latent)
-    print(f"gpgan-sample: wrote {written} (checkpoint {checkpoint}, {'EMA' if used_ema else 'raw'} weights)",
+    weights = "raw and EMA" if args.side_by_side else "EMA" if used_ema else "raw"
+    print(f"gpgan-sample: wrote {written} (checkpoint {checkpoint}, step {args.step}, {weights} weights)",
           file=sys.stderr)
     return 0
 
@@ -163,12 +212,14 @@ def _toy(args, generator, config, rng, latent, many):
         atomic_write(args.out, lambda f: numpy.savez(f, points=points.astype(numpy.float32)))
         return f"{args.out} ({n} points)"
     real = make_toy(data["name"], **data["options"]).sample(n, numpy.random.default_rng(args.seed + 1))
-    scatter_samples(args.out, real, points, title=f"{data['name']}: {n} generated over {n} real")
+    weights = "EMA" if args.used_ema else "raw"
+    scatter_samples(args.out, real, points,
+                    title=f"{data['name']}, step {args.step}: {n} generated ({weights} weights) over {n} real")
     return args.out
 
 
 def _grid(args, generator, rng, latent):
-    from gpgan.viz import save_image_grid
+    from gpgan.viz import grid_picture, save_picture
 
     if args.grid:
         rows, cols = parse_grid(args.grid)
@@ -187,8 +238,16 @@ def _grid(args, generator, rng, latent):
         z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
     else:
         z = rng.standard_normal((n, latent))
+    images = generate(generator, z, args.device, args.batch_size)
+    if args.side_by_side:
+        panels = [("raw weights", generate(args.raw_generator, z, args.device, args.batch_size)),
+                  ("EMA weights", images)]
+        caption = f"step {args.step}"
+    else:
+        panels = [(None, images)]
+        caption = f"step {args.step}, {'EMA' if args.used_ema else 'raw'} weights"
     _make_parent(args.out)
-    save_image_grid(args.out, generate(generator, z, args.device, args.batch_size), nrow=cols)
+    save_picture(args.out, grid_picture(panels, cols, caption=caption, scale=args.scale))
     return args.out
 
 
@@ -204,29 +263,61 @@ def _many_images(args, generator, rng, latent):
     n = args.n or 64
     z = rng.standard_normal((n, latent))
     images = None
+    staging = _staging_folder(args.out_dir) if args.out_dir is not None else None
     bar = _progress(args, n)
     try:
         done = 0
         for batch in batches(generator, z, args.device, args.batch_size):
             pixels = to_uint8(batch).transpose(0, 2, 3, 1)  # (B, H, W, C), as image files store them
-            if args.out_dir is not None:
-                os.makedirs(args.out_dir, exist_ok=True)
+            if staging is not None:
                 for k, image in enumerate(pixels):
-                    Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).save(
-                        os.path.join(args.out_dir, f"{done + k:06d}.png"))
+                    path = os.path.join(staging, f"{done + k:06d}.png")
+                    try:
+                        Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).save(path)
+                    except OSError as exc:  # a full disk: name the file it would have become
+                        if exc.filename is None:
+                            exc.filename = os.path.join(args.out_dir, os.path.basename(path))
+                        raise
             else:
                 if images is None:
                     images = numpy.empty((n,) + pixels.shape[1:], dtype=numpy.uint8)
                 images[done:done + len(pixels)] = pixels
             done += len(pixels)
             bar.update(len(pixels))
+        if staging is not None:
+            _publish(staging, args.out_dir)
     finally:
         bar.close()
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
     if args.out_dir is not None:
         return f"{n} PNG files into {args.out_dir}"
     _make_parent(args.out)
     atomic_write(args.out, lambda f: numpy.savez(f, images=images))
     return f"{args.out} ({n} images, uint8 NHWC)"
+
+
+def _staging_folder(out_dir):
+    """A new hidden folder beside ``out_dir`` (same filesystem): the PNGs are written there and
+    moved into ``out_dir`` only once every one was written, so a failure (a full disk) leaves
+    no partial set behind."""
+    parent = os.path.dirname(os.path.abspath(out_dir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(os.path.abspath(out_dir)) + ".",
+                               suffix=".tmp")
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; it may become out_dir itself
+    return staging
+
+
+def _publish(staging, out_dir):
+    """Move every file of ``staging`` into ``out_dir`` (renames: no new space is needed)."""
+    if not os.path.isdir(out_dir):
+        os.rename(staging, out_dir)
+        return
+    for name in sorted(os.listdir(staging)):
+        os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
 
 
 def _make_parent(path):

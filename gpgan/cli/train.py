@@ -11,7 +11,7 @@ import shlex
 import sys
 import traceback
 
-from gpgan.train.config import ConfigError, dump_config
+from gpgan.train.config import VOLATILE_KEYS, ConfigError, dump_config
 
 EPILOG = """\
 examples:
@@ -23,7 +23,7 @@ examples:
   gpgan-train --resume experiments/quickstart/run1/checkpoints/ckpt_002000.npz --name fork
 
 On resume the config comes from the run folder; only train.steps (to grow the run),
-train.stop_after and device may differ (via --set, --device, or a CONFIG that differs only
+{volatile} may differ (via --set, --device, or a CONFIG that differs only
 there). metrics.jsonl is cut back to the checkpoint's step, and the run continues exactly as the
 uninterrupted run would have. Resuming from a checkpoint file starts a new run folder from it
 (beside the original, or under --out), leaving the original untouched. Run
@@ -35,8 +35,8 @@ one GPU per process), rank 0 alone writes the run folder, and --resume continues
 same N exactly. `mpiexec -n 2 gpgan-train configs/r1_cifar.yaml --device cuda`.
 
 Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
-1 error (missing data, non-finite loss), 2 bad command line or config, 130 interrupted.
-"""
+1 error (missing data, non-finite loss, a full disk), 2 bad command line or config, 130 interrupted.
+""".format(volatile=", ".join(VOLATILE_KEYS[:-1]) + " and " + VOLATILE_KEYS[-1])  # RESUMABLE_CHANGES: train.steps and these
 
 
 def build_parser():
@@ -90,9 +90,13 @@ class _Console:
         return status
 
     def text(self, exc):
-        """An exception's message, naming the process it came from when that was another one."""
+        """An exception's message, naming the process it came from when that was another one
+        (an OSError as ``PATH: reason``, without Python's ``[Errno N]``)."""
+        from gpgan.files import describe_os_error
+
         rank = getattr(exc, "rank", 0)
-        return f"rank {rank}: {exc}" if rank else str(exc)
+        message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        return f"rank {rank}: {message}" if rank else message
 
 
 _console = _Console()
@@ -109,7 +113,7 @@ def _error(message, status=1):
 def _fit(launch):
     """Train; returns ``(exit status, alone)``: ``alone`` when this process stopped on its own (a
     second Ctrl-C), which in a data-parallel run must take the others down."""
-    from gpgan.train.loop import NonFiniteLossError, TrainingInterrupted
+    from gpgan.train.loop import NonFiniteLossError, RunWriteError, TrainingInterrupted
 
     for note in launch.notes:
         _say(note)
@@ -135,6 +139,10 @@ def _fit(launch):
         return 130, True
     except NonFiniteLossError as exc:  # every process reads the same fault record
         return _error(str(exc)), False
+    except RunWriteError as exc:  # rank 0 alone writes: in a data-parallel run the others wait for it
+        if comm is None or comm.size == 1:
+            return _error(f"{exc}; free space and resume with: {resume}"), False
+        return _console.error(f"{exc}; free space and resume with: {resume}", 1, alone=True), True
     final = ", ".join(f"{k}={v:.4g}" for k, v in summary["final"].items()
                       if isinstance(v, (int, float)) and not k.startswith(("lr/", "penalty/")))
     _say(f"finished {summary['steps']} steps in {summary['wall_time_s']:.1f} s: {run.path}"
@@ -186,14 +194,14 @@ def _start(args, overrides, comm):
         # what, not a traceback.
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        return _error(f"{type(exc).__name__}: {_console.text(exc)}"), False
+        return _error(_console.text(exc)), False
     try:
         return _fit(launch)
     except (OSError, RuntimeError, ValueError, TypeError) as exc:
         # Met by this process alone (a disk error): in a data-parallel run the others wait for it.
         if comm.size == 1 and os.environ.get("GPGAN_DEBUG"):
             raise
-        return _console.error(f"{type(exc).__name__}: {exc}", 1, alone=True), comm.size > 1
+        return _console.error(_console.text(exc), 1, alone=True), comm.size > 1
     except Exception as exc:  # a bug: a traceback, and in a data-parallel run the end of the others
         if comm.size == 1:
             raise

@@ -93,7 +93,7 @@ def _read_batch(path):
                          "arrays, lists and dicts, so this file is not one (replace it with the official "
                          "batch)") from None
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
-        raise ValueError(f"{path}: truncated or corrupt pickle ({type(exc).__name__}: {exc}); replace it with "
+        raise ValueError(f"{path}: truncated or corrupt pickle{f' ({exc})' if str(exc) else ''}; replace it with "
                          "the official batch") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
         keys = sorted(batch) if isinstance(batch, dict) else type(batch).__name__

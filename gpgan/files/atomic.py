@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 
-__all__ = ["atomic_write", "is_temporary"]
+__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary"]
 
 _TMP_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
@@ -36,9 +36,40 @@ def _fsync_folder(folder):
             os.close(fd)
 
 
+def describe_os_error(exc):
+    """``"PATH: reason"`` (e.g. ``"run/checkpoints/ckpt_000400.npz: No space left on device"``)
+    for an OSError, without Python's ``[Errno N]``; its plain text when it names no file."""
+    reason = exc.strerror or str(exc)
+    return f"{exc.filename}: {reason}" if exc.filename is not None else reason
+
+
+def _name_the_file(exc, path):
+    """An OSError from writing into an open file (ENOSPC, EIO) names no file: name ``path``."""
+    if isinstance(exc, OSError) and exc.filename is None and exc.errno is not None and exc.strerror:
+        exc.filename = path  # (an OSError made from a message alone keeps its plain text)
+
+
+def append_text(path, text):
+    """Append ``text`` (UTF-8) to ``path``, all of it or nothing: a failed write (a full disk) cuts
+    the file back to its length before, so no partial line is left; the OSError names ``path``."""
+    path = os.fspath(path)
+    with open(path, "ab") as f:
+        start = f.tell()
+        try:
+            f.write(text.encode("utf-8"))
+            f.flush()
+        except OSError as exc:
+            _name_the_file(exc, path)
+            with contextlib.suppress(OSError):
+                f.truncate(start)
+            raise
+
+
 def atomic_write(path, content):
     """Write ``path`` atomically. ``content``: bytes, str (UTF-8), or a function that writes
-    into the binary file object it is given. The folder is created if needed."""
+    into the binary file object it is given. The folder is created if needed. On failure (a full
+    disk) the temporary file is removed, ``path`` keeps what it held, and the OSError names
+    ``path``."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
@@ -53,8 +84,9 @@ def atomic_write(path, content):
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give it a normal file's mode
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        _name_the_file(exc, path)
         raise
     _fsync_folder(folder)

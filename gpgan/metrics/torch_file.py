@@ -335,7 +335,7 @@ def load_torch_state_dict(path, modules=False):
         raise ValueError(f"{path}: refused to unpickle ({exc}); nothing in it was run") from None
     except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, struct.error, KeyError, IndexError,
             TypeError, AttributeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: truncated or corrupt torch file ({type(exc).__name__}: {exc})") from None
+        raise ValueError(f"{path}: truncated or corrupt torch file{f' ({exc})' if str(exc) else ''}") from None
     except ValueError as exc:
         raise ValueError(f"{path}: {exc}") from None
     type_name = None

@@ -8,7 +8,7 @@ spectral-norm vectors) are not averaged but copied, so the averaged network is s
 import contextlib
 
 from gpgan.backend import device_of, to_device
-from gpgan.backend.graph import host_effect
+from gpgan.backend.graph import host_effect, host_number
 
 __all__ = ["EMA"]
 
@@ -30,21 +30,30 @@ class EMA:
     """Exponential moving average of ``module``'s parameters.
 
     ``update(step)``: while ``step < start_step`` the average is a copy of the weights; from
-    ``start_step`` on, ``avg = decay * avg + (1 - decay) * w`` for every parameter. Buffers are
-    copied on every update.
+    ``start_step`` on, ``avg = d * avg + (1 - d) * w`` for every parameter, with ``d = decay``,
+    or with ``rampup`` ``d = min(decay, (1 + n) / (10 + n))`` at the n-th averaging update (n from
+    0; TensorFlow's ExponentialMovingAverage with ``num_updates``): 0.1 at first, 0.5 at n = 8,
+    0.9 at n = 80, 0.99 from n = 890, so a short run's average is not its initial weights.
+    Buffers are copied on every update.
+
+    n is :attr:`averaged`, which is checkpointed, so a resumed run ramps exactly as an
+    uninterrupted one. The ramp's numbers are host numbers (:mod:`gpgan.backend.graph`), so a
+    step replayed as a CUDA graph uses the current ones.
 
     Args:
         module: the network to average (read by :meth:`update`).
         decay: in [0, 1]; 0.999 averages over about the last 1000 updates.
         start_step: the first step that averages (before it the average follows the weights).
+        rampup: ramp the decay up as above (False: ``decay`` from the first averaging update).
 
     Attributes:
         params: ``name -> array``, the averaged parameters.
         buffers: ``name -> array``, the buffers copied at the last update.
         num_updates: how many times :meth:`update` was called.
+        averaged: how many of those updates averaged (did not copy).
     """
 
-    def __init__(self, module, decay=0.999, start_step=0):
+    def __init__(self, module, decay=0.999, start_step=0, rampup=False):
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"EMA: decay must be in [0, 1], got {decay}")
         if int(start_step) != start_step or start_step < 0:
@@ -52,7 +61,9 @@ class EMA:
         self.module = module
         self.decay = float(decay)
         self.start_step = int(start_step)
+        self.rampup = bool(rampup)
         self.num_updates = 0
+        self.averaged = 0
         self.params = {name: p.data.copy() for name, p in module.named_parameters()}
         self.buffers = {name: b.copy() for name, b in module.named_buffers()}
 
@@ -66,13 +77,22 @@ class EMA:
     def update(self, step):
         """Fold the module's current weights into the average (see the class docstring)."""
         copy_only = step < self.start_step
-        for name, p in self.module.named_parameters():
+        params = list(self.module.named_parameters())
+        ramped = None
+        if self.rampup and not copy_only:
+            dtypes = {p.data.dtype.str for _, p in params} | {a.dtype.str for a in self.params.values()}
+            ramped = host_effect(self._ramped_decay, sorted(dtypes))
+        for name, p in params:
             avg = self._lookup(self.params, name, "parameter")
             w = p.data
             if device_of(avg) != device_of(w):  # the module moved (module.to(device))
                 avg = self.params[name] = _copy_on(avg, w)
             if copy_only:
                 avg[...] = w
+            elif ramped is not None:
+                keep, take = ramped[avg.dtype.str]
+                avg *= keep
+                avg += take * w
             else:
                 dt = avg.dtype.type  # keep the dtype: float32 stays float32
                 avg *= dt(self.decay)
@@ -83,7 +103,22 @@ class EMA:
                 self.buffers[name] = b.copy()
             else:
                 current[...] = b
+        if not copy_only:
+            host_effect(self._count_averaged)
         host_effect(self._count_update)
+
+    def ramped_decay(self):
+        """The decay the next averaging update uses with ``rampup`` (see the class docstring)."""
+        n = self.averaged
+        return min(self.decay, (1.0 + n) / (10.0 + n))
+
+    def _count_averaged(self):
+        self.averaged += 1
+
+    def _ramped_decay(self, dtypes):
+        """``{dtype: (d, 1 - d)}`` as the kernels read them (run again before each replay)."""
+        d = self.ramped_decay()
+        return {dt: (host_number(d, dt), host_number(1.0 - d, dt)) for dt in dtypes}
 
     def _count_update(self):
         self.num_updates += 1
@@ -128,9 +163,10 @@ class EMA:
 
     # -- state --------------------------------------------------------------------------------
     def state_dict(self):
-        """Flat dict: ``decay``, ``start_step``, ``num_updates``, ``param.<name>`` and
-        ``buffer.<name>`` (copies, on the average's device)."""
-        out = {"decay": self.decay, "start_step": self.start_step, "num_updates": self.num_updates}
+        """Flat dict: ``decay``, ``start_step``, ``num_updates``, ``averaged``, ``param.<name>``
+        and ``buffer.<name>`` (copies, on the average's device)."""
+        out = {"decay": self.decay, "start_step": self.start_step, "num_updates": self.num_updates,
+               "averaged": self.averaged}
         out.update({f"param.{name}": a.copy() for name, a in self.params.items()})
         out.update({f"buffer.{name}": b.copy() for name, b in self.buffers.items()})
         return out
@@ -151,19 +187,23 @@ class EMA:
                 raise ValueError(f"EMA.load_state_dict: entry {key!r} has shape {shape} but the "
                                  f"average has {tuple(current.shape)}")
         for key in state_dict:
-            if key not in expected and key not in ("decay", "start_step", "num_updates"):
+            if key not in expected and key not in ("decay", "start_step", "num_updates", "averaged"):
                 raise ValueError(f"EMA.load_state_dict: unexpected key {key!r}")
 
     def load_state_dict(self, state_dict):
         """Restore from :meth:`state_dict` output (validated first; arrays are copied onto the
-        current average's device and dtype)."""
+        current average's device and dtype). ``rampup`` is not state: it stays the constructor's."""
         self.validate_state_dict(state_dict)
         self.decay = float(state_dict["decay"])
         self.start_step = int(state_dict["start_step"])
         self.num_updates = int(state_dict["num_updates"])
+        # A checkpoint written before ``averaged`` existed came from the trainer, which updates
+        # once per step from step 1, copying while step < start_step.
+        self.averaged = int(state_dict["averaged"]) if "averaged" in state_dict else \
+            max(self.num_updates - max(self.start_step - 1, 0), 0)
         self.params = {n: _copy_on(state_dict[f"param.{n}"], a) for n, a in self.params.items()}
         self.buffers = {n: _copy_on(state_dict[f"buffer.{n}"], b) for n, b in self.buffers.items()}
 
     def __repr__(self):
-        return (f"EMA(decay={self.decay}, start_step={self.start_step}, "
+        return (f"EMA(decay={self.decay}, start_step={self.start_step}, rampup={self.rampup}, "
                 f"{len(self.params)} parameters, {len(self.buffers)} buffers)")

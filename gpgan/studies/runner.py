@@ -3,8 +3,8 @@
 Output folder layout (``OUT`` is the sweep's output folder)::
 
     OUT/runs/<config name>/<run name>/   run folders written by gpgan-train (``--out OUT/runs``)
-    OUT/logs/<run name>/stdout.log       the trainer's stdout / stderr (appended on every attempt;
-    OUT/logs/<run name>/stderr.log       copied into the run folder when the attempt ends)
+    OUT/logs/<run name>/stdout.log       the trainer's stdout / stderr, appended on every attempt
+    OUT/logs/<run name>/stderr.log       (each attempt starts with a "=== gpgan-ablate" line)
     OUT/logs/<run name>/failure.json     written when an attempt fails, removed when one succeeds
 
 A run is skipped when its final.json says ``"status": "finished"``; a run folder without it is
@@ -28,9 +28,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from gpgan.studies.sweep import SweepError, expand_runs, override_text
+from gpgan.studies.sweep import SweepError, expand_runs, override_text, run_config
 from gpgan.studies.trainers import LocalTrainers
-from gpgan.train.config import load_config
 from gpgan.train.run import RunFolder
 
 __all__ = [
@@ -95,15 +94,17 @@ def run_state(out_dir, name):
 
 
 def stderr_tail(path, n=TAIL_LINES):
-    """Last ``n`` non-empty lines of a log; progress bars redraw with '\\r', keep the last draw."""
+    """Last ``n`` non-empty lines of a log's last attempt (after its last "=== gpgan-ablate"
+    header); progress bars redraw with '\\r', keep the last draw."""
     try:
         with open(path, newline="", errors="replace") as fh:  # newline="": keep the '\r's
             text = fh.read()
     except OSError:
         return []
     lines = [line.split("\r")[-1].rstrip() for line in text.replace("\r\n", "\n").split("\n")]
-    lines = [line for line in lines if line.strip() and not line.startswith("=== gpgan-ablate")]
-    return lines[-n:]
+    headers = [i for i, line in enumerate(lines) if line.startswith("=== gpgan-ablate")]
+    lines = lines[headers[-1] + 1:] if headers else lines  # this attempt's, not an earlier one's
+    return [line for line in lines if line.strip()][-n:]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,12 +112,6 @@ def stderr_tail(path, n=TAIL_LINES):
 
 class StaleRunError(SweepError):
     """Existing run folders were made with a config other than the one the sweep asks for."""
-
-
-def _wanted_config(sweep, spec):
-    """The config the sweep asks ``spec`` to run with (raises ValueError/OSError when the trainer
-    would refuse it)."""
-    return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
 
 
 def _is_extension(diff):
@@ -141,7 +136,7 @@ def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
         if not run.exists() or run.state() == "stale":  # a stale folder is cleared and started again
             continue
         try:
-            diffs = run.config_differences(_wanted_config(sweep, spec))
+            diffs = run.config_differences(run_config(sweep, spec))
         except (OSError, ValueError):  # an unreadable folder or a setting the trainer rejects
             continue
         if allow_longer:
@@ -154,7 +149,7 @@ def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
 def _longer_steps(sweep, spec, run_dir):
     """The sweep's ``train.steps`` for ``spec`` when it is larger than the run's, else None."""
     try:
-        diffs = RunFolder(run_dir).config_differences(_wanted_config(sweep, spec))
+        diffs = RunFolder(run_dir).config_differences(run_config(sweep, spec))
     except (OSError, ValueError):
         return None
     return next((d[2] for d in diffs if _is_extension(d)), None)
@@ -291,9 +286,6 @@ class _Runner:
         seconds = time.perf_counter() - t0
 
         new_dir = find_run_dir(self.out_dir, spec.name)
-        if new_dir is not None:
-            for log_name in ("stdout.log", "stderr.log"):
-                shutil.copyfile(os.path.join(logs, log_name), os.path.join(new_dir, log_name))
         failure = os.path.join(logs, "failure.json")
         if rc == 0 and new_dir is not None and RunFolder(new_dir).is_finished():
             if os.path.exists(failure):
@@ -388,6 +380,6 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
 def _config_device(sweep, spec):
     """The device a run's config asks for (None when the trainer would refuse the config)."""
     try:
-        return _wanted_config(sweep, spec)["device"]
+        return run_config(sweep, spec)["device"]
     except (OSError, ValueError):
         return None

@@ -75,6 +75,7 @@ __all__ = [
     "load_sweep",
     "parse_sweep",
     "expand_runs",
+    "run_config",
     "format_value",
     "yaml_scalar",
     "override_text",
@@ -468,6 +469,7 @@ def parse_sweep(raw, path):
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
     if not specs:
         raise _err(path, "exclude", "excludes every combination; nothing to run")
+    _check_run_configs(sweep, specs)
     return sweep
 
 
@@ -497,10 +499,18 @@ def _parse_variants(path, raw):
     return variants
 
 
+def run_config(sweep, spec):
+    """The resolved config the sweep asks run ``spec`` to train with: the base config with its
+    overrides, read and validated by gpgan-train's own schema (raises ConfigError, ValueError or
+    OSError where the trainer would refuse it)."""
+    from gpgan.train.config import load_config
+
+    return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
+
+
 def _check_config_keys(sweep):
     """Reject keys gpgan-train would reject (unknown keys, sections) before any run starts, using
-    the trainer's own override parser. Values are left to the trainer: a bad value fails only
-    its own runs, which the report then names."""
+    the trainer's own override parser, naming the section of the sweep file they are in."""
     try:
         from gpgan.train.config import ConfigError, parse_override
     except ImportError:  # the training package is not importable here: the trainer will judge
@@ -515,6 +525,22 @@ def _check_config_keys(sweep):
             parse_override(f"{key}={override_text(value)}")
         except ConfigError as exc:
             raise _err(sweep.path, f"{section}.{key}", str(exc)) from None
+
+
+def _check_run_configs(sweep, specs):
+    """Reject, before any run starts, a run whose whole config gpgan-train would refuse (a value
+    out of range or not among a key's choices, such as ``penalty.type: r9``), naming the run and
+    its axis values; the first such run is named."""
+    try:
+        from gpgan.train.config import ConfigError
+    except ImportError:  # the training package is not importable here: the trainer will judge
+        return
+    for spec in specs:
+        try:
+            run_config(sweep, spec)
+        except ConfigError as exc:
+            values = ", ".join(f"{k}={format_value(v)}" for k, v in spec.values.items() if v is not IGNORED)
+            raise _err(sweep.path, f"run {spec.name} ({values})", str(exc)) from None
 
 
 # ----------------------------------------------------------------------------------------------

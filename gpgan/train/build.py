@@ -85,7 +85,8 @@ def build_components(config, progress=True):
         g_opt=g_opt, d_opt=d_opt,
         g_sched=make_schedule(oc["generator"]["schedule"], g_opt, tc["steps"]),
         d_sched=make_schedule(oc["critic"]["schedule"], d_opt, tc["steps"]),
-        ema=EMA(generator, decay=ec["decay"], start_step=ec["start_step"]) if ec["enabled"] else None,
+        ema=EMA(generator, decay=ec["decay"], start_step=ec["start_step"], rampup=ec["rampup"])
+        if ec["enabled"] else None,
         loss=make_loss(config["loss"]),
         penalty=make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
                              **pc["options"]),

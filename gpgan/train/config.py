@@ -107,6 +107,9 @@ SCHEMA = {
                            exclusive_max=True),
             "start_step": Field("int", 0, "generator step at which averaging starts (copies before)",
                                 minimum=0),
+            "rampup": Field("bool", True, "ramp the decay up as averaging starts: the n-th averaging "
+                            "update (n from 0) uses min(decay, (1 + n) / (10 + n)), so that a short run's "
+                            "average is not its initial weights; false: decay from the first update"),
         },
         "log_interval": Field("int", 10, "write metrics.jsonl / TensorBoard scalars every N steps", minimum=1),
         "sample_interval": Field("int", 500, "write samples/step_N.png every N steps (0: only final.png)",

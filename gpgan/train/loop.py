@@ -10,7 +10,9 @@ Randomness, all seeded from ``train.seed`` and all restored on resume: the initi
 global generator, reseeded with the seed and checkpointed for layers such as dropout); latent
 noise and the penalty's random numbers (the feed's generator, "trainer" in checkpoints); data
 order and flips, or toy samples (the loader); the fixed noise of samples and evaluations (the
-monitor's own). The same config, seed and device give the same run, bit for bit on the CPU, and a
+monitor's own). The same config, seed and device give the same run, bit for bit on the same
+machine and install (another CPU model, other CPU extras or another process count agree to float32
+rounding at first, then diverge as chaotic training does; the manifest records each), and a
 resumed run continues exactly as the uninterrupted one.
 """
 import os
@@ -23,6 +25,7 @@ import gpgan
 from gpgan.backend import keep_freed_host_memory
 from gpgan.backend import random as global_random
 from gpgan.checkpoint import load_checkpoint, save_checkpoint
+from gpgan.files import describe_os_error
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
 from gpgan.train.evaluation import ImageMetrics
@@ -30,7 +33,7 @@ from gpgan.train.feed import InputFeed
 from gpgan.train.monitor import Monitor
 from gpgan.train.step import TrainingStep
 
-__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "PARENT_ENV"]
+__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "RunWriteError", "PARENT_ENV"]
 
 # When set to a process id, training stops as on SIGTERM (checkpoint, exit 130) once that process
 # is no longer this one's parent. gpgan-ablate sets it: its trainers run in sessions of their own,
@@ -44,6 +47,19 @@ class TrainingInterrupted(Exception):
     def __init__(self, step, checkpoint, reason):
         self.step, self.checkpoint, self.reason = step, checkpoint, reason
         super().__init__(f"{reason} at step {step}; checkpoint saved to {checkpoint}")
+
+
+class RunWriteError(Exception):
+    """A file of the run could not be written (a full disk, a lost mount) during training. What
+    was being written was left out whole (atomic writes; metrics.jsonl cut back to its last whole
+    record); the checkpoints written before stay. The message names the file, the step and the
+    last good checkpoint."""
+
+    def __init__(self, step, error, last_checkpoint):
+        self.step, self.error, self.last_checkpoint = step, error, last_checkpoint
+        keep = (f"the last good checkpoint is {last_checkpoint[1]} (step {last_checkpoint[0]})"
+                if last_checkpoint else "no checkpoint was written yet")
+        super().__init__(f"at step {step}: {describe_os_error(error)}; {keep}")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -99,10 +115,11 @@ class Trainer:
 
     def manifest_entries(self):
         """What this trainer adds to manifest.json and its resume entries: what the image metrics
-        compare with (when there are any); a data-parallel run adds its processes."""
+        compare with (when there are any) and the number of processes (``world_size``; a
+        data-parallel run adds the processes' hosts and devices)."""
         if self.image_metrics is None:
-            return {}
-        return {"image_metrics": self.image_metrics.provenance()}
+            return {"world_size": 1}
+        return {"world_size": 1, "image_metrics": self.image_metrics.provenance()}
 
     # -- one step -----------------------------------------------------------------------------
     def train_step(self):
@@ -189,6 +206,8 @@ class Trainer:
             TrainingInterrupted: after Ctrl-C / SIGTERM / ``train.stop_after`` (checkpoint saved).
             NonFiniteLossError: when a loss, penalty or gradient becomes NaN/inf (no checkpoint of
                 it is saved).
+            RunWriteError: when a file of the run cannot be written (a full disk), naming it, the
+                step and the last good checkpoint.
         """
         from tqdm import tqdm
 
@@ -200,44 +219,51 @@ class Trainer:
         self._parent_pid = int(parent) if parent.isdigit() else None
         bar = tqdm(total=total, initial=self.step, disable=True if self.quiet else None, unit="step",
                    dynamic_ncols=True, desc=os.path.basename(self.run.path))
-        started = last_time = time.perf_counter()
-        last_step = self.step
         try:
-            while self.step < total:
-                self.train_step()
-                bar.update(1)
-                step, last = self.step, self.step == total
-                evaluate = self.monitor.evaluates and (last or every(tc["eval_interval"], step))
-                log = last or evaluate or every(tc["log_interval"], step)
-                sample = every(tc["sample_interval"], step)
-                stop = self._stop_reason(step, last)
-                checkpoint = last or stop or every(tc["checkpoint_interval"], step)
-                if log or sample or checkpoint:
-                    self._raise_on_fault()  # before anything reads the weights or losses
-                evaluation = self.monitor.evaluate(step) if evaluate else {}
-                self._keep_best(evaluation)
-                if log:
-                    now = time.perf_counter()
-                    record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
-                                                 (now - last_time) / max(1, step - last_step))
-                    last_time, last_step = now, step
-                    bar.set_postfix(_progress(record, self.monitor.latest_eval), refresh=False)
-                if sample:
-                    self.monitor.write_samples(step)
-                if checkpoint:
-                    self.wall_time += time.perf_counter() - started
-                    started = time.perf_counter()
-                    path = self.save_checkpoint()
-                    if stop:
-                        raise TrainingInterrupted(step, path, stop)
-            self.monitor.write_samples(self.step, final=True)
-            self.wall_time += time.perf_counter() - started
-            return self._write_final()
+            try:
+                return self._loop(tc, total, every, bar)
+            except OSError as exc:  # a full disk: name the file and the step, keep what was saved
+                raise RunWriteError(self.step, exc, self.run.latest_checkpoint()) from exc
         finally:
             bar.close()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
             self.monitor.close()
+
+    def _loop(self, tc, total, every, bar):
+        """The steps of :meth:`fit` up to final.json (its returned summary)."""
+        started = last_time = time.perf_counter()
+        last_step = self.step
+        while self.step < total:
+            self.train_step()
+            bar.update(1)
+            step, last = self.step, self.step == total
+            evaluate = self.monitor.evaluates and (last or every(tc["eval_interval"], step))
+            log = last or evaluate or every(tc["log_interval"], step)
+            sample = every(tc["sample_interval"], step)
+            stop = self._stop_reason(step, last)
+            checkpoint = last or stop or every(tc["checkpoint_interval"], step)
+            if log or sample or checkpoint:
+                self._raise_on_fault()  # before anything reads the weights or losses
+            evaluation = self.monitor.evaluate(step) if evaluate else {}
+            self._keep_best(evaluation)
+            if log:
+                now = time.perf_counter()
+                record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
+                                             (now - last_time) / max(1, step - last_step))
+                last_time, last_step = now, step
+                bar.set_postfix(_progress(record, self.monitor.latest_eval), refresh=False)
+            if sample:
+                self.monitor.write_samples(step)
+            if checkpoint:
+                self.wall_time += time.perf_counter() - started
+                started = time.perf_counter()
+                path = self.save_checkpoint()
+                if stop:
+                    raise TrainingInterrupted(step, path, stop)
+        self.monitor.write_samples(self.step, final=True)
+        self.wall_time += time.perf_counter() - started
+        return self._write_final()
 
     def _write_final(self):
         """Write final.json (from metrics.jsonl) and return its summary."""

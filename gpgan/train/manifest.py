@@ -1,10 +1,18 @@
-"""What a run records about where it ran: gpgan, Python, NumPy and CuPy versions, the version of
-Numba when its CPU kernels are on, the git commit, the platform and the device, the command line
-and the time."""
+"""What a run records about where it ran: gpgan, Python, NumPy (and the BLAS it calls) and CuPy
+versions, the versions of Numba and oneDNN when they ran, which optional extras are installed
+(each package's version), the git commit, the platform, the CPU model and the device, the command
+line and the time.
+
+These are what decide a run's numbers beyond its config: one seed gives the same bits on the same
+machine and install; another CPU model (BLAS and oneDNN pick kernels per CPU), other extras
+(oneDNN's and Numba's kernels round float32 differently from NumPy's) or another process count
+agree to float32 rounding at first and then diverge, as chaotic training does.
+"""
 import datetime
 import importlib.metadata
 import os
 import platform
+import re
 import shlex
 import subprocess
 import sys
@@ -12,9 +20,9 @@ import sys
 import numpy
 
 import gpgan
-from gpgan.backend import compiled_kernels_version, device_description, onednn_version
+from gpgan.backend import compiled_kernels_version, cpu_model, device_description, onednn_version
 
-__all__ = ["environment_info", "git_commit", "invocation"]
+__all__ = ["environment_info", "extras_installed", "git_commit", "invocation"]
 
 
 def git_commit(directory=None):
@@ -45,8 +53,46 @@ def _cupy_version():
     return None
 
 
+def _blas():
+    """NumPy's BLAS as ``"name version"`` (NumPy >= 1.25 reports it), else None."""
+    try:
+        blas = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        return f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # an older NumPy, or a layout that changed: recording it must not fail a run
+        return None
+
+
+_EXTRA = re.compile(r"""extra\s*==\s*["']([^"']+)["']""")
+
+
+def extras_installed():
+    """``{extra: {distribution: installed version or None}}`` for gpgan's optional extras (from
+    gpgan's own package metadata, so the table follows pyproject.toml), or {} when gpgan is not
+    installed as a distribution. An extra that only names other extras (``test``) lists theirs."""
+    try:
+        requirements = importlib.metadata.requires("gpgan") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    extras = {}
+    for requirement in requirements:
+        match = _EXTRA.search(requirement)
+        if not match:
+            continue
+        name = re.match(r"[A-Za-z0-9_.\-]+", requirement).group(0)
+        if name.lower() == "gpgan":  # gpgan[cpu,...]: the other extras, listed under their own names
+            continue
+        try:
+            version = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        extras.setdefault(match.group(1), {})[name] = version
+    return extras
+
+
 def environment_info(device):
-    """Versions, platform and ``device`` (with what it is, in words)."""
+    """Versions, installed extras, platform, CPU model and ``device`` (with what it is, in words).
+    ``numba`` and ``onednn`` are the versions that ran (None: off or absent); ``extras`` what is
+    installed."""
     commit, dirty = git_commit()
     return {
         "gpgan_version": gpgan.__version__,
@@ -54,10 +100,13 @@ def environment_info(device):
         "git_dirty": dirty,
         "python": platform.python_version(),
         "numpy": numpy.__version__,
+        "blas": _blas(),
         "cupy": _cupy_version(),
         "numba": compiled_kernels_version(),
         "onednn": onednn_version(),
+        "extras": extras_installed(),
         "platform": platform.platform(),
+        "cpu": cpu_model(),
         "device": device,
         "device_name": device_description(device),
     }

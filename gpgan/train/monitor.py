@@ -83,9 +83,10 @@ class Monitor:
 
     # -- the generator's output ------------------------------------------------------------------
     @contextlib.contextmanager
-    def _sampling_generator(self):
-        """The generator in eval mode, holding the EMA weights when kept (restored afterwards)."""
-        generator, ema = self.parts.generator, self.parts.ema
+    def _sampling_generator(self, use_ema=True):
+        """The generator in eval mode, holding the EMA weights when kept and ``use_ema`` (restored
+        afterwards)."""
+        generator, ema = self.parts.generator, self.parts.ema if use_ema else None
         with ema.swapped_into(generator) if ema is not None else contextlib.nullcontext():
             was_training = generator.training
             generator.eval()
@@ -94,9 +95,10 @@ class Monitor:
             finally:
                 generator.train(was_training)
 
-    def generate(self, noise):
-        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when kept."""
-        with self._sampling_generator() as generator:
+    def generate(self, noise, use_ema=True):
+        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when
+        kept and ``use_ema``, else from the raw weights."""
+        with self._sampling_generator(use_ema) as generator:
             return generate(generator, noise, self.parts.device)
 
     @property
@@ -122,9 +124,11 @@ class Monitor:
         return dict(self.latest_eval)
 
     def write_samples(self, step, final=False):
-        """samples/step_N.png (or final.png): a grid of images, or generated over real points
-        titled with the step's evaluation (when the step was evaluated)."""
-        from gpgan.viz import save_image_grid, scatter_samples
+        """samples/step_N.png (or final.png): a grid of images captioned with the step, the raw
+        weights' grid beside the EMA's when an EMA is kept, upscaled to a readable size; or
+        generated over real points titled with the step's evaluation (when the step was
+        evaluated)."""
+        from gpgan.viz import grid_picture, save_picture, scatter_samples
 
         path = self.run.sample_path(None if final else step)
         if not self.writes:
@@ -133,7 +137,11 @@ class Monitor:
         if self.parts.is_toy:
             scatter_samples(path, self.fixed_real, out, title=self._sample_title(step))
         else:
-            save_image_grid(path, out, nrow=max(1, int(math.ceil(math.sqrt(len(out))))))
+            panels = [("raw weights", out)]
+            if self.parts.ema is not None:
+                panels = [("raw weights", self.generate(self.fixed_noise, use_ema=False)), ("EMA weights", out)]
+            nrow = max(1, int(math.ceil(math.sqrt(len(out)))))
+            save_picture(path, grid_picture(panels, nrow, caption=f"step {step}"))
         if self.writer is not None:
             from PIL import Image
 

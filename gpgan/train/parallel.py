@@ -9,7 +9,10 @@ update's loss and penalty values in the same buffer, so every process applies, c
 non-finite gate) and logs the same numbers, and Adam, the EMA, schedules and lazy regularization
 run identically everywhere. Parameters start from rank 0's (broadcast). BatchNorm normalizes with
 the statistics of each process's slice (as PyTorch's DDP without SyncBatchNorm), and DRAGAN's
-perturbation scale is the standard deviation of the slice.
+perturbation scale is the standard deviation of the slice. The sums over the slices round
+differently from one process's sums over the whole batch: an N-process run agrees with the
+1-process run to float32 rounding at first and then diverges, as chaotic training does (two runs
+with the same N are identical).
 
 Rank 0 alone writes the run folder (metrics, TensorBoard, samples, evaluations, checkpoints,
 final.json); the others compute with it and write nothing. Stops (Ctrl-C, SIGTERM, a dead launcher,

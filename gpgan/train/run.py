@@ -23,7 +23,7 @@ import re
 import yaml
 
 from gpgan.checkpoint import CheckpointError, verify
-from gpgan.files import atomic_write, is_temporary
+from gpgan.files import append_text, atomic_write, is_temporary
 from gpgan.schema import get_key
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
@@ -44,6 +44,14 @@ class NotARunError(FileNotFoundError):
 
 def _timestamp():
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def _as_written_before_rampup(raw):
+    """A run folder's config.yaml holds every key; one without ``train.ema.rampup`` was written
+    before the EMA's ramp existed and averaged without it: it keeps doing so (exact resume)."""
+    ema = raw.get("train", {}).get("ema") if isinstance(raw, dict) and isinstance(raw.get("train"), dict) else None
+    if isinstance(ema, dict) and "rampup" not in ema:
+        ema["rampup"] = False
 
 
 class RunFolder:
@@ -228,6 +236,7 @@ class RunFolder:
             raise NotARunError(f"{self.path} is not a run folder (it has no config.yaml)")
         with open(self.config_path, encoding="utf-8") as f:
             raw = yaml.safe_load(f)
+        _as_written_before_rampup(raw)
         return validate_config(raw, source=self.config_path) if validate else raw
 
     def read_manifest(self):
@@ -307,8 +316,8 @@ class RunFolder:
 
     # -- metrics ------------------------------------------------------------------------------
     def append_metrics(self, record):
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        """Append one record, whole or not at all (a full disk leaves no partial line)."""
+        append_text(self.metrics_path, json.dumps(record) + "\n")
 
     def read_metrics(self):
         """The records of metrics.jsonl ([] when there is none). A last line cut short by a crash

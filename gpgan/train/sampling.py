@@ -11,15 +11,16 @@ from gpgan.models import make_model
 from gpgan.optim import EMA
 from gpgan.train.run import RunFolder
 
-__all__ = ["resolve_source", "load_generator", "batches", "generate", "DEFAULT_BATCH"]
+__all__ = ["resolve_source", "skipped_note", "load_generator", "batches", "generate", "DEFAULT_BATCH"]
 
 #: generator outputs computed at once when drawing many samples
 DEFAULT_BATCH = 500
 
 
-def resolve_source(source):
+def resolve_source(source, skipped=None):
     """``(run folder, checkpoint path)`` for a run folder (its newest readable checkpoint) or a
-    checkpoint file inside a run's checkpoints/.
+    checkpoint file inside a run's checkpoints/. ``skipped``: a list that receives ``(path,
+    reason)`` of the run's newer checkpoints that did not read back (see :func:`skipped_note`).
 
     Raises:
         FileNotFoundError: naming ``source`` when it is neither, or when the run has no readable
@@ -29,10 +30,12 @@ def resolve_source(source):
         run = RunFolder(source)
         if not run.exists():
             raise FileNotFoundError(f"{source} is not a run folder (it has no config.yaml)")
-        step, path, skipped = run.latest_readable_checkpoint()
+        step, path, damaged = run.latest_readable_checkpoint()
         if path is None:
-            why = f" ({len(skipped)} damaged: {skipped[0][1]})" if skipped else ""
+            why = f" ({len(damaged)} damaged: {damaged[0][1]})" if damaged else ""
             raise FileNotFoundError(f"{run.checkpoints_dir} holds no readable checkpoint (ckpt_N.npz){why}")
+        if skipped is not None:
+            skipped.extend(damaged)
         return run, path
     if not os.path.isfile(source):
         raise FileNotFoundError(f"{source} is neither a run folder nor a checkpoint file")
@@ -40,6 +43,16 @@ def resolve_source(source):
     if not run.exists():
         raise FileNotFoundError(f"{source} is not a checkpoint inside a run folder (RUN/checkpoints/ckpt_N.npz)")
     return run, source
+
+
+def skipped_note(skipped, used):
+    """One line telling that the newer checkpoints ``skipped`` (``[(path, reason)]``) did not read
+    back and ``used`` was taken instead; None when none was skipped."""
+    if not skipped:
+        return None
+    names = ", ".join(os.path.basename(path) for path, _ in skipped)
+    return (f"{names} did not read back ({skipped[0][1]}); using the newest readable checkpoint, "
+            f"{os.path.basename(used)}")
 
 
 def load_generator(run, checkpoint, use_ema=None, device="cpu"):

@@ -9,6 +9,8 @@ saving only, so a user's matplotlib settings are neither read nor changed.
 import contextlib
 import os
 
+from gpgan.files import atomic_write
+
 DPI = 100
 
 # tab10 as 0..255 RGB: the colour of series k is PALETTE[k % 10].
@@ -64,21 +66,19 @@ def new_figure(size):
 
 
 def save_figure(figure, path):
-    """Write ``figure`` to ``path`` (format from the extension; PNG by default), creating its folder.
+    """Write ``figure`` to ``path`` atomically (format from the extension; PNG by default),
+    creating its folder: a failed write (a full disk) leaves no partial picture.
 
     PNGs carry no software version or timestamp, so the same figure gives the same bytes on every
     call with the same matplotlib version (sweep reports are rebuilt byte for byte).
     """
     path = os.fspath(path)
-    directory = os.path.dirname(path)
-    if directory:
-        os.makedirs(directory, exist_ok=True)
     extension = os.path.splitext(path)[1].lower()
-    options = {}
-    if extension in ("", ".png"):
-        options = {"format": "png", "metadata": {"Software": None}}
+    options = {"format": extension[1:] or "png"}
+    if options["format"] == "png":
+        options["metadata"] = {"Software": None}
     with plot_style():
-        figure.savefig(path, dpi=figure.dpi, **options)
+        atomic_write(path, lambda f: figure.savefig(f, dpi=figure.dpi, **options))
     return path
 
 
