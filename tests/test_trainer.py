@@ -47,14 +47,17 @@ def test_lazy_regularization_penalizes_every_interval_th_critic_step(tmp_path, i
         np.testing.assert_allclose(applied, weight / 2 * interval * term, rtol=1e-5)
 
 
-@pytest.mark.parametrize("penalty", ["r1", "r2"])
-def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty):
+@pytest.mark.parametrize("penalty,loss,shared_calls,own_calls", [
+    ("r1", "non_saturating", 3, 4), ("r2", "non_saturating", 3, 4),
+    # rpgan's generator step runs the critic on the reals too; r1r2 reuses both forwards
+    ("r1r2", "rpgan", 4, 6)])
+def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty, loss, shared_calls, own_calls):
     """A penalized R1/R2 critic step runs the critic twice (real, fake), not three times, and
     trains the same weights as the step that gives the penalty a forward of its own: equal to
     float64 rounding after 20 steps (in float32 the runs part by rounding, as any two orders of
     summation do, and then by the chaos of training)."""
     def train(folder, share):
-        trainer = tiny_trainer(tmp_path / folder, f"penalty.type={penalty}", "train.steps=20")
+        trainer = tiny_trainer(tmp_path / folder, f"penalty.type={penalty}", f"loss={loss}", "train.steps=20")
         for module in (trainer.parts.generator, trainer.parts.critic):
             module.to("cpu", np.float64)
         next_inputs = trainer.feed.next
@@ -69,11 +72,35 @@ def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty)
         monkeypatch.undo()
         return calls, [p.data.copy() for p in critic.parameters()]
 
-    shared_calls, shared_weights = train("shared", True)
-    own_calls, own_weights = train("own", False)
-    # Per generator step: real and fake for the critic loss (+1 for the penalty's own), 1 for
-    # the generator's loss.
-    assert len(shared_calls) == 20 * 3 and len(own_calls) == 20 * 4
+    shared, shared_weights = train("shared", True)
+    own, own_weights = train("own", False)
+    # Per generator step: real and fake for the critic loss (+1 per point set for the penalty's
+    # own), 1 for the generator's loss (2 for rpgan's: fake and real).
+    assert len(shared) == 20 * shared_calls and len(own) == 20 * own_calls
     for a, b in zip(shared_weights, own_weights):
         assert a.dtype == np.float64
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+
+
+def test_rpgan_generator_step_pairs_the_last_critic_batch(tmp_path, monkeypatch):
+    """rpgan's generator loss is softplus(-(D(G(z)) - D(x_r))) averaged, with x_r the last critic
+    step's real batch and D the critic after its update: checked against that formula in NumPy."""
+    trainer = tiny_trainer(tmp_path, "loss=rpgan", "penalty.type=r1r2", "train.critic_steps=2")
+    inputs = trainer.feed.next(0, "cpu")
+    critic, generator = trainer.parts.critic, trainer.parts.generator
+    seen = {}
+    update = trainer.step_fn._generator_update
+
+    def recording(noise, values, real=None):
+        from gpgan import Variable, no_grad
+        with no_grad():
+            d_real = critic(Variable(real)).data
+            d_fake = critic(generator(Variable(noise))).data
+        seen["expected"] = float(np.logaddexp(0.0, -(d_fake.astype(np.float64) - d_real)).mean())
+        seen["real"] = real
+        return update(noise, values, real)
+
+    monkeypatch.setattr(trainer.step_fn, "_generator_update", recording)
+    result = trainer.step_fn(inputs)
+    assert seen["real"] is inputs.critic[-1].real
+    np.testing.assert_allclose(float(result.values["loss/generator"]), seen["expected"], rtol=1e-5)

@@ -73,10 +73,11 @@ SCHEMA = {
     "penalty": {
         "type": Field("str", "none", "gradient penalty (gpgan.losses.make_penalty name)", choices=_penalty_names),
         "weight": Field("float", None, "penalty weight: lambda (wgan_gp, dragan, lp) or gamma (r1, r2, "
-                        "zero_gp: gamma / 2 * E||g||^2); null takes the penalty's default (10)",
+                        "zero_gp: gamma / 2 * E||g||^2; r1r2: gamma / 2 * (E||g_real||^2 + "
+                        "E||g_fake||^2)); null takes the penalty's default (10)",
                         nullable=True, minimum=0),
         "center": Field("float", None, "target gradient norm; null takes the penalty's own default "
-                        "(1 for wgan_gp/lp, 0 for r1/r2/zero_gp)", nullable=True, minimum=0),
+                        "(1 for wgan_gp/lp, 0 for r1/r2/r1r2/zero_gp)", nullable=True, minimum=0),
         "interval": Field("int", 1, "lazy regularization: apply the penalty every N critic steps "
                           "(scaled by N, as in StyleGAN2)", minimum=1),
         "options": Field("dict", {}, "extra keyword options of make_penalty"),
@@ -217,7 +218,16 @@ def _check_evaluation(config):
     return errors
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation])
+def _check_pairing(config):
+    """A pairing loss (rpgan) pairs the generator step's fakes with a critic batch of reals by index."""
+    tc = config["train"]
+    if config["loss"] == "rpgan" and tc["generator_batch_size"] not in (None, tc["batch_size"]):
+        return [f"train.generator_batch_size {tc['generator_batch_size']}: loss 'rpgan' pairs each generated "
+                f"sample with a real one, so it must equal train.batch_size ({tc['batch_size']}) or be null"]
+    return []
+
+
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

@@ -150,7 +150,9 @@ class TrainingStep:
         self._step_number = host_effect(self._number_of_step)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
-        self._generator_update(inputs.noise, values)
+        # A pairing loss (rpgan) reads the critic on reals in the generator's step too: the last
+        # critic step's batch, as R3GAN's loop uses one real batch for both phases.
+        self._generator_update(inputs.noise, values, inputs.critic[-1].real if self.loss.pairs_real else None)
         host_effect(self._count_step)
         if self.parts.ema is not None:
             self.parts.ema.update(self.step)
@@ -171,24 +173,30 @@ class TrainingStep:
     def _critic_update(self, j, inputs, values):
         with no_grad():
             fake_data = self.generator(Variable(inputs.noise)).data
-        # R1 and R2 differentiate the critic at the loss's own points: then those points are
-        # leaves that require grad and the loss's forward serves the penalty too.
+        # R1 and R2 (and r1r2, both) differentiate the critic at the loss's own points: then those
+        # points are leaves that require grad and the loss's forward serves the penalty too.
         shared = self.penalty.shared_points if inputs.draws is not None else None
-        real = Variable(inputs.real, requires_grad=shared == "real")
-        fake = Variable(fake_data, requires_grad=shared == "fake")
+        shared_names = shared.split("+") if shared else ()
+        real = Variable(inputs.real, requires_grad="real" in shared_names)
+        fake = Variable(fake_data, requires_grad="fake" in shared_names)
         d_real, d_fake = self.critic(real), self.critic(fake)
         loss = self.loss.critic_loss(d_real, d_fake)
         total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
-            forward = {"real": (real, d_real), "fake": (fake, d_fake)}.get(shared)
+            forward = {"real": (real, d_real), "fake": (fake, d_fake),
+                       "real+fake": ((real, d_real), (fake, d_fake))}.get(shared)
             pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws, forward=forward)
             total = loss + pen
             computed["penalty"], computed["penalty/term"] = pen.data, term.data
         values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
         return real.data, fake.data
 
-    def _generator_update(self, noise, values):
-        loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))))
+    def _generator_update(self, noise, values, real=None):
+        d_real = None
+        if real is not None:
+            with no_grad():  # a constant for the generator: its gradient reaches only D(fake)
+                d_real = self.critic(Variable(real))
+        loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))), d_real)
         values.update(self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
                                   {"loss/generator": loss.data}))
 
