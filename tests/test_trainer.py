@@ -82,11 +82,20 @@ def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty,
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
 
 
-def test_rpgan_generator_step_pairs_the_last_critic_batch(tmp_path, monkeypatch):
-    """rpgan's generator loss is softplus(-(D(G(z)) - D(x_r))) averaged, with x_r the last critic
-    step's real batch and D the critic after its update: checked against that formula in NumPy."""
+def test_rpgan_generator_step_pairs_a_real_batch_of_its_own(tmp_path, monkeypatch):
+    """rpgan's generator loss is softplus(-(D(G(z)) - D(x_r))) averaged, with x_r a real batch drawn
+    for the generator step after the critic steps' (R3GAN's loop fetches one per phase) and D the
+    critic after its update: checked against that formula in NumPy. Other losses draw no such batch."""
     trainer = tiny_trainer(tmp_path, "loss=rpgan", "penalty.type=r1r2", "train.critic_steps=2")
+    assert tiny_trainer(tmp_path / "ns", "penalty.type=r1").feed.draw(0).real is None
+    loader = trainer.parts.loader
+    state = loader.state_dict()
+    batches = [loader.next() for _ in range(3)]
+    loader.load_state_dict(state)
     inputs = trainer.feed.next(0, "cpu")
+    np.testing.assert_array_equal(inputs.critic[0].real, batches[0])
+    np.testing.assert_array_equal(inputs.critic[1].real, batches[1])
+    np.testing.assert_array_equal(inputs.real, batches[2])
     critic, generator = trainer.parts.critic, trainer.parts.generator
     seen = {}
     update = trainer.step_fn._generator_update
@@ -102,5 +111,5 @@ def test_rpgan_generator_step_pairs_the_last_critic_batch(tmp_path, monkeypatch)
 
     monkeypatch.setattr(trainer.step_fn, "_generator_update", recording)
     result = trainer.step_fn(inputs)
-    assert seen["real"] is inputs.critic[-1].real
+    assert seen["real"] is inputs.real
     np.testing.assert_allclose(float(result.values["loss/generator"]), seen["expected"], rtol=1e-5)

@@ -2,7 +2,9 @@
 
 Per generator step, for each of its ``critic_steps`` critic steps: a real batch from the loader,
 then the latent noise of the fake batch, then (on penalized critic steps) the penalty's random
-numbers; after them the generator step's noise. Noise and penalty numbers come from one NumPy
+numbers; after them, for a loss that pairs the generator's fakes with reals (rpgan), a real batch
+of the generator step's own (as R3GAN's loop fetches one for each phase), then the generator
+step's noise. Noise and penalty numbers come from one NumPy
 generator (saved in checkpoints as ``"trainer"``); the loader has its own state. Drawing a whole
 step up front changes nothing in these streams, and lets the step run on the device without
 coming back to the host.
@@ -36,10 +38,12 @@ class CriticInputs:
 
 @dataclass
 class StepInputs:
-    """One generator step's inputs: its critic steps' and the generator batch's ``noise``."""
+    """One generator step's inputs: its critic steps', the generator batch's ``noise`` and, for a
+    pairing loss, the generator step's ``real`` batch (None otherwise)."""
 
     critic: list = field(default_factory=list)
     noise: object = None
+    real: object = None
 
     def map(self, fn):
         """A copy with ``fn`` applied to every array (e.g. a move to the device, or a slice)."""
@@ -47,7 +51,7 @@ class StepInputs:
             critic=[CriticInputs(fn(c.real), fn(c.noise),
                                  None if c.draws is None else {k: fn(v) for k, v in c.draws.items()})
                     for c in self.critic],
-            noise=fn(self.noise))
+            noise=fn(self.noise), real=None if self.real is None else fn(self.real))
 
 
 class InputFeed:
@@ -60,9 +64,11 @@ class InputFeed:
         latent_dim: the generator's input size.
         batch_size: critic batch size; generator_batch_size: the generator step's (None: the same).
         critic_steps: critic steps per generator step.
+        generator_reals: draw a real batch for the generator step too (a pairing loss).
     """
 
-    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps):
+    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps,
+                 generator_reals=False):
         self.loader = loader
         self.rng = rng
         self.penalty = penalty
@@ -70,6 +76,7 @@ class InputFeed:
         self.batch_size = int(batch_size)
         self.generator_batch_size = int(generator_batch_size or batch_size)
         self.critic_steps = int(critic_steps)
+        self.generator_reals = bool(generator_reals)
 
     def noise(self, n):
         return self.rng.standard_normal((n, self.latent_dim)).astype(numpy.float32)
@@ -84,6 +91,8 @@ class InputFeed:
             if self.penalty is not None and is_penalized(step * self.critic_steps + j, self.penalty.interval):
                 draws = self.penalty.draw(self.rng, real)
             inputs.critic.append(CriticInputs(real, noise, draws))
+        if self.generator_reals:
+            inputs.real = self.loader.next()
         inputs.noise = self.noise(self.generator_batch_size)
         return inputs
 

@@ -81,7 +81,7 @@ class Trainer:
         penalty = self.parts.penalty if config["penalty"]["type"] != "none" else None
         self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
-                              tc["critic_steps"])
+                              tc["critic_steps"], generator_reals=self.parts.loss.pairs_real)
         self.monitor = Monitor(self.parts, run, images=self.image_metrics)
         computes_fid = self.image_metrics is not None and "fid" in self.image_metrics.names
         self.best_metric = tc["best_metric"] or ("eval/fid" if computes_fid else "eval/reverse_kl")

@@ -142,7 +142,7 @@ class TrainingStep:
         ema = self.parts.ema
         return (tuple((c.real.shape, c.noise.shape, None if c.draws is None else
                        tuple((k, v.shape) for k, v in sorted(c.draws.items()))) for c in inputs.critic),
-                inputs.noise.shape, ema is not None and self.step + 1 < ema.start_step)
+                inputs.noise.shape, None if inputs.real is None else inputs.real.shape, ema is not None and self.step + 1 < ema.start_step)
 
     def _run(self, inputs):
         values = {}
@@ -150,9 +150,7 @@ class TrainingStep:
         self._step_number = host_effect(self._number_of_step)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
-        # A pairing loss (rpgan) reads the critic on reals in the generator's step too: the last
-        # critic step's batch, as R3GAN's loop uses one real batch for both phases.
-        self._generator_update(inputs.noise, values, inputs.critic[-1].real if self.loss.pairs_real else None)
+        self._generator_update(inputs.noise, values, inputs.real)
         host_effect(self._count_step)
         if self.parts.ema is not None:
             self.parts.ema.update(self.step)
@@ -192,8 +190,9 @@ class TrainingStep:
         return real.data, fake.data
 
     def _generator_update(self, noise, values, real=None):
+        """``real``: the generator step's real batch, which a pairing loss (rpgan) reads."""
         d_real = None
-        if real is not None:
+        if self.loss.pairs_real:
             with no_grad():  # a constant for the generator: its gradient reaches only D(fake)
                 d_real = self.critic(Variable(real))
         loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))), d_real)
@@ -263,7 +262,7 @@ class TrainingStep:
 
 def _copy_inputs(inputs, fixed):
     """Copy the arrays of ``inputs`` into the same-shaped arrays of ``fixed`` (both StepInputs)."""
-    pairs = [(inputs.noise, fixed.noise)]
+    pairs = [(inputs.noise, fixed.noise)] + ([] if inputs.real is None else [(inputs.real, fixed.real)])
     for c, f in zip(inputs.critic, fixed.critic):
         pairs += [(c.real, f.real), (c.noise, f.noise)]
         if c.draws is not None:
