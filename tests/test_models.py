@@ -14,9 +14,9 @@ def images(n, rng, dtype=np.float32):
 
 
 # -- registry -------------------------------------------------------------------------------------
-def test_models_lists_the_six_names():
+def test_models_lists_the_eight_names():
     assert sorted(MODELS) == sorted(["dcgan_generator", "dcgan_critic", "resnet_generator", "resnet_critic",
-                                     "mlp_generator", "mlp_critic"])
+                                     "mlp_generator", "mlp_critic", "r3gan_generator", "r3gan_critic"])
 
 
 def test_make_model_errors_are_clear():

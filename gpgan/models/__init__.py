@@ -4,14 +4,16 @@ Owns the architectures and their options (built from :mod:`gpgan.nn`); losses, p
 training loop that use them are elsewhere (:mod:`gpgan.losses`, :mod:`gpgan.train`).
 
 ``make_model(name, **options)`` builds one of :data:`MODELS`: dcgan_generator, dcgan_critic,
-resnet_generator, resnet_critic, mlp_generator, mlp_critic. Generators have ``latent_dim`` and
-map z (N, latent_dim) to images (N, 3, 32, 32) in [-1, 1] (points (N, 2) for mlp); critics map
+resnet_generator, resnet_critic, mlp_generator, mlp_critic, r3gan_generator, r3gan_critic.
+Generators have ``latent_dim`` and map z (N, latent_dim) to images (N, 3, 32, 32) in [-1, 1]
+(points (N, 2) for mlp; r3gan's are not squashed, and are clipped where quantized); critics map
 their input to logits (N, 1).
 """
 import inspect
 
 from gpgan.models.dcgan import DCGANCritic, DCGANGenerator
 from gpgan.models.mlp import MLPCritic, MLPGenerator
+from gpgan.models.r3gan import R3GANCritic, R3GANGenerator
 from gpgan.models.resnet import ResNetCritic, ResNetGenerator
 
 #: name -> model class; ``list(MODELS)`` gives the names.
@@ -22,6 +24,8 @@ MODELS = {
     "resnet_critic": ResNetCritic,
     "mlp_generator": MLPGenerator,
     "mlp_critic": MLPCritic,
+    "r3gan_generator": R3GANGenerator,
+    "r3gan_critic": R3GANCritic,
 }
 
 
@@ -56,4 +60,4 @@ def make_model(name, **options):
 
 
 __all__ = ["MODELS", "make_model", "model_options", "DCGANGenerator", "DCGANCritic", "ResNetGenerator",
-           "ResNetCritic", "MLPGenerator", "MLPCritic"]
+           "ResNetCritic", "MLPGenerator", "MLPCritic", "R3GANGenerator", "R3GANCritic"]
