@@ -60,6 +60,7 @@ import math
 import gpgan.functions as F
 from gpgan.autograd import Variable, enable_grad, grad, no_grad
 from gpgan.backend import device_of, get_array_module, get_rng, to_device
+from gpgan.backend.graph import host_effect, host_number
 
 
 def _array(x, name):
@@ -139,6 +140,11 @@ class GradientPenalty:
         """The factor the mean term is multiplied by: weight (/2 when zero-centred) * interval."""
         return self.weight * (0.5 if self.half else 1.0) * self.interval
 
+    def _scaled(self, mean_term):
+        """``mean_term * scale``, the scale read as a host number: a schedule may move the weight
+        (R3GAN's gamma), and a replayed CUDA graph must read its new value."""
+        return mean_term * host_effect(lambda: host_number(self.scale, mean_term.dtype))
+
     def draw(self, rng, real):
         """The random numbers one evaluation needs, drawn on the CPU with ``rng``: a dict of NumPy
         arrays in ``real``'s dtype, each with the batch as its first axis (so a data-parallel rank
@@ -206,7 +212,7 @@ class GradientPenalty:
         with enable_grad():
             sq = _squared_norms(g)
             mean_term = F.mean(self.term(sq))
-            value = mean_term * self.scale
+            value = self._scaled(mean_term)
         return value, mean_term, sq
 
     def __call__(self, critic, real, fake, rng=None, forward=None):
@@ -276,7 +282,7 @@ class R1R2(GradientPenalty):
                 means.append(F.mean(sq))
         with enable_grad():
             mean_term = means[0] + means[1]
-            value = mean_term * self.scale
+            value = self._scaled(mean_term)
             sq = F.concat(squares, axis=0)
         return value, mean_term, sq
 

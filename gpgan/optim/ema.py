@@ -8,7 +8,7 @@ spectral-norm vectors) are not averaged but copied, so the averaged network is s
 import contextlib
 
 from gpgan.backend import device_of, to_device
-from gpgan.backend.graph import host_effect
+from gpgan.backend.graph import host_effect, host_number
 
 __all__ = ["EMA"]
 
@@ -37,6 +37,12 @@ class EMA:
         module: the network to average (read by :meth:`update`).
         decay: in [0, 1]; 0.999 averages over about the last 1000 updates.
         start_step: the first step that averages (before it the average follows the weights).
+        half_life: None (``decay`` at every update), or an object whose ``value_at(step)`` is the
+            half-life in images after ``step`` updates (a constant or a ramp, such as R3GAN's
+            cosine from 0 to 5M images: :class:`gpgan.optim.CosineValue`); update number ``k``
+            (1-based) then uses ``decay = 0.5 ** (images_per_step / half_life.value_at(k - 1))``,
+            R3GAN's ``ema_beta`` (a half-life of 0 copies the weights).
+        images_per_step: the images one update stands for (with ``half_life``).
 
     Attributes:
         params: ``name -> array``, the averaged parameters.
@@ -44,7 +50,7 @@ class EMA:
         num_updates: how many times :meth:`update` was called.
     """
 
-    def __init__(self, module, decay=0.999, start_step=0):
+    def __init__(self, module, decay=0.999, start_step=0, half_life=None, images_per_step=1):
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"EMA: decay must be in [0, 1], got {decay}")
         if int(start_step) != start_step or start_step < 0:
@@ -52,6 +58,8 @@ class EMA:
         self.module = module
         self.decay = float(decay)
         self.start_step = int(start_step)
+        self.half_life = half_life
+        self.images_per_step = float(images_per_step)
         self.num_updates = 0
         self.params = {name: p.data.copy() for name, p in module.named_parameters()}
         self.buffers = {name: b.copy() for name, b in module.named_buffers()}
@@ -63,9 +71,23 @@ class EMA:
             raise KeyError(f"EMA: the module has a {kind} {name!r} that the average does not know "
                            f"(known: {', '.join(map(repr, table)) or 'none'})") from None
 
+    def decay_at(self, step):
+        """The decay of the update that ends generator step ``step`` (1-based): ``decay``, or
+        from the half-life after ``step - 1`` steps."""
+        if self.half_life is None:
+            return self.decay
+        return 0.5 ** (self.images_per_step / max(self.half_life.value_at(step - 1), 1e-8))
+
+    def _numbers(self, step, dtype):
+        """``(decay, 1 - decay)`` of update ``step`` as the kernels read them (host numbers: a
+        replayed CUDA graph reads the decay of its own step)."""
+        decay = self.decay_at(step)
+        return host_number(decay, dtype), host_number(1.0 - decay, dtype)
+
     def update(self, step):
         """Fold the module's current weights into the average (see the class docstring)."""
         copy_only = step < self.start_step
+        numbers = {}  # dtype -> (decay, 1 - decay)
         for name, p in self.module.named_parameters():
             avg = self._lookup(self.params, name, "parameter")
             w = p.data
@@ -73,10 +95,12 @@ class EMA:
                 avg = self.params[name] = _copy_on(avg, w)
             if copy_only:
                 avg[...] = w
-            else:
-                dt = avg.dtype.type  # keep the dtype: float32 stays float32
-                avg *= dt(self.decay)
-                avg += dt(1.0 - self.decay) * w
+            else:  # in the average's dtype: float32 stays float32
+                if avg.dtype not in numbers:
+                    numbers[avg.dtype] = host_effect(self._numbers, step, avg.dtype)
+                decay, rest = numbers[avg.dtype]
+                avg *= decay
+                avg += rest * w
         for name, b in self.module.named_buffers():
             current = self._lookup(self.buffers, name, "buffer")
             if device_of(current) != device_of(b) or current.shape != b.shape:

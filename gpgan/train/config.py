@@ -11,7 +11,7 @@ from gpgan.schema import ConfigError, Field, Schema, closest, diff_configs, get_
 __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
     "parse_override", "default_config", "diff_configs", "get_key", "config_reference_markdown",
-    "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES",
+    "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
 ]
 
 
@@ -53,8 +53,14 @@ def _optimizer_section(who, lr, betas):
         "betas": Field("floats", betas, f"Adam (beta1, beta2) of the {who}", length=2,
                        minimum=0, maximum=1, exclusive_max=True),
         "eps": Field("float", 1e-8, f"Adam epsilon of the {who}", minimum=0, exclusive_min=True),
-        "schedule": Field("str", "constant", f"learning-rate schedule of the {who} over train.steps "
-                          "generator steps ('linear' decays to 0)", choices=["constant", "linear"]),
+        "schedule": Field("str", "constant", f"learning-rate schedule of the {who}: 'linear' decays to 0 over "
+                          "train.steps generator steps; 'cosine' is R3GAN's cosine in images seen, to lr_final "
+                          "(schedule section)", choices=["constant", "linear", "cosine"]),
+        "lr_final": Field("float", None, f"schedule 'cosine': the {who}'s final learning rate; null: 0",
+                          nullable=True, minimum=0),
+        "beta2_final": Field("float", None, f"schedule 'cosine': Adam's beta2 of the {who} follows the cosine "
+                             "from betas[1] to this (no warm-up); null: constant", nullable=True, minimum=0,
+                             maximum=1, exclusive_max=True),
     }
 
 
@@ -78,6 +84,9 @@ SCHEMA = {
                         nullable=True, minimum=0),
         "center": Field("float", None, "target gradient norm; null takes the penalty's own default "
                         "(1 for wgan_gp/lp, 0 for r1/r2/r1r2/zero_gp)", nullable=True, minimum=0),
+        "weight_final": Field("float", None, "the weight follows the cosine in images seen (schedule section) "
+                              "from penalty.weight to this (R3GAN: 0.05 -> 0.005); null: constant",
+                              nullable=True, minimum=0),
         "interval": Field("int", 1, "lazy regularization: apply the penalty every N critic steps "
                           "(scaled by N, as in StyleGAN2)", minimum=1),
         "options": Field("dict", {}, "extra keyword options of make_penalty"),
@@ -103,6 +112,11 @@ SCHEMA = {
                            exclusive_max=True),
             "start_step": Field("int", 0, "generator step at which averaging starts (copies before)",
                                 minimum=0),
+            "half_life_images": Field("float", None, "R3GAN's EMA: the average's half-life in images seen, "
+                                      "decay = 0.5 ** (images per step / half-life) in place of train.ema.decay; "
+                                      "null: train.ema.decay", nullable=True, minimum=0, exclusive_min=True),
+            "ramp": Field("bool", False, "with half_life_images: the half-life rises from 0 along the cosine "
+                          "of the schedule section (R3GAN: to 5M images over 20M)"),
         },
         "log_interval": Field("int", 10, "write metrics.jsonl / TensorBoard scalars every N steps", minimum=1),
         "sample_interval": Field("int", 500, "write samples/step_N.png every N steps (0: only final.png)",
@@ -121,6 +135,14 @@ SCHEMA = {
                            "eval_samples)", minimum=1),
         "stop_after": Field("int", None, "stop as if interrupted (checkpoint, exit 130) after this "
                             "step; for tests and scheduled jobs", nullable=True, minimum=1),
+    },
+    "schedule": {
+        "total_images": Field("float", None, "length in images seen of the cosine schedules (optim.*.schedule "
+                              "'cosine', penalty.weight_final, train.ema.ramp); images seen = generator steps x "
+                              "train.batch_size x train.critic_steps; null: the whole run", nullable=True,
+                              minimum=0, exclusive_min=True),
+        "warmup_images": Field("float", 0, "the cosine's warm-up of the learning rates and the penalty weight: "
+                               "linear from 0 over these images", minimum=0),
     },
     "data": {
         "name": Field("str", "grid25", "data set: cifar10, image_folder, or a toy 2-D data set "
@@ -218,6 +240,34 @@ def _check_evaluation(config):
     return errors
 
 
+def images_per_step(config):
+    """Images the critic sees per generator step: the unit of the schedules in images."""
+    return config["train"]["batch_size"] * config["train"]["critic_steps"]
+
+
+def schedule_images(config):
+    """The length in images of the cosine schedules: schedule.total_images, or the whole run."""
+    total = config["schedule"]["total_images"]
+    return float(total) if total is not None else float(config["train"]["steps"] * images_per_step(config))
+
+
+def _check_schedules(config):
+    """Cosine-only keys only with the cosine; a warm-up shorter than the schedule."""
+    errors = []
+    for who in ("generator", "critic"):
+        section = config["optim"][who]
+        for key in ("lr_final", "beta2_final"):
+            if section[key] is not None and section["schedule"] != "cosine":
+                errors.append(f"optim.{who}.{key} is set but optim.{who}.schedule is {section['schedule']!r}; "
+                              "it takes effect with schedule 'cosine'")
+    if config["schedule"]["warmup_images"] >= schedule_images(config):
+        errors.append(f"schedule.warmup_images {config['schedule']['warmup_images']:g} must be below the schedule's "
+                      f"length ({schedule_images(config):g} images)")
+    if config["train"]["ema"]["ramp"] and config["train"]["ema"]["half_life_images"] is None:
+        errors.append("train.ema.ramp needs train.ema.half_life_images (the half-life it rises to)")
+    return errors
+
+
 def _check_pairing(config):
     """A pairing loss (rpgan) pairs the generator step's fakes with a critic batch of reals by index."""
     tc = config["train"]
@@ -227,7 +277,8 @@ def _check_pairing(config):
     return []
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing])
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing,
+                                                _check_schedules])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

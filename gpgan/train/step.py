@@ -148,6 +148,7 @@ class TrainingStep:
         values = {}
         real = fake = None
         self._step_number = host_effect(self._number_of_step)
+        host_effect(self._set_penalty_weight)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
         self._generator_update(inputs.noise, values, inputs.real)
@@ -160,6 +161,11 @@ class TrainingStep:
     # host effects (run again before each replay of a captured step)
     def _number_of_step(self):
         return host_number(self.step + 1, numpy.float64)
+
+    def _set_penalty_weight(self):
+        """The scheduled penalty weight for the images seen before this step (R3GAN's gamma)."""
+        if self.parts.penalty_weight is not None:
+            self.penalty.weight = self.parts.penalty_weight.value_at(self.step)
 
     def _count_step(self):
         self.step += 1
