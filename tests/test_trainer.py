@@ -113,3 +113,50 @@ def test_rpgan_generator_step_pairs_a_real_batch_of_its_own(tmp_path, monkeypatc
     result = trainer.step_fn(inputs)
     assert seen["real"] is inputs.real
     np.testing.assert_allclose(float(result.values["loss/generator"]), seen["expected"], rtol=1e-5)
+
+
+def test_schedules_in_images_drive_rate_beta2_penalty_weight_and_ema(tmp_path):
+    """R3GAN's schedules through a config: the rates and beta2 (cosine), the penalty weight
+    (cosine with warm-up) and the EMA half-life (ramp from 0), each at the images seen before the
+    step (generator steps x batch_size x critic_steps), against cosine_value."""
+    from gpgan.optim import cosine_value
+    trainer = tiny_trainer(
+        tmp_path, "loss=rpgan", "penalty.type=r1r2", "penalty.weight=0.05", "penalty.weight_final=0.005",
+        "optim.generator.schedule=cosine", "optim.generator.lr_final=5e-5", "optim.generator.lr=2e-4",
+        "optim.generator.betas=0,0.9", "optim.generator.beta2_final=0.99",
+        "optim.critic.schedule=cosine", "optim.critic.lr=2e-4", "optim.critic.betas=0,0.9",
+        "schedule.total_images=48", "schedule.warmup_images=8",
+        "train.ema.enabled=true", "train.ema.half_life_images=16", "train.ema.ramp=true")
+    parts, step_fn = trainer.parts, trainer.step_fn
+    weights, decays = [], []
+    evaluate = parts.penalty.evaluate
+
+    def recording(*args, **kwargs):
+        weights.append(parts.penalty.weight)
+        return evaluate(*args, **kwargs)
+
+    parts.penalty.evaluate = recording
+    for k in range(6):  # 8 images per step (batch 8, one critic step)
+        images = 8 * k
+        assert parts.g_opt.lr == pytest.approx(cosine_value(images, 2e-4, 5e-5, 48, 8), rel=1e-12)
+        assert parts.d_opt.lr == pytest.approx(cosine_value(images, 2e-4, 0.0, 48, 8), rel=1e-12)
+        assert parts.g_opt.beta2 == pytest.approx(cosine_value(images, 0.9, 0.99, 48), rel=1e-12)
+        assert parts.d_opt.beta2 == 0.9 and parts.g_opt.beta1 == 0.0
+        decays.append(parts.ema.decay_at(k + 1))
+        trainer.train_step()
+        assert weights[-1] == pytest.approx(cosine_value(images, 0.05, 0.005, 48, 8), rel=1e-12)
+        half = cosine_value(images, 0.0, 16.0, 48)
+        assert decays[-1] == pytest.approx(0.5 ** (8 / max(half, 1e-8)), rel=1e-12)
+    assert weights[0] == 0.0 and decays[0] == 0.0  # warm-up from 0; the ramp's first update copies
+
+
+def test_schedule_config_errors(tmp_path):
+    from gpgan.train.config import ConfigError
+    with pytest.raises(ConfigError, match="optim.critic.lr_final is set but optim.critic.schedule is 'linear'"):
+        load_config(QUICKSTART, ["optim.critic.lr_final=0.1"])
+    with pytest.raises(ConfigError, match="schedule.warmup_images 5e\\+06 must be below"):
+        load_config(QUICKSTART, ["schedule.warmup_images=5000000"])
+    with pytest.raises(ConfigError, match="train.ema.ramp needs train.ema.half_life_images"):
+        load_config(QUICKSTART, ["train.ema.ramp=true"])
+    with pytest.raises(ConfigError, match="loss 'rpgan' pairs each generated sample"):
+        load_config(QUICKSTART, ["loss=rpgan", "train.generator_batch_size=3"])
