@@ -260,5 +260,14 @@ class R3GANCritic(_Resampling):
                     x = stage.transition(x)
         return F.reshape(self.basis(x), (x.shape[0], self.widths[0]))
 
+    @property
+    def feature_dim(self):
+        """The width of :meth:`features` (what a projection critic projects on)."""
+        return self.widths[0]
+
+    def logits(self, phi):
+        """(N, widths[0]) features -> (N, out_features)."""
+        return self.to_logit(phi)
+
     def forward(self, x):
-        return self.to_logit(self.features(x))
+        return self.logits(self.features(x))

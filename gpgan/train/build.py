@@ -5,9 +5,9 @@ from dataclasses import dataclass
 import gpgan
 from gpgan.data import is_toy, make_loader
 from gpgan.losses import make_loss, make_penalty
-from gpgan.models import make_model
+from gpgan.models import make_conditional, make_model
 from gpgan.optim import EMA, Adam, CosineValue, make_schedule
-from gpgan.train.config import images_per_step, schedule_images
+from gpgan.train.config import images_per_step, num_classes, schedule_images
 
 __all__ = ["Components", "build_components"]
 
@@ -33,6 +33,7 @@ class Components:
     loss: object
     penalty: object
     penalty_weight: object = None  # None, or the CosineValue the penalty's weight follows
+    num_classes: int = None        # a class-conditional run's classes (None: unconditional)
 
     @property
     def device(self):
@@ -101,13 +102,20 @@ def build_components(config, progress=True):
     """
     tc, data, mc, oc, pc = config["train"], config["data"], config["model"], config["optim"], config["penalty"]
     seed, device = tc["seed"], config["device"]
+    classes = num_classes(config)
     loader, sampler = make_loader(
         data["name"], tc["batch_size"], seed=seed, root=data["root"], download=data["download"],
-        split=data["split"], hflip=data["hflip"], options=data["options"], progress=progress)
+        split=data["split"], hflip=data["hflip"], options=data["options"], progress=progress,
+        labels=classes is not None)
 
     gpgan.manual_seed(seed)
-    generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
-    critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
+    if classes is None:
+        generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
+        critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
+    else:
+        generator = make_conditional("generator", mc["generator"], classes, mc["embedding_dim"],
+                                     **mc["generator_options"]).to(device)
+        critic = make_conditional("critic", mc["critic"], classes, **mc["critic_options"]).to(device)
     g_opt = _adam(list(generator.parameters()), oc["generator"])
     d_opt = _adam(list(critic.parameters()), oc["critic"])
     penalty = make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
@@ -121,4 +129,5 @@ def build_components(config, progress=True):
         loss=make_loss(config["loss"]),
         penalty=penalty,
         penalty_weight=_penalty_weight(penalty, config),
+        num_classes=classes,
     )

@@ -12,6 +12,7 @@ __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
     "parse_override", "default_config", "diff_configs", "get_key", "config_reference_markdown",
     "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
+    "num_classes", "CONDITIONAL_PENALTIES",
 ]
 
 
@@ -74,6 +75,13 @@ SCHEMA = {
         "critic": Field("str", "mlp_critic", "critic architecture (gpgan.models.make_model name)",
                         choices=_model_names),
         "critic_options": Field("dict", {}, "keyword options of the critic"),
+        "conditional": Field("bool", False, "class-conditional training: labels from the data set, the "
+                             "generator conditioned by a label embedding joined to z, the critic by projection "
+                             "(Miyato and Koyama 2018); cifar10 only, critics resnet_critic and r3gan_critic"),
+        "num_classes": Field("int", None, "conditional: the number of classes; null: the data set's (10 for "
+                             "cifar10)", nullable=True, minimum=1),
+        "embedding_dim": Field("int", None, "conditional: the width of the generator's label embedding; null: "
+                               "the generator's latent_dim (R3GAN)", nullable=True, minimum=1),
     },
     "loss": Field("str", "non_saturating", "adversarial loss (gpgan.losses.make_loss name)", choices=_loss_names),
     "penalty": {
@@ -268,6 +276,39 @@ def _check_schedules(config):
     return errors
 
 
+#: penalties whose points are the critic loss's own, so they see each sample with its label
+CONDITIONAL_PENALTIES = ("none", "r1", "r2", "r1r2")
+
+
+def _check_conditional(config):
+    """Labels to condition on, a penalty at labelled points, a critic with features to project on."""
+    if not config["model"]["conditional"]:
+        return []
+    from gpgan.data import LABELED_DATASETS
+    from gpgan.models import MODELS
+    errors = []
+    if config["data"]["name"] not in LABELED_DATASETS:
+        errors.append(f"model.conditional needs class labels, but data.name {config['data']['name']!r} has none; "
+                      f"accepted: {', '.join(LABELED_DATASETS)}")
+    if config["penalty"]["type"] not in CONDITIONAL_PENALTIES:
+        errors.append(f"penalty.type {config['penalty']['type']!r} takes its gradient at points without a label; "
+                      f"with model.conditional the accepted ones are {', '.join(CONDITIONAL_PENALTIES)}")
+    cls = MODELS.get(config["model"]["critic"])
+    if cls is not None and not (hasattr(cls, "features") and hasattr(cls, "logits")):
+        accepted = [n for n, c in MODELS.items() if hasattr(c, "features") and hasattr(c, "logits")]
+        errors.append(f"model.conditional: critic {config['model']['critic']!r} has no feature map to project the "
+                      f"labels on; accepted: {', '.join(accepted)}")
+    return errors
+
+
+def num_classes(config):
+    """The classes of a conditional run (model.num_classes, else the data set's), or None."""
+    if not config["model"]["conditional"]:
+        return None
+    from gpgan.data import LABELED_DATASETS
+    return config["model"]["num_classes"] or LABELED_DATASETS.get(config["data"]["name"])
+
+
 def _check_pairing(config):
     """A pairing loss (rpgan) pairs the generator step's fakes with a critic batch of reals by index."""
     tc = config["train"]
@@ -278,7 +319,7 @@ def _check_pairing(config):
 
 
 CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing,
-                                                _check_schedules])
+                                                _check_schedules, _check_conditional])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

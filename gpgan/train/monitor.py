@@ -152,19 +152,24 @@ class Monitor:
         return title
 
     # -- metrics records -------------------------------------------------------------------------
-    def record(self, step, last, real, fake, evaluation, time_per_step):
+    def record(self, step, last, real, fake, evaluation, time_per_step, labels=(None, None)):
         """Build, append and return the metrics record of ``step``.
 
         ``last``: the latest value of each step output (device scalars or floats); ``real`` and
-        ``fake``: the last critic batch, whose input-gradient norms are logged.
+        ``fake``: the last critic batch, whose input-gradient norms are logged (``labels``: a
+        conditional run's labels of the two, which its critic reads).
         """
         record = {"step": step}
         record["loss/critic"] = float(last["loss/critic"])
         record["loss/generator"] = float(last["loss/generator"])
         record["penalty"] = float(last.get("penalty", 0.0))
         record["penalty/term"] = float(last.get("penalty/term", 0.0))
-        norms = {"grad_norm/real": gradient_norm(self.parts.critic, real),
-                 "grad_norm/fake": gradient_norm(self.parts.critic, fake)}
+        critic = self.parts.critic
+        real_labels, fake_labels = labels or (None, None)
+        norms = {"grad_norm/real": gradient_norm(critic if real_labels is None else
+                                                 (lambda x: critic(x, real_labels)), real),
+                 "grad_norm/fake": gradient_norm(critic if fake_labels is None else
+                                                 (lambda x: critic(x, fake_labels)), fake)}
         record.update(self.average(norms) if self.average is not None else norms)
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
