@@ -91,3 +91,23 @@ def test_conditional_r3gan_run_trains_and_feeds_labels(tmp_path):
     assert (0 <= c.fake_labels).all() and (c.fake_labels < 10).all()
     summary = trainer.fit()
     assert np.isfinite(summary["final"]["loss/critic"]) and np.isfinite(summary["final"]["grad_norm/fake"])
+
+    # gpgan-sample: a grid with one row per class, a class of its own, and bad classes refused
+    from PIL import Image
+
+    from gpgan.cli.sample import main as sample
+    from gpgan.train.sampling import class_grid, generate, load_generator, resolve_source
+    trainer.run.write_config(config)
+    run = trainer.run.path
+    assert sample([str(run), "--n", "20", "--out", str(tmp_path / "grid.png"), "--quiet"]) == 0
+    with Image.open(tmp_path / "grid.png") as img:
+        assert img.size[1] > 4 * img.size[0]  # 10 rows of 2 images: a tall picture
+    assert sample([str(run), "--n", "6", "--class", "3", "--out", str(tmp_path / "c3.npz"), "--quiet"]) == 0
+    generator, _, _ = load_generator(*resolve_source(str(run)))
+    z = np.random.default_rng(0).standard_normal((6, 4))
+    expected = generate(generator, z, labels=np.full(6, 3))
+    from gpgan.data import to_uint8
+    np.testing.assert_array_equal(np.load(tmp_path / "c3.npz")["images"], to_uint8(expected).transpose(0, 2, 3, 1))
+    assert sample([str(run), "--class", "10", "--out", str(tmp_path / "x.png"), "--quiet"]) == 1
+    labels, cols = class_grid(20, 10)
+    assert cols == 2 and list(labels[:4]) == [0, 0, 1, 1] and labels[-1] == 9

@@ -12,7 +12,7 @@ import sys
 
 import numpy
 
-from gpgan.train.sampling import batches, generate, load_generator, resolve_source
+from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source
 
 EPILOG = """\
 examples:
@@ -22,6 +22,8 @@ examples:
   gpgan-sample experiments/r1_cifar/run1 --n 50000 --out samples.npz      (uint8 NHWC images)
   gpgan-sample experiments/r1_cifar/run1 --n 1000 --out-dir samples/      (one PNG per image)
   gpgan-sample experiments/quickstart/run1 --n 5000 --out points.png     (2-D data: scatter plot)
+  gpgan-sample experiments/r3gan_cifar/run1 --class 3 --out cats.png      (class-conditional: class 3;
+                                                                          without --class, a row per class)
 """
 
 GRID_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -53,6 +55,9 @@ def build_parser():
                    help="rows x columns of the image grid, e.g. 8x8 (sets --n to R*C); default: a "
                         "near-square grid")
     p.add_argument("--seed", type=int, default=0, help="seed of the latent noise (default 0)")
+    p.add_argument("--class", dest="label", type=int, metavar="K", default=None,
+                   help="class-conditional runs: every sample of class K (default: a grid has one row per "
+                        "class; many samples take the classes in turn)")
     p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                    help="use the generator's exponential moving average (default: when the run kept one)")
     p.add_argument("--interpolate", action="store_true",
@@ -128,6 +133,13 @@ def _main(args):
 
     run, checkpoint = resolve_source(args.source)
     generator, config, used_ema = load_generator(run, checkpoint, args.ema, args.device)
+    classes = getattr(generator, "num_classes", None)
+    if args.label is not None:
+        if classes is None:
+            raise ValueError(f"--class {args.label}: this run is not class-conditional (model.conditional is false)")
+        if not 0 <= args.label < classes:
+            raise ValueError(f"--class {args.label} is not a class of this run; accepted: 0 to {classes - 1}")
+    args.classes = classes
     rng = numpy.random.default_rng(args.seed)
     latent = int(generator.latent_dim)
     data = config["data"]
@@ -187,8 +199,16 @@ def _grid(args, generator, rng, latent):
         z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
     else:
         z = rng.standard_normal((n, latent))
+    labels = None
+    if args.label is not None:
+        labels = numpy.full(n, args.label)
+    elif args.classes is not None:
+        if args.grid or args.interpolate:  # row r of class r mod K
+            labels = numpy.arange(n) // cols % args.classes
+        else:  # one row per class
+            labels, cols = class_grid(n, args.classes)
     _make_parent(args.out)
-    save_image_grid(args.out, generate(generator, z, args.device, args.batch_size), nrow=cols)
+    save_image_grid(args.out, generate(generator, z, args.device, args.batch_size, labels), nrow=cols)
     return args.out
 
 
@@ -203,11 +223,12 @@ def _many_images(args, generator, rng, latent):
         raise ValueError("--interpolate and --grid make a picture: use --out FILE.png")
     n = args.n or 64
     z = rng.standard_normal((n, latent))
+    labels = None if args.label is None else numpy.full(n, args.label)
     images = None
     bar = _progress(args, n)
     try:
         done = 0
-        for batch in batches(generator, z, args.device, args.batch_size):
+        for batch in batches(generator, z, args.device, args.batch_size, labels):
             pixels = to_uint8(batch).transpose(0, 2, 3, 1)  # (B, H, W, C), as image files store them
             if args.out_dir is not None:
                 os.makedirs(args.out_dir, exist_ok=True)

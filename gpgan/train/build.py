@@ -9,7 +9,7 @@ from gpgan.models import make_conditional, make_model
 from gpgan.optim import EMA, Adam, CosineValue, make_schedule
 from gpgan.train.config import images_per_step, num_classes, schedule_images
 
-__all__ = ["Components", "build_components"]
+__all__ = ["Components", "build_components", "make_generator"]
 
 
 @dataclass
@@ -61,6 +61,15 @@ def _adam(params, section):
     return Adam(params, lr=section["lr"], betas=tuple(section["betas"]), eps=section["eps"])
 
 
+def make_generator(config):
+    """The generator ``config`` describes (class-conditional when model.conditional), on the CPU,
+    its weights drawn from gpgan's global generator."""
+    mc, classes = config["model"], num_classes(config)
+    if classes is None:
+        return make_model(mc["generator"], **mc["generator_options"])
+    return make_conditional("generator", mc["generator"], classes, mc["embedding_dim"], **mc["generator_options"])
+
+
 def _lr_schedule(section, optimizer, config):
     if section["schedule"] != "cosine":
         return make_schedule(section["schedule"], optimizer, config["train"]["steps"])
@@ -109,12 +118,10 @@ def build_components(config, progress=True):
         labels=classes is not None)
 
     gpgan.manual_seed(seed)
+    generator = make_generator(config).to(device)
     if classes is None:
-        generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
         critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
     else:
-        generator = make_conditional("generator", mc["generator"], classes, mc["embedding_dim"],
-                                     **mc["generator_options"]).to(device)
         critic = make_conditional("critic", mc["critic"], classes, **mc["critic_options"]).to(device)
     g_opt = _adam(list(generator.parameters()), oc["generator"])
     d_opt = _adam(list(critic.parameters()), oc["critic"])

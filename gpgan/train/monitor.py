@@ -21,7 +21,7 @@ import numpy
 
 from gpgan.losses import gradient_norm
 from gpgan.metrics import is_better, mode_metrics
-from gpgan.train.sampling import batches, generate
+from gpgan.train.sampling import batches, class_grid, generate
 
 __all__ = ["Monitor", "TIMING_KEYS"]
 
@@ -94,10 +94,11 @@ class Monitor:
             finally:
                 generator.train(was_training)
 
-    def generate(self, noise):
-        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when kept."""
+    def generate(self, noise, labels=None):
+        """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when kept
+        (``labels``: a conditional generator's classes)."""
         with self._sampling_generator() as generator:
-            return generate(generator, noise, self.parts.device)
+            return generate(generator, noise, self.parts.device, labels=labels)
 
     @property
     def evaluates(self):
@@ -129,11 +130,13 @@ class Monitor:
         path = self.run.sample_path(None if final else step)
         if not self.writes:
             return path
-        out = self.generate(self.fixed_noise)
+        n, classes = len(self.fixed_noise), self.parts.num_classes
+        labels, cols = (None, max(1, int(math.ceil(math.sqrt(n))))) if classes is None else class_grid(n, classes)
+        out = self.generate(self.fixed_noise, labels)
         if self.parts.is_toy:
             scatter_samples(path, self.fixed_real, out, title=self._sample_title(step))
         else:
-            save_image_grid(path, out, nrow=max(1, int(math.ceil(math.sqrt(len(out))))))
+            save_image_grid(path, out, nrow=cols)  # a conditional run's: one row per class
         if self.writer is not None:
             from PIL import Image
 
