@@ -280,6 +280,6 @@ def test_r3gan_cifar_has_the_published_hyperparameters():
     assert c["train"]["ema"]["half_life_images"] == 5e6 and c["train"]["ema"]["ramp"] is True
     g = c["model"]["generator_options"]
     assert g == {"latent_dim": 64, "widths": [768] * 4, "blocks": [2] * 4, "expansion": 2, "group_size": 16}
-    assert c["data"]["hflip"] is True
+    assert c["data"]["hflip"] is True and c["model"]["conditional"] is True and c["model"]["embedding_dim"] is None
     small = load_config(os.path.join(ROOT, "configs", "r3gan_cifar_cpu.yaml"))
     assert small["device"] == "cpu" and small["loss"] == "rpgan" and small["schedule"]["total_images"] is None
