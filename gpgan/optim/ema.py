@@ -72,16 +72,17 @@ class EMA:
                            f"(known: {', '.join(map(repr, table)) or 'none'})") from None
 
     def decay_at(self, step):
-        """The decay of the update that ends generator step ``step`` (1-based): ``decay``, or
-        from the half-life after ``step - 1`` steps."""
+        """The decay of update number ``step`` (1-based; the training step makes one per generator
+        step): ``decay``, or from the half-life after ``step - 1`` steps."""
         if self.half_life is None:
             return self.decay
         return 0.5 ** (self.images_per_step / max(self.half_life.value_at(step - 1), 1e-8))
 
-    def _numbers(self, step, dtype):
-        """``(decay, 1 - decay)`` of update ``step`` as the kernels read them (host numbers: a
-        replayed CUDA graph reads the decay of its own step)."""
-        decay = self.decay_at(step)
+    def _numbers(self, dtype):
+        """``(decay, 1 - decay)`` of the coming update, number ``num_updates + 1``, as the kernels
+        read them. Host numbers read from the live count (not from an argument, which a captured
+        CUDA graph would replay unchanged): each replay gets the decay of its own update."""
+        decay = self.decay_at(self.num_updates + 1)
         return host_number(decay, dtype), host_number(1.0 - decay, dtype)
 
     def update(self, step):
@@ -97,7 +98,7 @@ class EMA:
                 avg[...] = w
             else:  # in the average's dtype: float32 stays float32
                 if avg.dtype not in numbers:
-                    numbers[avg.dtype] = host_effect(self._numbers, step, avg.dtype)
+                    numbers[avg.dtype] = host_effect(self._numbers, avg.dtype)
                 decay, rest = numbers[avg.dtype]
                 avg *= decay
                 avg += rest * w
