@@ -69,8 +69,9 @@ def test_conditional_config_errors():
     with pytest.raises(ConfigError, match="with model.conditional the accepted ones are none, r1, r2, r1r2"):
         load_config(QUICKSTART, ["model.conditional=true", "data.name=cifar10", "penalty.type=wgan_gp",
                                  "model.critic=resnet_critic", "model.critic_options={}"])
-    with pytest.raises(ConfigError, match="critic 'mlp_critic' has no feature map"):
-        load_config(QUICKSTART, ["model.conditional=true", "data.name=cifar10"])
+    with pytest.raises(ConfigError, match="critic 'mlp_generator' has no feature map"):
+        load_config(QUICKSTART, ["model.conditional=true", "data.name=cifar10", "model.critic=mlp_generator",
+                                 "model.critic_options={}"])
 
 
 def test_conditional_r3gan_run_trains_and_feeds_labels(tmp_path):
@@ -111,3 +112,22 @@ def test_conditional_r3gan_run_trains_and_feeds_labels(tmp_path):
     assert sample([str(run), "--class", "10", "--out", str(tmp_path / "x.png"), "--quiet"]) == 1
     labels, cols = class_grid(20, 10)
     assert cols == 2 and list(labels[:4]) == [0, 0, 1, 1] and labels[-1] == 9
+
+
+@pytest.mark.parametrize("name,options,shape", [
+    ("dcgan_critic", {"width": 2, "norm": "spectral"}, (2, 3, 32, 32)),
+    ("mlp_critic", {"width": 4, "depth": 2}, (2, 2)),
+    ("resnet_critic", {"width": 2, "image_size": 8}, (2, 3, 8, 8)),
+    ("r3gan_critic", TINY, (2, 3, 16, 16)),
+])
+def test_every_critic_splits_into_features_and_logits(name, options, shape):
+    """forward(x) = logits(features(x)), which a projection critic relies on."""
+    from gpgan.models import make_model
+    rng = np.random.default_rng(5)
+    d = make_model(name, rng=rng, **options)
+    d.eval()  # spectral norm's vectors fixed between the two calls
+    x = gpgan.Variable(rng.uniform(-1, 1, shape).astype(np.float32))
+    phi = d.features(x)
+    assert phi.shape == (2, d.feature_dim)
+    np.testing.assert_allclose(d.logits(phi).data, d(x).data, rtol=1e-5, atol=1e-6)
+    assert make_conditional("critic", name, 3, rng=rng, **options)(x, np.array([0, 2])).shape == (2, 1)

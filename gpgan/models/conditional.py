@@ -1,4 +1,5 @@
-"""Class-conditional wrappers for any generator and for critics with a feature map.
+"""Class-conditional wrappers for any generator and any critic with a feature map (every critic
+of :data:`gpgan.models.MODELS`: ``features`` is the input of its final linear map).
 
 * :class:`ConditionalGenerator`: ``G(z, y) = G0(concat(z, E y))``, with ``E`` a learned embedding
   of the one-hot label (a bias-free linear map, as R3GAN's ``EmbeddingLayer``) and ``G0`` any

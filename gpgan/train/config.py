@@ -77,7 +77,7 @@ SCHEMA = {
         "critic_options": Field("dict", {}, "keyword options of the critic"),
         "conditional": Field("bool", False, "class-conditional training: labels from the data set, the "
                              "generator conditioned by a label embedding joined to z, the critic by projection "
-                             "(Miyato and Koyama 2018); cifar10 only, critics resnet_critic and r3gan_critic"),
+                             "(Miyato and Koyama 2018) on its features; cifar10 only"),
         "num_classes": Field("int", None, "conditional: the number of classes; null: the data set's (10 for "
                              "cifar10)", nullable=True, minimum=1),
         "embedding_dim": Field("int", None, "conditional: the width of the generator's label embedding; null: "
