@@ -148,6 +148,10 @@ def test_schedules_in_images_drive_rate_beta2_penalty_weight_and_ema(tmp_path):
         half = cosine_value(images, 0.0, 16.0, 48)
         assert decays[-1] == pytest.approx(0.5 ** (8 / max(half, 1e-8)), rel=1e-12)
     assert weights[0] == 0.0 and decays[0] == 0.0  # warm-up from 0; the ramp's first update copies
+    logged = trainer.monitor._scheduled(6)
+    assert logged == {"schedule/penalty_weight": pytest.approx(cosine_value(48, 0.05, 0.005, 48, 8)),
+                      "schedule/beta2_generator": pytest.approx(0.99),
+                      "schedule/ema_half_life_images": pytest.approx(16.0)}
 
 
 def test_schedule_config_errors(tmp_path):

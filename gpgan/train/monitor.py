@@ -9,7 +9,11 @@ a run with image metrics trains exactly as the same run without them.
 metrics.jsonl holds one record per logged step::
 
     step, loss/critic, loss/generator, penalty, penalty/term, grad_norm/real, grad_norm/fake,
-    lr/generator, lr/critic [, eval/..., eval_std/...], time_per_step
+    lr/generator, lr/critic [, schedule/...] [, eval/..., eval_std/...], time_per_step
+
+The ``schedule/`` keys are the numbers that R3GAN's schedules move, where a run schedules them:
+``schedule/penalty_weight``, ``schedule/beta2_generator``, ``schedule/beta2_critic`` and
+``schedule/ema_half_life_images`` (the values the next step uses).
 
 ``time_per_step`` (seconds per generator step since the previous record) is the only key that
 depends on the machine's speed (:data:`TIMING_KEYS`).
@@ -155,6 +159,19 @@ class Monitor:
         return title
 
     # -- metrics records -------------------------------------------------------------------------
+    def _scheduled(self, step):
+        """The ``schedule/`` keys of the numbers this run schedules, at ``step`` steps done."""
+        parts, out = self.parts, {}
+        if parts.penalty_weight is not None:
+            out["schedule/penalty_weight"] = parts.penalty_weight.value_at(step)
+        for who, sched in (("generator", parts.g_sched), ("critic", parts.d_sched)):
+            if getattr(sched, "beta2_curve", None) is not None:
+                out[f"schedule/beta2_{who}"] = sched.beta2_at(step)
+        half_life = getattr(parts.ema, "half_life", None)
+        if half_life is not None:
+            out["schedule/ema_half_life_images"] = half_life.value_at(step)
+        return out
+
     def record(self, step, last, real, fake, evaluation, time_per_step, labels=(None, None)):
         """Build, append and return the metrics record of ``step``.
 
@@ -176,6 +193,7 @@ class Monitor:
         record.update(self.average(norms) if self.average is not None else norms)
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
+        record.update(self._scheduled(step))
         record.update(evaluation)
         record["time_per_step"] = time_per_step
         if not self.writes:
