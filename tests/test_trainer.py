@@ -160,6 +160,10 @@ def test_schedule_config_errors(tmp_path):
         load_config(QUICKSTART, ["optim.critic.lr_final=0.1"])
     with pytest.raises(ConfigError, match="schedule.warmup_images 5e\\+06 must be below"):
         load_config(QUICKSTART, ["schedule.warmup_images=5000000"])
+    with pytest.raises(ConfigError, match="penalty.weight_final is set but penalty.type is 'none'"):
+        load_config(QUICKSTART, ["penalty.type=none", "penalty.weight_final=0.1"])
+    with pytest.raises(ConfigError, match="train.ema.half_life_images is set but train.ema.enabled is false"):
+        load_config(QUICKSTART, ["train.ema.enabled=false", "train.ema.half_life_images=100"])
     with pytest.raises(ConfigError, match="train.ema.ramp needs train.ema.half_life_images"):
         load_config(QUICKSTART, ["train.ema.ramp=true"])
     with pytest.raises(ConfigError, match="loss 'rpgan' pairs each generated sample"):

@@ -271,6 +271,10 @@ def _check_schedules(config):
     if config["schedule"]["warmup_images"] >= schedule_images(config):
         errors.append(f"schedule.warmup_images {config['schedule']['warmup_images']:g} must be below the schedule's "
                       f"length ({schedule_images(config):g} images)")
+    if config["penalty"]["weight_final"] is not None and config["penalty"]["type"] == "none":
+        errors.append("penalty.weight_final is set but penalty.type is 'none'; it schedules a penalty's weight")
+    if config["train"]["ema"]["half_life_images"] is not None and not config["train"]["ema"]["enabled"]:
+        errors.append("train.ema.half_life_images is set but train.ema.enabled is false")
     if config["train"]["ema"]["ramp"] and config["train"]["ema"]["half_life_images"] is None:
         errors.append("train.ema.ramp needs train.ema.half_life_images (the half-life it rises to)")
     return errors
