@@ -266,3 +266,22 @@ def test_evaluation_settings_that_work_are_accepted():
     assert config["eval"]["metrics"] == ["fid", "is", "pr"]
     validate_config({**IMAGES, "eval": {"metrics": ["fid", "is"], "reference": "~/stats/cifar.npz"}})
     validate_config({"train": {"best_metric": "eval/modes"}})  # toy data: mode metrics
+
+
+def test_r3gan_cifar_has_the_published_hyperparameters():
+    """configs/r3gan_cifar.yaml against R3GAN's CIFAR10 preset (train.py, training_loop.py)."""
+    c = load_config(os.path.join(ROOT, "configs", "r3gan_cifar.yaml"))
+    assert (c["loss"], c["penalty"]["type"], c["penalty"]["weight"], c["penalty"]["weight_final"]) == (
+        "rpgan", "r1r2", 0.05, 0.005)
+    for who in ("generator", "critic"):
+        o = c["optim"][who]
+        assert (o["schedule"], o["lr"], o["lr_final"], o["betas"], o["beta2_final"], o["eps"]) == (
+            "cosine", 2e-4, 5e-5, [0.0, 0.9], 0.99, 1e-8)
+    assert c["schedule"]["total_images"] == 2e7 and c["train"]["batch_size"] == 512
+    assert c["train"]["steps"] * 512 >= 2e7 > (c["train"]["steps"] - 1) * 512
+    assert c["train"]["ema"]["half_life_images"] == 5e6 and c["train"]["ema"]["half_life_ramp"] is True
+    g = c["model"]["generator_options"]
+    assert g == {"latent_dim": 64, "widths": [768] * 4, "blocks": [2] * 4, "expansion": 2, "group_size": 16}
+    assert c["data"]["hflip"] is True and c["model"]["conditional"] is True and c["model"]["embedding_dim"] is None
+    small = load_config(os.path.join(ROOT, "configs", "r3gan_cifar_cpu.yaml"))
+    assert small["device"] == "cpu" and small["loss"] == "rpgan" and small["schedule"]["total_images"] is None

@@ -14,9 +14,9 @@ def images(n, rng, dtype=np.float32):
 
 
 # -- registry -------------------------------------------------------------------------------------
-def test_models_lists_the_six_names():
+def test_models_lists_the_eight_names():
     assert sorted(MODELS) == sorted(["dcgan_generator", "dcgan_critic", "resnet_generator", "resnet_critic",
-                                     "mlp_generator", "mlp_critic"])
+                                     "mlp_generator", "mlp_critic", "r3gan_generator", "r3gan_critic"])
 
 
 def test_make_model_errors_are_clear():
@@ -141,7 +141,7 @@ def test_mlp_parameter_counts_wgan_gp_toy():
 # -- initialization and determinism ---------------------------------------------------------------
 def test_models_are_deterministic_given_a_seed():
     for name in MODELS:
-        opts = {"width": 8}
+        opts = {"widths": [16, 16], "blocks": [1, 1]} if name.startswith("r3gan") else {"width": 8}
         a = make_model(name, rng=np.random.default_rng(3), **opts).state_dict()
         b = make_model(name, rng=np.random.default_rng(3), **opts).state_dict()
         c = make_model(name, rng=np.random.default_rng(4), **opts).state_dict()

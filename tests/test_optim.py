@@ -339,8 +339,8 @@ def test_schedule_state_round_trip_and_errors():
     assert opt2.lr == opt.lr == pytest.approx(0.6) and sched2.last_step == 4
     with pytest.raises(ValueError, match="the state dict is for a LinearDecayLR"):
         ConstantLR(opt2).load_state_dict(state)
-    with pytest.raises(ValueError, match="unknown learning-rate schedule 'cosine'; accepted: constant, linear"):
-        make_schedule("cosine", opt, 10)
+    with pytest.raises(ValueError, match="unknown learning-rate schedule 'step'; accepted: constant, linear, cosine"):
+        make_schedule("step", opt, 10)
     with pytest.raises(ValueError, match="needs total_steps"):
         make_schedule("linear", opt)
     with pytest.raises(ValueError, match="positive integer"):

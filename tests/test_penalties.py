@@ -48,6 +48,9 @@ def reference_points(name, real, fake, seed):
 
 
 def reference_value(name, critic, real, fake, seed, weight, center=None, interval=1):
+    if name == "r1r2":  # R3GAN's gamma / 2 * (R1 + R2): the sum of the two zero-centred means
+        norms = [np.sqrt((critic.input_gradient_numpy(x) ** 2).sum(axis=1)) for x in (real, fake)]
+        return 0.5 * weight * interval * (np.mean(norms[0] ** 2) + np.mean(norms[1] ** 2)), np.concatenate(norms)
     g = critic.input_gradient_numpy(reference_points(name, real, fake, seed))
     norm = np.sqrt((g ** 2).sum(axis=1))
     if name in ("r1", "r2", "zero_gp"):
@@ -134,6 +137,36 @@ def test_shared_forward_gives_the_same_value_and_weight_gradient(name):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+def test_r1r2_is_r1_plus_r2_and_shares_both_forwards():
+    """r1r2 equals r1 + r2 at the same weight; through the critic loss's own forwards at both
+    points (``forward=((x_r, D(x_r)), (x_f, D(x_f)))``) it gives the same value and the same weight
+    gradient of ``loss + penalty`` as with forwards of its own."""
+    real, fake = make_data(8)
+    critic = TinyCritic(np.random.default_rng(9), scale=1.3)
+    penalty = make_penalty("r1r2", weight=0.7, interval=2)
+    assert penalty.shared_points == "real+fake"
+    parts = [make_penalty(n, weight=0.7, interval=2)(critic, real, fake)[0].item() for n in ("r1", "r2")]
+    np.testing.assert_allclose(penalty(critic, real, fake)[0].item(), sum(parts), rtol=1e-12)
+
+    def total_and_gradients(shared):
+        x_real, x_fake = Variable(real, requires_grad=shared), Variable(fake, requires_grad=shared)
+        d_real, d_fake = critic(x_real), critic(x_fake)
+        loss = F.mean(F.softplus(-(d_real - d_fake)))
+        forward = ((x_real, d_real), (x_fake, d_fake)) if shared else None
+        value, stats = penalty(critic, x_real, x_fake, forward=forward)
+        grads = gpgan.grad(loss + value, critic.params)
+        return value.item(), stats, [g.data for g in grads]
+
+    value_shared, stats, grads_shared = total_and_gradients(True)
+    value_alone, _, grads_alone = total_and_gradients(False)
+    expected, norms = reference_value("r1r2", critic, real, fake, 0, 0.7, interval=2)
+    np.testing.assert_allclose(value_shared, expected, rtol=1e-12)
+    np.testing.assert_allclose(stats["grad_norm"], norms.mean(), rtol=1e-12)
+    np.testing.assert_allclose(value_alone, expected, rtol=1e-12)
+    for a, b in zip(grads_shared, grads_alone):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("name", ["wgan_gp", "dragan", "zero_gp", "lp"])
 def test_penalties_with_their_own_points_refuse_a_shared_forward(name):
     real, fake = make_data()
@@ -207,13 +240,15 @@ def test_randomness_comes_from_the_global_generator_when_no_rng():
 
 def test_none_and_errors():
     real, fake = make_data()
-    assert set(PENALTIES) == {"none", "wgan_gp", "r1", "r2", "dragan", "zero_gp", "lp"}
+    assert set(PENALTIES) == {"none", "wgan_gp", "r1", "r2", "r1r2", "dragan", "zero_gp", "lp"}
     value, stats = make_penalty("none")(TinyCritic(np.random.default_rng(0)), real, fake)
     assert value.item() == 0.0 and math.isnan(stats["grad_norm"])
     with pytest.raises(ValueError, match="unknown penalty 'r3'.*accepted"):
         make_penalty("r3")
     with pytest.raises(ValueError, match="interval"):
         make_penalty("r1", interval=0)
+    with pytest.raises(ValueError, match="r1r2: only the zero centre"):
+        make_penalty("r1r2", center=1.0)
     with pytest.raises(ValueError, match="wgan_gp.*shape"):
         make_penalty("wgan_gp")(TinyCritic(np.random.default_rng(0)), real, fake[:3])
 

@@ -47,14 +47,17 @@ def test_lazy_regularization_penalizes_every_interval_th_critic_step(tmp_path, i
         np.testing.assert_allclose(applied, weight / 2 * interval * term, rtol=1e-5)
 
 
-@pytest.mark.parametrize("penalty", ["r1", "r2"])
-def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty):
+@pytest.mark.parametrize("penalty,loss,shared_calls,own_calls", [
+    ("r1", "non_saturating", 3, 4), ("r2", "non_saturating", 3, 4),
+    # rpgan's generator step runs the critic on the reals too; r1r2 reuses both forwards
+    ("r1r2", "rpgan", 4, 6)])
+def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty, loss, shared_calls, own_calls):
     """A penalized R1/R2 critic step runs the critic twice (real, fake), not three times, and
     trains the same weights as the step that gives the penalty a forward of its own: equal to
     float64 rounding after 20 steps (in float32 the runs part by rounding, as any two orders of
     summation do, and then by the chaos of training)."""
     def train(folder, share):
-        trainer = tiny_trainer(tmp_path / folder, f"penalty.type={penalty}", "train.steps=20")
+        trainer = tiny_trainer(tmp_path / folder, f"penalty.type={penalty}", f"loss={loss}", "train.steps=20")
         for module in (trainer.parts.generator, trainer.parts.critic):
             module.to("cpu", np.float64)
         next_inputs = trainer.feed.next
@@ -69,11 +72,11 @@ def test_r1_and_r2_reuse_the_critic_loss_forward(tmp_path, monkeypatch, penalty)
         monkeypatch.undo()
         return calls, [p.data.copy() for p in critic.parameters()]
 
-    shared_calls, shared_weights = train("shared", True)
-    own_calls, own_weights = train("own", False)
-    # Per generator step: real and fake for the critic loss (+1 for the penalty's own), 1 for
-    # the generator's loss.
-    assert len(shared_calls) == 20 * 3 and len(own_calls) == 20 * 4
+    shared, shared_weights = train("shared", True)
+    own, own_weights = train("own", False)
+    # Per generator step: real and fake for the critic loss (+1 per point set for the penalty's
+    # own), 1 for the generator's loss (2 for rpgan's: fake and real).
+    assert len(shared) == 20 * shared_calls and len(own) == 20 * own_calls
     for a, b in zip(shared_weights, own_weights):
         assert a.dtype == np.float64
         np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
@@ -109,3 +112,117 @@ def test_the_ema_ramp_makes_a_short_runs_average_its_trained_weights(tmp_path):
             assert from_start > 0.5
         else:
             assert from_start < 0.05
+
+
+def test_rpgan_generator_step_pairs_a_real_batch_of_its_own(tmp_path, monkeypatch):
+    """rpgan's generator loss is softplus(-(D(G(z)) - D(x_r))) averaged, with x_r a real batch drawn
+    for the generator step after the critic steps' (R3GAN's loop fetches one per phase) and D the
+    critic after its update: checked against that formula in NumPy. Other losses draw no such batch."""
+    trainer = tiny_trainer(tmp_path, "loss=rpgan", "penalty.type=r1r2", "train.critic_steps=2")
+    assert tiny_trainer(tmp_path / "ns", "penalty.type=r1").feed.draw(0).real is None
+    loader = trainer.parts.loader
+    state = loader.state_dict()
+    batches = [loader.next() for _ in range(3)]
+    loader.load_state_dict(state)
+    inputs = trainer.feed.next(0, "cpu")
+    np.testing.assert_array_equal(inputs.critic[0].real, batches[0])
+    np.testing.assert_array_equal(inputs.critic[1].real, batches[1])
+    np.testing.assert_array_equal(inputs.real, batches[2])
+    critic, generator = trainer.parts.critic, trainer.parts.generator
+    seen = {}
+    update = trainer.step_fn._generator_update
+
+    def recording(noise, values, real=None, labels=None, real_labels=None):
+        from gpgan import Variable, no_grad
+        with no_grad():
+            d_real = critic(Variable(real)).data
+            d_fake = critic(generator(Variable(noise))).data
+        seen["expected"] = float(np.logaddexp(0.0, -(d_fake.astype(np.float64) - d_real)).mean())
+        seen["real"] = real
+        return update(noise, values, real, labels, real_labels)
+
+    monkeypatch.setattr(trainer.step_fn, "_generator_update", recording)
+    result = trainer.step_fn(inputs)
+    assert seen["real"] is inputs.real
+    np.testing.assert_allclose(float(result.values["loss/generator"]), seen["expected"], rtol=1e-5)
+
+
+def test_schedules_in_images_drive_rate_beta2_penalty_weight_and_ema(tmp_path):
+    """R3GAN's schedules through a config: the rates and beta2 (cosine), the penalty weight
+    (cosine with warm-up) and the EMA half-life (ramp from 0), each at the images seen before the
+    step (generator steps x batch_size x critic_steps), against cosine_value."""
+    from gpgan.optim import cosine_value
+    trainer = tiny_trainer(
+        tmp_path, "loss=rpgan", "penalty.type=r1r2", "penalty.weight=0.05", "penalty.weight_final=0.005",
+        "optim.generator.schedule=cosine", "optim.generator.lr_final=5e-5", "optim.generator.lr=2e-4",
+        "optim.generator.betas=0,0.9", "optim.generator.beta2_final=0.99",
+        "optim.critic.schedule=cosine", "optim.critic.lr=2e-4", "optim.critic.betas=0,0.9",
+        "schedule.total_images=48", "schedule.warmup_images=8",
+        "train.ema.enabled=true", "train.ema.half_life_images=16", "train.ema.half_life_ramp=true")
+    parts, step_fn = trainer.parts, trainer.step_fn
+    weights, decays = [], []
+    evaluate = parts.penalty.evaluate
+
+    def recording(*args, **kwargs):
+        weights.append(parts.penalty.weight)
+        return evaluate(*args, **kwargs)
+
+    parts.penalty.evaluate = recording
+    for k in range(6):  # 8 images per step (batch 8, one critic step)
+        images = 8 * k
+        assert parts.g_opt.lr == pytest.approx(cosine_value(images, 2e-4, 5e-5, 48, 8), rel=1e-12)
+        assert parts.d_opt.lr == pytest.approx(cosine_value(images, 2e-4, 0.0, 48, 8), rel=1e-12)
+        assert parts.g_opt.beta2 == pytest.approx(cosine_value(images, 0.9, 0.99, 48), rel=1e-12)
+        assert parts.d_opt.beta2 == 0.9 and parts.g_opt.beta1 == 0.0
+        decays.append(parts.ema.decay_at(k + 1))
+        trainer.train_step()
+        assert weights[-1] == pytest.approx(cosine_value(images, 0.05, 0.005, 48, 8), rel=1e-12)
+        half = cosine_value(images, 0.0, 16.0, 48)
+        assert decays[-1] == pytest.approx(0.5 ** (8 / max(half, 1e-8)), rel=1e-12)
+    assert weights[0] == 0.0 and decays[0] == 0.0  # warm-up from 0; the ramp's first update copies
+    logged = trainer.monitor._scheduled(6)
+    assert logged == {"schedule/penalty_weight": pytest.approx(cosine_value(48, 0.05, 0.005, 48, 8)),
+                      "schedule/beta2_generator": pytest.approx(0.99),
+                      "schedule/ema_half_life_images": pytest.approx(16.0)}
+
+
+def test_schedule_config_errors(tmp_path):
+    from gpgan.train.config import ConfigError
+    with pytest.raises(ConfigError, match="optim.critic.lr_final is set but optim.critic.schedule is 'linear'"):
+        load_config(QUICKSTART, ["optim.critic.lr_final=0.1"])
+    with pytest.raises(ConfigError, match="schedule.warmup_images 5e\\+06 must be below"):
+        load_config(QUICKSTART, ["schedule.warmup_images=5000000"])
+    with pytest.raises(ConfigError, match="penalty.weight_final is set but penalty.type is 'none'"):
+        load_config(QUICKSTART, ["penalty.type=none", "penalty.weight_final=0.1"])
+    with pytest.raises(ConfigError, match="train.ema.half_life_images is set but train.ema.enabled is false"):
+        load_config(QUICKSTART, ["train.ema.enabled=false", "train.ema.half_life_images=100"])
+    with pytest.raises(ConfigError, match="train.ema.half_life_ramp needs train.ema.half_life_images"):
+        load_config(QUICKSTART, ["train.ema.half_life_ramp=true"])
+    with pytest.raises(ConfigError, match="loss 'rpgan' pairs each generated sample"):
+        load_config(QUICKSTART, ["loss=rpgan", "train.generator_batch_size=3"])
+
+
+def test_rpgan_with_schedules_resumes_exactly(tmp_path):
+    """Training 6 steps straight equals 3 steps, a checkpoint, a fresh trainer loading it, and 3
+    more: the weights, the EMA and the scheduled numbers bit for bit (the schedules are functions
+    of the restored step, the EMA's of its restored update count)."""
+    overrides = ["loss=rpgan", "penalty.type=r1r2", "penalty.weight_final=0.1", "optim.generator.schedule=cosine",
+                 "optim.critic.schedule=cosine", "optim.critic.beta2_final=0.99", "schedule.warmup_images=8",
+                 "train.ema.half_life_images=16", "train.ema.half_life_ramp=true"]
+    straight = tiny_trainer(tmp_path / "a", *overrides)
+    for _ in range(6):
+        straight.train_step()
+    first = tiny_trainer(tmp_path / "b", *overrides)
+    for _ in range(3):
+        first.train_step()
+    path = first.save_checkpoint(str(tmp_path / "ckpt.npz"))
+    resumed = tiny_trainer(tmp_path / "c", *overrides)
+    resumed.load_checkpoint(path)
+    for _ in range(3):
+        resumed.train_step()
+    for a, b in zip(straight.parts.critic.parameters(), resumed.parts.critic.parameters()):
+        np.testing.assert_array_equal(a.data, b.data)
+    for name, avg in straight.parts.ema.params.items():
+        np.testing.assert_array_equal(avg, resumed.parts.ema.params[name])
+    assert straight.parts.penalty.weight == resumed.parts.penalty.weight
+    assert straight.parts.d_opt.beta2 == resumed.parts.d_opt.beta2 and straight.parts.d_opt.lr == resumed.parts.d_opt.lr

@@ -15,7 +15,7 @@ import tempfile
 import numpy
 
 from gpgan.files import describe_os_error
-from gpgan.train.sampling import batches, generate, load_generator, resolve_source, skipped_note
+from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
 
 EPILOG = """\
 examples:
@@ -26,6 +26,8 @@ examples:
   gpgan-sample experiments/r1_cifar/run1 --n 50000 --out samples.npz      (uint8 NHWC images)
   gpgan-sample experiments/r1_cifar/run1 --n 1000 --out-dir samples/      (one PNG per image)
   gpgan-sample experiments/quickstart/run1 --n 5000 --out points.png     (2-D data: scatter plot)
+  gpgan-sample experiments/r3gan_cifar/run1 --class 3 --out cats.png      (class-conditional: class 3;
+                                                                          without --class, a row per class)
 """
 
 GRID_EXTENSIONS = (".png", ".jpg", ".jpeg")
@@ -77,6 +79,9 @@ def build_parser():
                    help="rows x columns of the image grid, e.g. 8x8 (sets --n to R*C); default: a "
                         "near-square grid")
     p.add_argument("--seed", type=_count(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
+    p.add_argument("--class", dest="label", type=int, metavar="K", default=None,
+                   help="class-conditional runs: every sample of class K (default: a grid has one row per "
+                        "class; many samples take the classes in turn)")
     p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                    help="use the generator's exponential moving average (default: when the run kept one)")
     p.add_argument("--side-by-side", action="store_true",
@@ -172,6 +177,13 @@ def _main(args):
     generator, config, used_ema = load_generator(run, checkpoint, True if args.side_by_side else args.ema,
                                                  args.device)
     args.step, args.used_ema = int(read_meta(checkpoint)["step"]), used_ema
+    classes = getattr(generator, "num_classes", None)
+    if args.label is not None:
+        if classes is None:
+            raise ValueError(f"--class {args.label}: this run is not class-conditional (model.conditional is false)")
+        if not 0 <= args.label < classes:
+            raise ValueError(f"--class {args.label} is not a class of this run; accepted: 0 to {classes - 1}")
+    args.classes = classes
     rng = numpy.random.default_rng(args.seed)
     latent = int(generator.latent_dim)
     data = config["data"]
@@ -238,9 +250,17 @@ def _grid(args, generator, rng, latent):
         z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
     else:
         z = rng.standard_normal((n, latent))
-    images = generate(generator, z, args.device, args.batch_size)
+    labels = None
+    if args.label is not None:
+        labels = numpy.full(n, args.label)
+    elif args.classes is not None:
+        if args.grid or args.interpolate:  # row r of class r mod K
+            labels = numpy.arange(n) // cols % args.classes
+        else:  # one row per class
+            labels, cols = class_grid(n, args.classes)
+    images = generate(generator, z, args.device, args.batch_size, labels)
     if args.side_by_side:
-        panels = [("raw weights", generate(args.raw_generator, z, args.device, args.batch_size)),
+        panels = [("raw weights", generate(args.raw_generator, z, args.device, args.batch_size, labels)),
                   ("EMA weights", images)]
         caption = f"step {args.step}"
     else:
@@ -262,12 +282,13 @@ def _many_images(args, generator, rng, latent):
         raise ValueError("--interpolate and --grid make a picture: use --out FILE.png")
     n = args.n or 64
     z = rng.standard_normal((n, latent))
+    labels = None if args.label is None else numpy.full(n, args.label)
     images = None
     staging = _staging_folder(args.out_dir) if args.out_dir is not None else None
     bar = _progress(args, n)
     try:
         done = 0
-        for batch in batches(generator, z, args.device, args.batch_size):
+        for batch in batches(generator, z, args.device, args.batch_size, labels):
             pixels = to_uint8(batch).transpose(0, 2, 3, 1)  # (B, H, W, C), as image files store them
             if staging is not None:
                 for k, image in enumerate(pixels):

@@ -16,9 +16,11 @@ from gpgan.data.image_folder import load_image_folder  # noqa: F401
 from gpgan.data.loader import ImageLoader, ToyLoader, to_uint8, to_unit_range  # noqa: F401
 
 IMAGE_DATASETS = ("cifar10", "image_folder")
+#: data sets with class labels, and how many classes
+LABELED_DATASETS = {"cifar10": 10}
 
 __all__ = [
-    "IMAGE_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "CifarUnpickler", "restricted_load",
+    "IMAGE_DATASETS", "LABELED_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "CifarUnpickler", "restricted_load",
     "load_cifar10", "download_cifar10", "safe_extract", "load_image_folder", "ImageLoader",
     "ToyLoader", "to_unit_range", "to_uint8", "is_toy", "make_loader",
 ]
@@ -30,7 +32,7 @@ def is_toy(name):
 
 
 def make_loader(name, batch_size, seed=0, root=None, download=False, split="train", hflip=False,
-                options=None, progress=True):
+                options=None, progress=True, labels=False):
     """An endless, resumable batch iterator for the data set ``name``.
 
     Args:
@@ -41,6 +43,7 @@ def make_loader(name, batch_size, seed=0, root=None, download=False, split="trai
             :func:`load_image_folder`).
         hflip: random horizontal flips (images).
         options: keyword options of :func:`gpgan.data.toy.make_toy` (toy data).
+        labels: keep the class labels (``loader.next_with_labels()``; CIFAR-10 only).
 
     Returns:
         (loader, sampler): the loader has ``next()``, ``state_dict()``, ``load_state_dict()``;
@@ -48,8 +51,10 @@ def make_loader(name, batch_size, seed=0, root=None, download=False, split="trai
         for images.
     """
     if name == "cifar10":
-        images, _ = load_cifar10(root, split=split, download=download, progress=progress)
-        return ImageLoader(images, batch_size, seed=seed, hflip=hflip), None
+        images, classes = load_cifar10(root, split=split, download=download, progress=progress)
+        return ImageLoader(images, batch_size, seed=seed, hflip=hflip, labels=classes if labels else None), None
+    if labels:
+        raise ValueError(f"data set {name!r} has no class labels; class-conditional training needs cifar10")
     if name == "image_folder":
         return ImageLoader(load_image_folder(root), batch_size, seed=seed, hflip=hflip), None
     from gpgan.data.toy import TOY_DATASETS, make_toy

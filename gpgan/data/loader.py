@@ -35,18 +35,25 @@ class ImageLoader:
             remainder of each permutation is dropped, so every batch has the same size).
         seed: seeds the per-epoch order and flips.
         hflip: flip each image horizontally with probability 1/2 (decided per epoch and image).
+        labels: None, or int64 (N,) class labels of the images (class-conditional training).
 
-    ``next()`` returns float32 (batch_size, 3, H, W) in [-1, 1].
+    ``next()`` returns float32 (batch_size, 3, H, W) in [-1, 1]; ``next_with_labels()`` returns
+    ``(images, labels)``, the same batch with its labels (int64 (batch_size,)).
     """
 
-    def __init__(self, images, batch_size, seed=0, hflip=False):
+    def __init__(self, images, batch_size, seed=0, hflip=False, labels=None):
         images = numpy.asarray(images)
         if images.dtype != numpy.uint8 or images.ndim != 4:
             raise ValueError(f"ImageLoader: images must be uint8 (N, C, H, W), got {images.dtype} {images.shape}")
         if batch_size > len(images):
             raise ValueError(f"ImageLoader: batch_size {batch_size} is larger than the data set "
                              f"({len(images)} images)")
+        if labels is not None:
+            labels = numpy.asarray(labels, dtype=numpy.int64)
+            if labels.shape != (len(images),):
+                raise ValueError(f"ImageLoader: {len(images)} images but labels of shape {labels.shape}")
         self.images = images
+        self.labels = labels
         self.batch_size = int(batch_size)
         self.seed = int(seed)
         self.hflip = bool(hflip)
@@ -67,6 +74,10 @@ class ImageLoader:
         return self._epoch_cache[1], self._epoch_cache[2]
 
     def next(self):
+        return self.next_with_labels()[0]
+
+    def next_with_labels(self):
+        """``(images, labels)`` of the next batch (labels None when the loader has none)."""
         if self.position + self.batch_size > len(self.images):
             self.epoch += 1
             self.position = 0
@@ -77,7 +88,7 @@ class ImageLoader:
             f = flips[sl]
             batch[f] = batch[f, :, :, ::-1]
         self.position += self.batch_size
-        return to_unit_range(batch)
+        return to_unit_range(batch), None if self.labels is None else self.labels[order[sl]]
 
     __next__ = next
 

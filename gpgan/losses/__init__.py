@@ -4,9 +4,9 @@ Owns the values a training step minimizes, as differentiable scalars (a penalty 
 weight and lazy-regularization interval); it computes no parameter gradient and takes no
 optimizer step, which belong to the trainer.
 
-* :func:`make_loss` / :data:`LOSSES`: wgan, non_saturating, hinge, least_squares
-  (``critic_loss(real_logits, fake_logits)``, ``generator_loss(fake_logits)``).
-* :func:`make_penalty` / :data:`PENALTIES`: none, wgan_gp, r1, r2, dragan, zero_gp, lp
+* :func:`make_loss` / :data:`LOSSES`: wgan, non_saturating, hinge, least_squares, rpgan
+  (``critic_loss(real_logits, fake_logits)``, ``generator_loss(fake_logits, real_logits=None)``).
+* :func:`make_penalty` / :data:`PENALTIES`: none, wgan_gp, r1, r2, r1r2, dragan, zero_gp, lp
   (``penalty(critic, real, fake, rng=None) -> (value, stats)``, attribute ``.interval``).
 * :func:`gradient_norm`: mean ``||dD/dx||`` for logging.
 """
@@ -16,6 +16,7 @@ from gpgan.losses.adversarial import (
     HingeLoss,
     LeastSquaresLoss,
     NonSaturatingLoss,
+    RelativisticPairingLoss,
     WGANLoss,
     make_loss,
 )
@@ -24,6 +25,7 @@ from gpgan.losses.penalties import (
     LP,
     PENALTIES,
     R1,
+    R1R2,
     R2,
     WGANGP,
     GradientPenalty,
@@ -35,7 +37,8 @@ from gpgan.losses.penalties import (
 )
 
 __all__ = [
-    "LOSSES", "AdversarialLoss", "WGANLoss", "NonSaturatingLoss", "HingeLoss", "LeastSquaresLoss", "make_loss",
-    "PENALTIES", "GradientPenalty", "NoPenalty", "WGANGP", "R1", "R2", "DRAGAN", "ZeroGP", "LP",
+    "LOSSES", "AdversarialLoss", "WGANLoss", "NonSaturatingLoss", "HingeLoss", "LeastSquaresLoss",
+    "RelativisticPairingLoss", "make_loss",
+    "PENALTIES", "GradientPenalty", "NoPenalty", "WGANGP", "R1", "R2", "R1R2", "DRAGAN", "ZeroGP", "LP",
     "make_penalty", "gradient_norm", "input_gradient",
 ]

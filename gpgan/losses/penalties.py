@@ -15,6 +15,7 @@ name        points                                         centre  form       re
 wgan_gp     eps * real + (1 - eps) * fake, eps ~ U(0,1)    1       two-sided  Gulrajani et al. 2017
 r1          real                                           0       gamma / 2  Mescheder et al. 2018
 r2          fake                                           0       gamma / 2  Mescheder et al. 2018
+r1r2        real and fake (both terms, summed)             0       gamma / 2  Huang et al. 2024 (R3GAN)
 dragan      real perturbed by noise (below)                1       two-sided  Kodali et al. 2017
 zero_gp     eps * real + (1 - eps) * fake                  0       gamma / 2  Thanh-Tung et al. 2019
 lp          eps * real + (1 - eps) * fake                  1       one-sided  Petzka et al. 2018
@@ -24,7 +25,8 @@ Values, with ``w`` the weight, ``c`` the centre and ``k`` the lazy-regularizatio
 
 * one-centred (wgan_gp, dragan): ``w * k * E[(||g|| - c)^2]``;
 * one-sided (lp): ``w * k * E[max(0, ||g|| - c)^2]``;
-* zero-centred (r1, r2, zero_gp): ``w / 2 * k * E[||g||^2]``. The ``gamma / 2`` convention is that
+* zero-centred (r1, r2, zero_gp): ``w / 2 * k * E[||g||^2]``; r1r2 is the sum of r1's and r2's,
+  ``w / 2 * k * (E[||g_real||^2] + E[||g_fake||^2])``, as R3GAN's ``Gamma / 2 * (R1 + R2)``. The ``gamma / 2`` convention is that
   of R1 in StyleGAN2 and R3GAN. GAN_stability (Mescheder et al.'s code) computes
   ``reg_param * E[||g||^2]`` without the 1/2, so its ``reg_param = 10`` is our ``weight = 20``.
   Thanh-Tung et al.'s lambda likewise equals our ``weight / 2``.
@@ -58,6 +60,7 @@ import math
 import gpgan.functions as F
 from gpgan.autograd import Variable, enable_grad, grad, no_grad
 from gpgan.backend import device_of, get_array_module, get_rng, to_device
+from gpgan.backend.graph import host_effect, host_number
 
 
 def _array(x, name):
@@ -137,6 +140,11 @@ class GradientPenalty:
         """The factor the mean term is multiplied by: weight (/2 when zero-centred) * interval."""
         return self.weight * (0.5 if self.half else 1.0) * self.interval
 
+    def _scaled(self, mean_term):
+        """``mean_term * scale``, the scale read as a host number: a schedule may move the weight
+        (R3GAN's gamma), and a replayed CUDA graph must read its new value."""
+        return mean_term * host_effect(lambda: host_number(self.scale, mean_term.dtype))
+
     def draw(self, rng, real):
         """The random numbers one evaluation needs, drawn on the CPU with ``rng``: a dict of NumPy
         arrays in ``real``'s dtype, each with the batch as its first axis (so a data-parallel rank
@@ -172,11 +180,11 @@ class GradientPenalty:
 
     @property
     def shared_points(self):
-        """``"real"`` or ``"fake"`` when the points are the critic loss's own, so a caller that
-        has the critic's output there can pass that forward to :meth:`evaluate` (one forward and
-        one backward serve the loss and the penalty, as in GAN_stability and StyleGAN2-ADA);
-        None when the points are made here (interpolates, perturbed samples)."""
-        return self.points if self.points in ("real", "fake") else None
+        """``"real"``, ``"fake"`` or ``"real+fake"`` when the points are the critic loss's own, so
+        a caller that has the critic's output there can pass that forward to :meth:`evaluate` (one
+        forward and one backward serve the loss and the penalty, as in GAN_stability and
+        StyleGAN2-ADA); None when the points are made here (interpolates, perturbed samples)."""
+        return self.points if self.points in ("real", "fake", "real+fake") else None
 
     def evaluate(self, critic, real, fake, draws, forward=None):
         """``(value, mean_term, sq)``, all on the device, nothing read back: ``value`` the scalar
@@ -204,7 +212,7 @@ class GradientPenalty:
         with enable_grad():
             sq = _squared_norms(g)
             mean_term = F.mean(self.term(sq))
-            value = mean_term * self.scale
+            value = self._scaled(mean_term)
         return value, mean_term, sq
 
     def __call__(self, critic, real, fake, rng=None, forward=None):
@@ -240,6 +248,43 @@ class R2(GradientPenalty):
     """``gamma / 2 * E[||grad D(x_fake)||^2]`` on generated samples (Mescheder et al. 2018)."""
 
     name, points, default_center, half = "r2", "fake", 0.0, True
+
+
+class R1R2(GradientPenalty):
+    """``gamma / 2 * (E[||grad D(x_real)||^2] + E[||grad D(x_fake)||^2])``: R1 and R2 at every
+    critic step, as R3GAN (Huang et al. 2024) regularizes its relativistic loss.
+
+    ``evaluate``'s ``forward`` is then a pair of pairs, ``((x_real, D(x_real)), (x_fake,
+    D(x_fake)))``; its ``sq`` holds the real points' squared norms, then the fakes' (2N,), and
+    its mean term is the sum of the two means.
+    """
+
+    name, points, default_center, half = "r1r2", "real+fake", 0.0, True
+
+    def __init__(self, weight=None, center=None, interval=1, norm_eps=1e-12):
+        super().__init__(weight, center, interval, norm_eps)
+        if self.center != 0.0:
+            raise ValueError(f"penalty r1r2: only the zero centre is defined (center 0 or null), got {self.center:g}")
+
+    def evaluate(self, critic, real, fake, draws, forward=None):
+        if forward is None:
+            forward = []
+            for points, name in ((real, "real"), (fake, "fake")):
+                x_var = Variable(_array(points, name), requires_grad=True)
+                with enable_grad():
+                    forward.append((x_var, critic(x_var)))
+        squares, means = [], []
+        for x_var, out in forward:
+            g = _gradient_of_output(x_var, out, create_graph=True)
+            with enable_grad():
+                sq = _squared_norms(g)
+                squares.append(sq)
+                means.append(F.mean(sq))
+        with enable_grad():
+            mean_term = means[0] + means[1]
+            value = self._scaled(mean_term)
+            sq = F.concat(squares, axis=0)
+        return value, mean_term, sq
 
 
 class ZeroGP(GradientPenalty):
@@ -314,7 +359,7 @@ class NoPenalty:
         return "NoPenalty()"
 
 
-_PENALTY_CLASSES = {cls.name: cls for cls in (NoPenalty, WGANGP, R1, R2, DRAGAN, ZeroGP, LP)}
+_PENALTY_CLASSES = {cls.name: cls for cls in (NoPenalty, WGANGP, R1, R2, R1R2, DRAGAN, ZeroGP, LP)}
 PENALTIES = tuple(_PENALTY_CLASSES)
 
 

@@ -4,14 +4,17 @@ Owns the architectures and their options (built from :mod:`gpgan.nn`); losses, p
 training loop that use them are elsewhere (:mod:`gpgan.losses`, :mod:`gpgan.train`).
 
 ``make_model(name, **options)`` builds one of :data:`MODELS`: dcgan_generator, dcgan_critic,
-resnet_generator, resnet_critic, mlp_generator, mlp_critic. Generators have ``latent_dim`` and
-map z (N, latent_dim) to images (N, 3, 32, 32) in [-1, 1] (points (N, 2) for mlp); critics map
+resnet_generator, resnet_critic, mlp_generator, mlp_critic, r3gan_generator, r3gan_critic.
+Generators have ``latent_dim`` and map z (N, latent_dim) to images (N, 3, 32, 32) in [-1, 1]
+(points (N, 2) for mlp; r3gan's are not squashed, and are clipped where quantized); critics map
 their input to logits (N, 1).
 """
 import inspect
 
+from gpgan.models.conditional import ConditionalGenerator, ProjectionCritic, supports_projection
 from gpgan.models.dcgan import DCGANCritic, DCGANGenerator
 from gpgan.models.mlp import MLPCritic, MLPGenerator
+from gpgan.models.r3gan import R3GANCritic, R3GANGenerator
 from gpgan.models.resnet import ResNetCritic, ResNetGenerator
 
 #: name -> model class; ``list(MODELS)`` gives the names.
@@ -22,6 +25,8 @@ MODELS = {
     "resnet_critic": ResNetCritic,
     "mlp_generator": MLPGenerator,
     "mlp_critic": MLPCritic,
+    "r3gan_generator": R3GANGenerator,
+    "r3gan_critic": R3GANCritic,
 }
 
 
@@ -37,6 +42,28 @@ def _lookup(name):
         return MODELS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown model {name!r}; accepted: {', '.join(MODELS)}") from None
+
+
+def make_conditional(role, name, num_classes, embedding_dim=None, **options):
+    """Model ``name`` made class-conditional (:mod:`gpgan.models.conditional`).
+
+    ``role`` "generator": the base is built with ``latent_dim + embedding_dim`` inputs (z and the
+    label's embedding; ``embedding_dim`` defaults to ``latent_dim``), so the wrapper's
+    ``latent_dim`` is the option's. ``role`` "critic": a projection critic on the base's features.
+    Raises ValueError for a critic without features to project on.
+    """
+    rng = options.get("rng")
+    if role == "generator":
+        latent = options.get("latent_dim", model_options(name).get("latent_dim"))
+        embedding_dim = int(latent if embedding_dim is None else embedding_dim)
+        base = make_model(name, **{**options, "latent_dim": latent + embedding_dim})
+        return ConditionalGenerator(base, num_classes, embedding_dim, rng=rng)
+    base = make_model(name, **options)
+    if not supports_projection(base):
+        accepted = [n for n, cls in MODELS.items() if hasattr(cls, "features") and hasattr(cls, "logits")]
+        raise ValueError(f"model.conditional: critic {name!r} has no feature map to project the labels on; "
+                         f"accepted: {', '.join(accepted)}")
+    return ProjectionCritic(base, num_classes, base.feature_dim, rng=rng)
 
 
 def make_model(name, **options):
@@ -55,5 +82,6 @@ def make_model(name, **options):
     return cls(**options)
 
 
-__all__ = ["MODELS", "make_model", "model_options", "DCGANGenerator", "DCGANCritic", "ResNetGenerator",
-           "ResNetCritic", "MLPGenerator", "MLPCritic"]
+__all__ = ["MODELS", "make_model", "make_conditional", "model_options", "ConditionalGenerator", "ProjectionCritic",
+           "DCGANGenerator", "DCGANCritic", "ResNetGenerator", "ResNetCritic", "MLPGenerator", "MLPCritic",
+           "R3GANGenerator", "R3GANCritic"]

@@ -119,5 +119,17 @@ class DCGANCritic(nn.Module):
         if norm == "spectral":
             spectral_norm_all(self, rng)
 
+    @property
+    def feature_dim(self):
+        """The width of :meth:`features` (what a projection critic projects on)."""
+        return self.main[-1].in_features
+
+    def features(self, x):
+        """The input of the final Linear: (N, feature_dim)."""
+        return self.main[:-1](x)
+
+    def logits(self, phi):
+        return self.main[-1](phi)
+
     def forward(self, x):
         return self.main(x)

@@ -76,5 +76,17 @@ class MLPCritic(nn.Module):
         if norm == "spectral":
             spectral_norm_all(self, rng)
 
+    @property
+    def feature_dim(self):
+        """The width of :meth:`features` (what a projection critic projects on)."""
+        return self.net[-1].in_features
+
+    def features(self, x):
+        """The input of the final Linear: (N, feature_dim)."""
+        return self.net[:-1](x)
+
+    def logits(self, phi):
+        return self.net[-1](phi)
+
     def forward(self, x):
         return self.net(x)

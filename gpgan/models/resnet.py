@@ -179,7 +179,18 @@ class ResNetCritic(nn.Module):
         if norm == "spectral":
             spectral_norm_all(self, rng)
 
-    def forward(self, x):
+    @property
+    def feature_dim(self):
+        """The width of :meth:`features` (what a projection critic projects on)."""
+        return self.linear.in_features
+
+    def features(self, x):
+        """(N, width): the pooled features the final Linear reads."""
         h = F.relu(self.blocks(x))
-        h = F.sum(h, axis=(2, 3)) if self.pooling == "sum" else F.mean(h, axis=(2, 3))
-        return self.linear(h)
+        return F.sum(h, axis=(2, 3)) if self.pooling == "sum" else F.mean(h, axis=(2, 3))
+
+    def logits(self, phi):
+        return self.linear(phi)
+
+    def forward(self, x):
+        return self.logits(self.features(x))

@@ -47,10 +47,12 @@ class Adam(Optimizer):
         self.beta2 = self._check_fraction("betas[1]", beta2)
 
     def _step_numbers(self, state):
+        # beta2 is among the per-step numbers (not a constant of the kernels) because a schedule
+        # may move it (R3GAN: 0.9 -> 0.99), and a replayed CUDA graph must read its new value.
         t = state["step"]
         correction1 = 1.0 - self.beta1 ** t
         correction2 = 1.0 - self.beta2 ** t
-        return self.lr / correction1, math.sqrt(correction2)
+        return self.lr / correction1, math.sqrt(correction2), self.beta2, 1.0 - self.beta2
 
     def _update(self, data, grad, state, numbers):
         xp = get_array_module(data)
@@ -60,9 +62,9 @@ class Adam(Optimizer):
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m *= dt(self.beta1)
         m += dt(1.0 - self.beta1) * grad
-        v *= dt(self.beta2)
-        v += dt(1.0 - self.beta2) * (grad * grad)
-        rate, root_correction2 = numbers
+        rate, root_correction2, beta2, one_minus_beta2 = numbers
+        v *= beta2
+        v += one_minus_beta2 * (grad * grad)
         denom = xp.sqrt(v)
         denom /= root_correction2
         denom += dt(self.eps)

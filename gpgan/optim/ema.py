@@ -30,11 +30,11 @@ class EMA:
     """Exponential moving average of ``module``'s parameters.
 
     ``update(step)``: while ``step < start_step`` the average is a copy of the weights; from
-    ``start_step`` on, ``avg = d * avg + (1 - d) * w`` for every parameter, with ``d = decay``,
-    or with ``rampup`` ``d = min(decay, (1 + n) / (10 + n))`` at the n-th averaging update (n from
-    0; TensorFlow's ExponentialMovingAverage with ``num_updates``): 0.1 at first, 0.5 at n = 8,
-    0.9 at n = 80, 0.99 from n = 890, so a short run's average is not its initial weights.
-    Buffers are copied on every update.
+    ``start_step`` on, ``avg = d * avg + (1 - d) * w`` for every parameter, with ``d = decay`` (or
+    from ``half_life``, below), and with ``rampup`` ``d = min(that, (1 + n) / (10 + n))`` at the
+    n-th averaging update (n from 0; TensorFlow's ExponentialMovingAverage with ``num_updates``):
+    0.1 at first, 0.5 at n = 8, 0.9 at n = 80, 0.99 from n = 890, so a short run's average is not
+    its initial weights. Buffers are copied on every update.
 
     n is :attr:`averaged`, which is checkpointed, so a resumed run ramps exactly as an
     uninterrupted one. The ramp's numbers are host numbers (:mod:`gpgan.backend.graph`), so a
@@ -44,7 +44,13 @@ class EMA:
         module: the network to average (read by :meth:`update`).
         decay: in [0, 1]; 0.999 averages over about the last 1000 updates.
         start_step: the first step that averages (before it the average follows the weights).
-        rampup: ramp the decay up as above (False: ``decay`` from the first averaging update).
+        rampup: ramp the decay up as above (False: the decay from the first averaging update).
+        half_life: None (``decay`` at every update), or an object whose ``value_at(step)`` is the
+            half-life in images after ``step`` updates (a constant or a ramp, such as R3GAN's
+            cosine from 0 to 5M images: :class:`gpgan.optim.CosineValue`); update number ``k``
+            (1-based) then uses ``decay = 0.5 ** (images_per_step / half_life.value_at(k - 1))``,
+            R3GAN's ``ema_beta`` (a half-life of 0 copies the weights).
+        images_per_step: the images one update stands for (with ``half_life``).
 
     Attributes:
         params: ``name -> array``, the averaged parameters.
@@ -53,7 +59,7 @@ class EMA:
         averaged: how many of those updates averaged (did not copy).
     """
 
-    def __init__(self, module, decay=0.999, start_step=0, rampup=False):
+    def __init__(self, module, decay=0.999, start_step=0, rampup=False, half_life=None, images_per_step=1):
         if not 0.0 <= decay <= 1.0:
             raise ValueError(f"EMA: decay must be in [0, 1], got {decay}")
         if int(start_step) != start_step or start_step < 0:
@@ -62,6 +68,8 @@ class EMA:
         self.decay = float(decay)
         self.start_step = int(start_step)
         self.rampup = bool(rampup)
+        self.half_life = half_life
+        self.images_per_step = float(images_per_step)
         self.num_updates = 0
         self.averaged = 0
         self.params = {name: p.data.copy() for name, p in module.named_parameters()}
@@ -74,29 +82,46 @@ class EMA:
             raise KeyError(f"EMA: the module has a {kind} {name!r} that the average does not know "
                            f"(known: {', '.join(map(repr, table)) or 'none'})") from None
 
+    def decay_at(self, step):
+        """The decay of update number ``step`` (1-based; the training step makes one per generator
+        step): ``decay``, or from the half-life after ``step - 1`` steps."""
+        if self.half_life is None:
+            return self.decay
+        return 0.5 ** (self.images_per_step / max(self.half_life.value_at(step - 1), 1e-8))
+
+    def ramped_decay(self):
+        """The decay the coming averaging update uses: :meth:`decay_at` of update number
+        ``num_updates + 1``, ramped with ``rampup`` (see the class docstring)."""
+        decay = self.decay_at(self.num_updates + 1)
+        if self.rampup:
+            n = self.averaged
+            decay = min(decay, (1.0 + n) / (10.0 + n))
+        return decay
+
+    def _numbers(self, dtype):
+        """``(decay, 1 - decay)`` of the coming update as the kernels read them. Host numbers read
+        from the live counts (not from an argument, which a captured CUDA graph would replay
+        unchanged): each replay gets the decay of its own update."""
+        decay = self.ramped_decay()
+        return host_number(decay, dtype), host_number(1.0 - decay, dtype)
+
     def update(self, step):
         """Fold the module's current weights into the average (see the class docstring)."""
         copy_only = step < self.start_step
-        params = list(self.module.named_parameters())
-        ramped = None
-        if self.rampup and not copy_only:
-            dtypes = {p.data.dtype.str for _, p in params} | {a.dtype.str for a in self.params.values()}
-            ramped = host_effect(self._ramped_decay, sorted(dtypes))
-        for name, p in params:
+        numbers = {}  # dtype -> (decay, 1 - decay)
+        for name, p in self.module.named_parameters():
             avg = self._lookup(self.params, name, "parameter")
             w = p.data
             if device_of(avg) != device_of(w):  # the module moved (module.to(device))
                 avg = self.params[name] = _copy_on(avg, w)
             if copy_only:
                 avg[...] = w
-            elif ramped is not None:
-                keep, take = ramped[avg.dtype.str]
-                avg *= keep
-                avg += take * w
-            else:
-                dt = avg.dtype.type  # keep the dtype: float32 stays float32
-                avg *= dt(self.decay)
-                avg += dt(1.0 - self.decay) * w
+            else:  # in the average's dtype: float32 stays float32
+                if avg.dtype not in numbers:
+                    numbers[avg.dtype] = host_effect(self._numbers, avg.dtype)
+                decay, rest = numbers[avg.dtype]
+                avg *= decay
+                avg += rest * w
         for name, b in self.module.named_buffers():
             current = self._lookup(self.buffers, name, "buffer")
             if device_of(current) != device_of(b) or current.shape != b.shape:
@@ -107,18 +132,8 @@ class EMA:
             host_effect(self._count_averaged)
         host_effect(self._count_update)
 
-    def ramped_decay(self):
-        """The decay the next averaging update uses with ``rampup`` (see the class docstring)."""
-        n = self.averaged
-        return min(self.decay, (1.0 + n) / (10.0 + n))
-
     def _count_averaged(self):
         self.averaged += 1
-
-    def _ramped_decay(self, dtypes):
-        """``{dtype: (d, 1 - d)}`` as the kernels read them (run again before each replay)."""
-        d = self.ramped_decay()
-        return {dt: (host_number(d, dt), host_number(1.0 - d, dt)) for dt in dtypes}
 
     def _count_update(self):
         self.num_updates += 1

@@ -5,10 +5,11 @@ from dataclasses import dataclass
 import gpgan
 from gpgan.data import is_toy, make_loader
 from gpgan.losses import make_loss, make_penalty
-from gpgan.models import make_model
-from gpgan.optim import EMA, Adam, make_schedule
+from gpgan.models import make_conditional, make_model
+from gpgan.optim import EMA, Adam, CosineValue, make_schedule
+from gpgan.train.config import images_per_step, num_classes, schedule_images
 
-__all__ = ["Components", "build_components"]
+__all__ = ["Components", "build_components", "make_generator"]
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Components:
     ema: object
     loss: object
     penalty: object
+    penalty_weight: object = None  # None, or the CosineValue the penalty's weight follows
+    num_classes: int = None        # a class-conditional run's classes (None: unconditional)
 
     @property
     def device(self):
@@ -58,6 +61,44 @@ def _adam(params, section):
     return Adam(params, lr=section["lr"], betas=tuple(section["betas"]), eps=section["eps"])
 
 
+def make_generator(config):
+    """The generator ``config`` describes (class-conditional when model.conditional), on the CPU,
+    its weights drawn from gpgan's global generator."""
+    mc, classes = config["model"], num_classes(config)
+    if classes is None:
+        return make_model(mc["generator"], **mc["generator_options"])
+    return make_conditional("generator", mc["generator"], classes, mc["embedding_dim"], **mc["generator_options"])
+
+
+def _lr_schedule(section, optimizer, config):
+    if section["schedule"] != "cosine":
+        return make_schedule(section["schedule"], optimizer, config["train"]["steps"])
+    return make_schedule("cosine", optimizer, final_lr=section["lr_final"] or 0.0,
+                         total_images=schedule_images(config), warmup_images=config["schedule"]["warmup_images"],
+                         images_per_step=images_per_step(config), final_beta2=section["beta2_final"])
+
+
+def _ema(generator, config):
+    ec = config["train"]["ema"]
+    if not ec["enabled"]:
+        return None
+    half_life = None
+    if ec["half_life_images"] is not None:
+        h, total = ec["half_life_images"], schedule_images(config)
+        # ramp: R3GAN's ema_scheduler, the cosine from 0 to the half-life (no warm-up)
+        half_life = CosineValue(0.0 if ec["half_life_ramp"] else h, h, total, images_per_step=images_per_step(config))
+    return EMA(generator, decay=ec["decay"], start_step=ec["start_step"], rampup=ec["rampup"], half_life=half_life,
+               images_per_step=images_per_step(config))
+
+
+def _penalty_weight(penalty, config):
+    final = config["penalty"]["weight_final"]
+    if final is None or config["penalty"]["type"] == "none":
+        return None
+    return CosineValue(penalty.weight, final, schedule_images(config), config["schedule"]["warmup_images"],
+                       images_per_step=images_per_step(config))
+
+
 def build_components(config, progress=True):
     """Build the components of ``config`` (a resolved config).
 
@@ -70,24 +111,30 @@ def build_components(config, progress=True):
     """
     tc, data, mc, oc, pc = config["train"], config["data"], config["model"], config["optim"], config["penalty"]
     seed, device = tc["seed"], config["device"]
+    classes = num_classes(config)
     loader, sampler = make_loader(
         data["name"], tc["batch_size"], seed=seed, root=data["root"], download=data["download"],
-        split=data["split"], hflip=data["hflip"], options=data["options"], progress=progress)
+        split=data["split"], hflip=data["hflip"], options=data["options"], progress=progress,
+        labels=classes is not None)
 
     gpgan.manual_seed(seed)
-    generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
-    critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
+    generator = make_generator(config).to(device)
+    if classes is None:
+        critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
+    else:
+        critic = make_conditional("critic", mc["critic"], classes, **mc["critic_options"]).to(device)
     g_opt = _adam(list(generator.parameters()), oc["generator"])
     d_opt = _adam(list(critic.parameters()), oc["critic"])
-    ec = tc["ema"]
+    penalty = make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
+                           **pc["options"])
     return Components(
         config=config, loader=loader, sampler=sampler, generator=generator, critic=critic,
         g_opt=g_opt, d_opt=d_opt,
-        g_sched=make_schedule(oc["generator"]["schedule"], g_opt, tc["steps"]),
-        d_sched=make_schedule(oc["critic"]["schedule"], d_opt, tc["steps"]),
-        ema=EMA(generator, decay=ec["decay"], start_step=ec["start_step"], rampup=ec["rampup"])
-        if ec["enabled"] else None,
+        g_sched=_lr_schedule(oc["generator"], g_opt, config),
+        d_sched=_lr_schedule(oc["critic"], d_opt, config),
+        ema=_ema(generator, config),
         loss=make_loss(config["loss"]),
-        penalty=make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
-                             **pc["options"]),
+        penalty=penalty,
+        penalty_weight=_penalty_weight(penalty, config),
+        num_classes=classes,
     )

@@ -12,7 +12,8 @@ from gpgan.schema import ConfigError, Field, Schema, closest, diff_configs, get_
 __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
     "parse_override", "default_config", "diff_configs", "get_key", "config_reference_markdown",
-    "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES",
+    "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
+    "num_classes", "CONDITIONAL_PENALTIES",
 ]
 
 
@@ -54,8 +55,14 @@ def _optimizer_section(who, lr, betas):
         "betas": Field("floats", betas, f"Adam (beta1, beta2) of the {who}", length=2,
                        minimum=0, maximum=1, exclusive_max=True),
         "eps": Field("float", 1e-8, f"Adam epsilon of the {who}", minimum=0, exclusive_min=True),
-        "schedule": Field("str", "constant", f"learning-rate schedule of the {who} over train.steps "
-                          "generator steps ('linear' decays to 0)", choices=["constant", "linear"]),
+        "schedule": Field("str", "constant", f"learning-rate schedule of the {who}: 'linear' decays to 0 over "
+                          "train.steps generator steps; 'cosine' is R3GAN's cosine in images seen, to lr_final "
+                          "(schedule section)", choices=["constant", "linear", "cosine"]),
+        "lr_final": Field("float", None, f"schedule 'cosine': the {who}'s final learning rate; null: 0",
+                          nullable=True, minimum=0),
+        "beta2_final": Field("float", None, f"schedule 'cosine': Adam's beta2 of the {who} follows the cosine "
+                             "from betas[1] to this (no warm-up); null: constant", nullable=True, minimum=0,
+                             maximum=1, exclusive_max=True),
     }
 
 
@@ -69,15 +76,26 @@ SCHEMA = {
         "critic": Field("str", "mlp_critic", "critic architecture (gpgan.models.make_model name)",
                         choices=_model_names),
         "critic_options": Field("dict", {}, "keyword options of the critic"),
+        "conditional": Field("bool", False, "class-conditional training: labels from the data set, the "
+                             "generator conditioned by a label embedding joined to z, the critic by projection "
+                             "(Miyato and Koyama 2018) on its features; cifar10 only"),
+        "num_classes": Field("int", None, "conditional: the number of classes; null: the data set's (10 for "
+                             "cifar10)", nullable=True, minimum=1),
+        "embedding_dim": Field("int", None, "conditional: the width of the generator's label embedding; null: "
+                               "the generator's latent_dim (R3GAN)", nullable=True, minimum=1),
     },
     "loss": Field("str", "non_saturating", "adversarial loss (gpgan.losses.make_loss name)", choices=_loss_names),
     "penalty": {
         "type": Field("str", "none", "gradient penalty (gpgan.losses.make_penalty name)", choices=_penalty_names),
         "weight": Field("float", None, "penalty weight: lambda (wgan_gp, dragan, lp) or gamma (r1, r2, "
-                        "zero_gp: gamma / 2 * E||g||^2); null takes the penalty's default (10)",
+                        "zero_gp: gamma / 2 * E||g||^2; r1r2: gamma / 2 * (E||g_real||^2 + "
+                        "E||g_fake||^2)); null takes the penalty's default (10)",
                         nullable=True, minimum=0),
         "center": Field("float", None, "target gradient norm; null takes the penalty's own default "
-                        "(1 for wgan_gp/lp, 0 for r1/r2/zero_gp)", nullable=True, minimum=0),
+                        "(1 for wgan_gp/lp, 0 for r1/r2/r1r2/zero_gp)", nullable=True, minimum=0),
+        "weight_final": Field("float", None, "the weight follows the cosine in images seen (schedule section) "
+                              "from penalty.weight to this (R3GAN: 0.05 -> 0.005); null: constant",
+                              nullable=True, minimum=0),
         "interval": Field("int", 1, "lazy regularization: apply the penalty every N critic steps "
                           "(scaled by N, as in StyleGAN2)", minimum=1),
         "options": Field("dict", {}, "extra keyword options of make_penalty"),
@@ -110,6 +128,12 @@ SCHEMA = {
             "rampup": Field("bool", True, "ramp the decay up as averaging starts: the n-th averaging "
                             "update (n from 0) uses min(decay, (1 + n) / (10 + n)), so that a short run's "
                             "average is not its initial weights; false: decay from the first update"),
+            "half_life_images": Field("float", None, "R3GAN's EMA: the average's half-life in images seen, "
+                                      "decay = 0.5 ** (images per step / half-life) in place of train.ema.decay; "
+                                      "null: train.ema.decay", nullable=True, minimum=0, exclusive_min=True),
+            "half_life_ramp": Field("bool", False, "with half_life_images: the half-life rises from 0 along the "
+                                    "cosine of the schedule section (R3GAN: to 5M images over 20M); R3GAN's "
+                                    "configs set rampup false, this being their ramp"),
         },
         "log_interval": Field("int", 10, "write metrics.jsonl / TensorBoard scalars every N steps", minimum=1),
         "sample_interval": Field("int", 500, "write samples/step_N.png every N steps (0: only final.png)",
@@ -128,6 +152,14 @@ SCHEMA = {
                            "eval_samples)", minimum=1),
         "stop_after": Field("int", None, "stop as if interrupted (checkpoint, exit 130) after this "
                             "step; for tests and scheduled jobs", nullable=True, minimum=1),
+    },
+    "schedule": {
+        "total_images": Field("float", None, "length in images seen of the cosine schedules (optim.*.schedule "
+                              "'cosine', penalty.weight_final, train.ema.half_life_ramp); images seen = generator "
+                              "steps x train.batch_size x train.critic_steps; null: the whole run", nullable=True,
+                              minimum=0, exclusive_min=True),
+        "warmup_images": Field("float", 0, "the cosine's warm-up of the learning rates and the penalty weight: "
+                               "linear from 0 over these images", minimum=0),
     },
     "data": {
         "name": Field("str", "grid25", "data set: cifar10, image_folder, or a toy 2-D data set "
@@ -235,7 +267,82 @@ def _check_precision(config):
     return []
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_precision])
+def images_per_step(config):
+    """Images the critic sees per generator step: the unit of the schedules in images."""
+    return config["train"]["batch_size"] * config["train"]["critic_steps"]
+
+
+def schedule_images(config):
+    """The length in images of the cosine schedules: schedule.total_images, or the whole run."""
+    total = config["schedule"]["total_images"]
+    return float(total) if total is not None else float(config["train"]["steps"] * images_per_step(config))
+
+
+def _check_schedules(config):
+    """Cosine-only keys only with the cosine; a warm-up shorter than the schedule."""
+    errors = []
+    for who in ("generator", "critic"):
+        section = config["optim"][who]
+        for key in ("lr_final", "beta2_final"):
+            if section[key] is not None and section["schedule"] != "cosine":
+                errors.append(f"optim.{who}.{key} is set but optim.{who}.schedule is {section['schedule']!r}; "
+                              "it takes effect with schedule 'cosine'")
+    if config["schedule"]["warmup_images"] >= schedule_images(config):
+        errors.append(f"schedule.warmup_images {config['schedule']['warmup_images']:g} must be below the schedule's "
+                      f"length ({schedule_images(config):g} images)")
+    if config["penalty"]["weight_final"] is not None and config["penalty"]["type"] == "none":
+        errors.append("penalty.weight_final is set but penalty.type is 'none'; it schedules a penalty's weight")
+    if config["train"]["ema"]["half_life_images"] is not None and not config["train"]["ema"]["enabled"]:
+        errors.append("train.ema.half_life_images is set but train.ema.enabled is false")
+    if config["train"]["ema"]["half_life_ramp"] and config["train"]["ema"]["half_life_images"] is None:
+        errors.append("train.ema.half_life_ramp needs train.ema.half_life_images (the half-life it rises to)")
+    return errors
+
+
+#: penalties whose points are the critic loss's own, so they see each sample with its label
+CONDITIONAL_PENALTIES = ("none", "r1", "r2", "r1r2")
+
+
+def _check_conditional(config):
+    """Labels to condition on, a penalty at labelled points, a critic with features to project on."""
+    if not config["model"]["conditional"]:
+        return []
+    from gpgan.data import LABELED_DATASETS
+    from gpgan.models import MODELS
+    errors = []
+    if config["data"]["name"] not in LABELED_DATASETS:
+        errors.append(f"model.conditional needs class labels, but data.name {config['data']['name']!r} has none; "
+                      f"accepted: {', '.join(LABELED_DATASETS)}")
+    if config["penalty"]["type"] not in CONDITIONAL_PENALTIES:
+        errors.append(f"penalty.type {config['penalty']['type']!r} takes its gradient at points without a label; "
+                      f"with model.conditional the accepted ones are {', '.join(CONDITIONAL_PENALTIES)}")
+    cls = MODELS.get(config["model"]["critic"])
+    if cls is not None and not (hasattr(cls, "features") and hasattr(cls, "logits")):
+        accepted = [n for n, c in MODELS.items() if hasattr(c, "features") and hasattr(c, "logits")]
+        errors.append(f"model.conditional: critic {config['model']['critic']!r} has no feature map to project the "
+                      f"labels on; accepted: {', '.join(accepted)}")
+    return errors
+
+
+def num_classes(config):
+    """The classes of a conditional run (model.num_classes, else the data set's), or None."""
+    if not config["model"]["conditional"]:
+        return None
+    from gpgan.data import LABELED_DATASETS
+    return config["model"]["num_classes"] or LABELED_DATASETS.get(config["data"]["name"])
+
+
+def _check_pairing(config):
+    """A pairing loss (rpgan) pairs the generator step's fakes with a critic batch of reals by index."""
+    tc = config["train"]
+    if config["loss"] == "rpgan" and tc["generator_batch_size"] not in (None, tc["batch_size"]):
+        return [f"train.generator_batch_size {tc['generator_batch_size']}: loss 'rpgan' pairs each generated "
+                f"sample with a real one, so it must equal train.batch_size ({tc['batch_size']}) or be null"]
+    return []
+
+
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing, _check_schedules,
+                                       _check_conditional, _check_precision])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

@@ -2,7 +2,10 @@
 
 Per generator step, for each of its ``critic_steps`` critic steps: a real batch from the loader,
 then the latent noise of the fake batch, then (on penalized critic steps) the penalty's random
-numbers; after them the generator step's noise. Noise and penalty numbers come from one NumPy
+numbers; after them, for a loss that pairs the generator's fakes with reals (rpgan), a real batch
+of the generator step's own (as R3GAN's loop fetches one for each phase), then the generator
+step's noise. A class-conditional run takes each real batch's labels from the loader and draws
+the labels of each fake batch uniformly over the classes right after its noise. Noise and penalty numbers come from one NumPy
 generator (saved in checkpoints as ``"trainer"``); the loader has its own state. Drawing a whole
 step up front changes nothing in these streams, and lets the step run on the device without
 coming back to the host.
@@ -27,27 +30,46 @@ def is_penalized(critic_step, interval):
 @dataclass
 class CriticInputs:
     """One critic step's inputs: ``real`` (B, ...) data, ``noise`` (B, latent) and the penalty's
-    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized)."""
+    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized); in a
+    conditional run the int64 (B,) ``labels`` of the reals and ``fake_labels`` of the fakes."""
 
     real: object
     noise: object
     draws: dict = None
+    labels: object = None
+    fake_labels: object = None
 
 
 @dataclass
 class StepInputs:
-    """One generator step's inputs: its critic steps' and the generator batch's ``noise``."""
+    """One generator step's inputs: its critic steps', the generator batch's ``noise`` and, for a
+    pairing loss, the generator step's ``real`` batch (None otherwise); in a conditional run the
+    fakes' ``labels`` and the reals' ``real_labels``."""
 
     critic: list = field(default_factory=list)
     noise: object = None
+    real: object = None
+    labels: object = None
+    real_labels: object = None
 
     def map(self, fn):
         """A copy with ``fn`` applied to every array (e.g. a move to the device, or a slice)."""
+        opt = lambda a: None if a is None else fn(a)  # noqa: E731
         return StepInputs(
             critic=[CriticInputs(fn(c.real), fn(c.noise),
-                                 None if c.draws is None else {k: fn(v) for k, v in c.draws.items()})
+                                 None if c.draws is None else {k: fn(v) for k, v in c.draws.items()},
+                                 opt(c.labels), opt(c.fake_labels))
                     for c in self.critic],
-            noise=fn(self.noise))
+            noise=fn(self.noise), real=opt(self.real), labels=opt(self.labels), real_labels=opt(self.real_labels))
+
+    def arrays(self):
+        """Every array, in one fixed order (None skipped): for copying into a captured step's inputs."""
+        out = [self.noise, self.real, self.labels, self.real_labels]
+        for c in self.critic:
+            out += [c.real, c.noise, c.labels, c.fake_labels]
+            if c.draws is not None:
+                out += [c.draws[k] for k in sorted(c.draws)]
+        return [a for a in out if a is not None]
 
 
 class InputFeed:
@@ -60,9 +82,12 @@ class InputFeed:
         latent_dim: the generator's input size.
         batch_size: critic batch size; generator_batch_size: the generator step's (None: the same).
         critic_steps: critic steps per generator step.
+        generator_reals: draw a real batch for the generator step too (a pairing loss).
+        num_classes: None, or the classes of a conditional run (the loader gives labels).
     """
 
-    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps):
+    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps,
+                 generator_reals=False, num_classes=None):
         self.loader = loader
         self.rng = rng
         self.penalty = penalty
@@ -70,6 +95,18 @@ class InputFeed:
         self.batch_size = int(batch_size)
         self.generator_batch_size = int(generator_batch_size or batch_size)
         self.critic_steps = int(critic_steps)
+        self.generator_reals = bool(generator_reals)
+        self.num_classes = num_classes
+
+    def _real(self):
+        """A real batch and its labels (None when unconditional)."""
+        if self.num_classes is None:
+            return self.loader.next(), None
+        return self.loader.next_with_labels()
+
+    def _labels(self, n):
+        """Uniform class labels for n fakes (None when unconditional)."""
+        return None if self.num_classes is None else self.rng.integers(self.num_classes, size=n, dtype=numpy.int64)
 
     def noise(self, n):
         return self.rng.standard_normal((n, self.latent_dim)).astype(numpy.float32)
@@ -78,13 +115,17 @@ class InputFeed:
         """The CPU inputs of generator step ``step`` (0-based: the number of steps done before)."""
         inputs = StepInputs()
         for j in range(self.critic_steps):
-            real = self.loader.next()
+            real, labels = self._real()
             noise = self.noise(self.batch_size)
+            fake_labels = self._labels(self.batch_size)
             draws = None
             if self.penalty is not None and is_penalized(step * self.critic_steps + j, self.penalty.interval):
                 draws = self.penalty.draw(self.rng, real)
-            inputs.critic.append(CriticInputs(real, noise, draws))
+            inputs.critic.append(CriticInputs(real, noise, draws, labels, fake_labels))
+        if self.generator_reals:
+            inputs.real, inputs.real_labels = self._real()
         inputs.noise = self.noise(self.generator_batch_size)
+        inputs.labels = self._labels(self.generator_batch_size)
         return inputs
 
     def next(self, step, device):

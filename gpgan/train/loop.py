@@ -98,7 +98,8 @@ class Trainer:
         penalty = self.parts.penalty if config["penalty"]["type"] != "none" else None
         self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
-                              tc["critic_steps"])
+                              tc["critic_steps"], generator_reals=self.parts.loss.pairs_real,
+                              num_classes=self.parts.num_classes)
         self.monitor = Monitor(self.parts, run, images=self.image_metrics)
         computes_fid = self.image_metrics is not None and "fid" in self.image_metrics.names
         self.best_metric = tc["best_metric"] or ("eval/fid" if computes_fid else "eval/reverse_kl")
@@ -106,6 +107,7 @@ class Trainer:
         self.wall_time = 0.0
         self.last = {}          # the latest value of each step output (device scalars or floats)
         self._last_batch = None
+        self._last_labels = (None, None)
         self._interrupt = None
 
     @property
@@ -127,6 +129,7 @@ class Trainer:
         result = self.step_fn(self.feed.next(self.step, self.parts.device))
         self.last.update(result.values)
         self._last_batch = (result.real, result.fake)
+        self._last_labels = result.labels
 
     # -- state --------------------------------------------------------------------------------
     def _state(self):
@@ -250,7 +253,8 @@ class Trainer:
             if log:
                 now = time.perf_counter()
                 record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
-                                             (now - last_time) / max(1, step - last_step))
+                                             (now - last_time) / max(1, step - last_step),
+                                             labels=self._last_labels)
                 last_time, last_step = now, step
                 bar.set_postfix(_progress(record, self.monitor.latest_eval), refresh=False)
             if sample:

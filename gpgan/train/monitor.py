@@ -9,7 +9,11 @@ a run with image metrics trains exactly as the same run without them.
 metrics.jsonl holds one record per logged step::
 
     step, loss/critic, loss/generator, penalty, penalty/term, grad_norm/real, grad_norm/fake,
-    lr/generator, lr/critic [, eval/..., eval_std/...], time_per_step
+    lr/generator, lr/critic [, schedule/...] [, eval/..., eval_std/...], time_per_step
+
+The ``schedule/`` keys are the numbers that R3GAN's schedules move, where a run schedules them:
+``schedule/penalty_weight``, ``schedule/beta2_generator``, ``schedule/beta2_critic`` and
+``schedule/ema_half_life_images`` (the values the next step uses).
 
 ``time_per_step`` (seconds per generator step since the previous record) is the only key that
 depends on the machine's speed (:data:`TIMING_KEYS`).
@@ -21,7 +25,7 @@ import numpy
 
 from gpgan.losses import gradient_norm
 from gpgan.metrics import is_better, mode_metrics
-from gpgan.train.sampling import batches, generate
+from gpgan.train.sampling import batches, class_grid, generate
 
 __all__ = ["Monitor", "TIMING_KEYS"]
 
@@ -95,11 +99,12 @@ class Monitor:
             finally:
                 generator.train(was_training)
 
-    def generate(self, noise, use_ema=True):
+    def generate(self, noise, labels=None, use_ema=True):
         """Generator output (NumPy) for ``noise`` (NumPy) in eval mode, from the EMA weights when
-        kept and ``use_ema``, else from the raw weights."""
+        kept and ``use_ema``, else from the raw weights (``labels``: a conditional generator's
+        classes)."""
         with self._sampling_generator(use_ema) as generator:
-            return generate(generator, noise, self.parts.device)
+            return generate(generator, noise, self.parts.device, labels=labels)
 
     @property
     def evaluates(self):
@@ -133,15 +138,16 @@ class Monitor:
         path = self.run.sample_path(None if final else step)
         if not self.writes:
             return path
-        out = self.generate(self.fixed_noise)
+        n, classes = len(self.fixed_noise), self.parts.num_classes
+        labels, cols = (None, max(1, int(math.ceil(math.sqrt(n))))) if classes is None else class_grid(n, classes)
+        out = self.generate(self.fixed_noise, labels)
         if self.parts.is_toy:
             scatter_samples(path, self.fixed_real, out, title=self._sample_title(step))
         else:
             panels = [("raw weights", out)]
             if self.parts.ema is not None:
-                panels = [("raw weights", self.generate(self.fixed_noise, use_ema=False)), ("EMA weights", out)]
-            nrow = max(1, int(math.ceil(math.sqrt(len(out)))))
-            save_picture(path, grid_picture(panels, nrow, caption=f"step {step}"))
+                panels = [("raw weights", self.generate(self.fixed_noise, labels, use_ema=False)), ("EMA weights", out)]
+            save_picture(path, grid_picture(panels, cols, caption=f"step {step}"))  # conditional: a row per class
         if self.writer is not None:
             from PIL import Image
 
@@ -160,22 +166,41 @@ class Monitor:
         return title
 
     # -- metrics records -------------------------------------------------------------------------
-    def record(self, step, last, real, fake, evaluation, time_per_step):
+    def _scheduled(self, step):
+        """The ``schedule/`` keys of the numbers this run schedules, at ``step`` steps done."""
+        parts, out = self.parts, {}
+        if parts.penalty_weight is not None:
+            out["schedule/penalty_weight"] = parts.penalty_weight.value_at(step)
+        for who, sched in (("generator", parts.g_sched), ("critic", parts.d_sched)):
+            if getattr(sched, "beta2_curve", None) is not None:
+                out[f"schedule/beta2_{who}"] = sched.beta2_at(step)
+        half_life = getattr(parts.ema, "half_life", None)
+        if half_life is not None:
+            out["schedule/ema_half_life_images"] = half_life.value_at(step)
+        return out
+
+    def record(self, step, last, real, fake, evaluation, time_per_step, labels=(None, None)):
         """Build, append and return the metrics record of ``step``.
 
         ``last``: the latest value of each step output (device scalars or floats); ``real`` and
-        ``fake``: the last critic batch, whose input-gradient norms are logged.
+        ``fake``: the last critic batch, whose input-gradient norms are logged (``labels``: a
+        conditional run's labels of the two, which its critic reads).
         """
         record = {"step": step}
         record["loss/critic"] = float(last["loss/critic"])
         record["loss/generator"] = float(last["loss/generator"])
         record["penalty"] = float(last.get("penalty", 0.0))
         record["penalty/term"] = float(last.get("penalty/term", 0.0))
-        norms = {"grad_norm/real": gradient_norm(self.parts.critic, real),
-                 "grad_norm/fake": gradient_norm(self.parts.critic, fake)}
+        critic = self.parts.critic
+        real_labels, fake_labels = labels or (None, None)
+        norms = {"grad_norm/real": gradient_norm(critic if real_labels is None else
+                                                 (lambda x: critic(x, real_labels)), real),
+                 "grad_norm/fake": gradient_norm(critic if fake_labels is None else
+                                                 (lambda x: critic(x, fake_labels)), fake)}
         record.update(self.average(norms) if self.average is not None else norms)
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
+        record.update(self._scheduled(step))
         record.update(evaluation)
         record["time_per_step"] = time_per_step
         if not self.writes:

@@ -7,11 +7,10 @@ import numpy
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import to_device
 from gpgan.checkpoint import load_checkpoint
-from gpgan.models import make_model
 from gpgan.optim import EMA
 from gpgan.train.run import RunFolder
 
-__all__ = ["resolve_source", "skipped_note", "load_generator", "batches", "generate", "DEFAULT_BATCH"]
+__all__ = ["resolve_source", "skipped_note", "load_generator", "batches", "generate", "class_grid", "DEFAULT_BATCH"]
 
 #: generator outputs computed at once when drawing many samples
 DEFAULT_BATCH = 500
@@ -60,9 +59,10 @@ def load_generator(run, checkpoint, use_ema=None, device="cpu"):
 
     ``use_ema``: None takes the EMA when the run kept one.
     """
+    from gpgan.train.build import make_generator
+
     config = run.read_config()
-    mc = config["model"]
-    generator = make_model(mc["generator"], **mc["generator_options"]).to(device)
+    generator = make_generator(config).to(device)
     has_ema = config["train"]["ema"]["enabled"]
     if use_ema is None:
         use_ema = has_ema
@@ -77,15 +77,27 @@ def load_generator(run, checkpoint, use_ema=None, device="cpu"):
     return generator, config, use_ema
 
 
-def batches(generator, noise, device="cpu", batch_size=DEFAULT_BATCH):
+def batches(generator, noise, device="cpu", batch_size=DEFAULT_BATCH, labels=None):
     """Yield the generator's output (NumPy, float32) for ``noise`` (N, latent), ``batch_size``
-    rows at a time, without recording a graph: memory stays bounded by one batch."""
+    rows at a time, without recording a graph: memory stays bounded by one batch. ``labels``:
+    a conditional generator's classes (N,) ints; None lets it take its own (``i mod K`` per batch)."""
     noise = numpy.asarray(noise, dtype=numpy.float32)
     with no_grad():
         for start in range(0, len(noise), batch_size):
-            yield generator(Variable(to_device(noise[start:start + batch_size], device))).numpy()
+            z = Variable(to_device(noise[start:start + batch_size], device))
+            if labels is None:
+                yield generator(z).numpy()
+            else:
+                yield generator(z, to_device(numpy.asarray(labels[start:start + batch_size]), device)).numpy()
 
 
-def generate(generator, noise, device="cpu", batch_size=DEFAULT_BATCH):
+def generate(generator, noise, device="cpu", batch_size=DEFAULT_BATCH, labels=None):
     """All of :func:`batches`' output, concatenated: (N, ...) float32."""
-    return numpy.concatenate(list(batches(generator, noise, device, batch_size)))
+    return numpy.concatenate(list(batches(generator, noise, device, batch_size, labels)))
+
+
+def class_grid(n, num_classes):
+    """``(labels, columns)`` of a grid of ``n`` images with one row per class: ``num_classes``
+    rows of ``ceil(n / num_classes)`` images, row r of class r (the last row may be short)."""
+    cols = max(1, -(-n // num_classes))
+    return numpy.arange(n) // cols % num_classes, cols

@@ -53,6 +53,7 @@ class StepResult:
     values: dict
     real: object
     fake: object
+    labels: tuple = (None, None)  # a conditional run's labels of ``real`` and ``fake``
 
 
 @dataclass
@@ -146,7 +147,7 @@ class TrainingStep:
         ema = self.parts.ema
         return (tuple((c.real.shape, c.noise.shape, None if c.draws is None else
                        tuple((k, v.shape) for k, v in sorted(c.draws.items()))) for c in inputs.critic),
-                inputs.noise.shape, ema is not None and self.step + 1 < ema.start_step)
+                tuple(a.shape for a in inputs.arrays()), ema is not None and self.step + 1 < ema.start_step)
 
     def _run(self, inputs):
         with matmul_precision(self.precision):
@@ -156,18 +157,25 @@ class TrainingStep:
         values = {}
         real = fake = None
         self._step_number = host_effect(self._number_of_step)
+        host_effect(self._set_penalty_weight)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
-        self._generator_update(inputs.noise, values)
+        self._generator_update(inputs.noise, values, inputs.real, inputs.labels, inputs.real_labels)
         host_effect(self._count_step)
         if self.parts.ema is not None:
             self.parts.ema.update(self.step)
         host_effect(self._advance_schedules)
-        return StepResult(values, real, fake)
+        last = inputs.critic[-1]
+        return StepResult(values, real, fake, (last.labels, last.fake_labels))
 
     # host effects (run again before each replay of a captured step)
     def _number_of_step(self):
         return host_number(self.step + 1, numpy.float64)
+
+    def _set_penalty_weight(self):
+        """The scheduled penalty weight for the images seen before this step (R3GAN's gamma)."""
+        if self.parts.penalty_weight is not None:
+            self.penalty.weight = self.parts.penalty_weight.value_at(self.step)
 
     def _count_step(self):
         self.step += 1
@@ -178,25 +186,35 @@ class TrainingStep:
 
     def _critic_update(self, j, inputs, values):
         with no_grad():
-            fake_data = self.generator(Variable(inputs.noise)).data
-        # R1 and R2 differentiate the critic at the loss's own points: then those points are
-        # leaves that require grad and the loss's forward serves the penalty too.
+            fake_data = self.generator(Variable(inputs.noise), *_given(inputs.fake_labels)).data
+        # R1 and R2 (and r1r2, both) differentiate the critic at the loss's own points: then those
+        # points are leaves that require grad and the loss's forward serves the penalty too.
         shared = self.penalty.shared_points if inputs.draws is not None else None
-        real = Variable(inputs.real, requires_grad=shared == "real")
-        fake = Variable(fake_data, requires_grad=shared == "fake")
-        d_real, d_fake = self.critic(real), self.critic(fake)
+        shared_names = shared.split("+") if shared else ()
+        real = Variable(inputs.real, requires_grad="real" in shared_names)
+        fake = Variable(fake_data, requires_grad="fake" in shared_names)
+        d_real = self.critic(real, *_given(inputs.labels))
+        d_fake = self.critic(fake, *_given(inputs.fake_labels))
         loss = self.loss.critic_loss(d_real, d_fake)
         total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
-            forward = {"real": (real, d_real), "fake": (fake, d_fake)}.get(shared)
+            forward = {"real": (real, d_real), "fake": (fake, d_fake),
+                       "real+fake": ((real, d_real), (fake, d_fake))}.get(shared)
             pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws, forward=forward)
             total = loss + pen
             computed["penalty"], computed["penalty/term"] = pen.data, term.data
         values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
         return real.data, fake.data
 
-    def _generator_update(self, noise, values):
-        loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))))
+    def _generator_update(self, noise, values, real=None, labels=None, real_labels=None):
+        """``real``: the generator step's real batch, which a pairing loss (rpgan) reads; ``labels``
+        and ``real_labels``: a conditional run's labels of the fakes and of those reals."""
+        d_real = None
+        if self.loss.pairs_real:
+            with no_grad():  # a constant for the generator: its gradient reaches only D(fake)
+                d_real = self.critic(Variable(real), *_given(real_labels))
+        fake = self.generator(Variable(noise), *_given(labels))
+        loss = self.loss.generator_loss(self.critic(fake, *_given(labels)), d_real)
         values.update(self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
                                   {"loss/generator": loss.data}))
 
@@ -261,12 +279,12 @@ class TrainingStep:
                      bad=int(record[4]), parameters=int(record[5]))
 
 
+def _given(labels):
+    """The extra arguments of a model call: ``(labels,)`` in a conditional run, else none."""
+    return () if labels is None else (labels,)
+
+
 def _copy_inputs(inputs, fixed):
     """Copy the arrays of ``inputs`` into the same-shaped arrays of ``fixed`` (both StepInputs)."""
-    pairs = [(inputs.noise, fixed.noise)]
-    for c, f in zip(inputs.critic, fixed.critic):
-        pairs += [(c.real, f.real), (c.noise, f.noise)]
-        if c.draws is not None:
-            pairs += [(c.draws[k], f.draws[k]) for k in c.draws]
-    for source, target in pairs:
+    for source, target in zip(inputs.arrays(), fixed.arrays()):
         target[...] = source
