@@ -3,6 +3,7 @@ learning-rate schedules, the generator's EMA, the adversarial loss and the gradi
 from dataclasses import dataclass
 
 import gpgan
+from gpgan.augment import make_augment
 from gpgan.data import is_toy, make_loader
 from gpgan.losses import make_loss, make_penalty
 from gpgan.models import make_model
@@ -16,7 +17,8 @@ class Components:
     """Everything a config describes, built and on its device.
 
     ``loader`` yields CPU batches (``next()``, resumable ``state_dict()``); ``sampler`` is the toy
-    distribution (None for images); ``ema`` is None when disabled.
+    distribution (None for images); ``ema`` is None when disabled; ``augment`` is the augmentation
+    of the images the critic sees (:mod:`gpgan.augment`), None without one.
     """
 
     config: dict
@@ -31,6 +33,7 @@ class Components:
     ema: object
     loss: object
     penalty: object
+    augment: object = None
 
     @property
     def device(self):
@@ -89,4 +92,5 @@ def build_components(config, progress=True):
         loss=make_loss(config["loss"]),
         penalty=make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
                              **pc["options"]),
+        augment=make_augment(config["augment"], device),
     )

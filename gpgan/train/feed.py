@@ -2,7 +2,8 @@
 
 Per generator step, for each of its ``critic_steps`` critic steps: a real batch from the loader,
 then the latent noise of the fake batch, then (on penalized critic steps) the penalty's random
-numbers; after them the generator step's noise. Noise and penalty numbers come from one NumPy
+numbers, then (with an augmentation) the augmentation's numbers of the real batch and of the fake
+batch; after them the generator step's noise and its fake batch's augmentation numbers. Noise and penalty numbers come from one NumPy
 generator (saved in checkpoints as ``"trainer"``); the loader has its own state. Drawing a whole
 step up front changes nothing in these streams, and lets the step run on the device without
 coming back to the host.
@@ -26,28 +27,41 @@ def is_penalized(critic_step, interval):
 
 @dataclass
 class CriticInputs:
-    """One critic step's inputs: ``real`` (B, ...) data, ``noise`` (B, latent) and the penalty's
-    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized)."""
+    """One critic step's inputs: ``real`` (B, ...) data, ``noise`` (B, latent), the penalty's
+    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized) and the
+    augmentation's numbers of the real and the fake batch (``augment.draw``'s dicts; None without
+    an augmentation)."""
 
     real: object
     noise: object
     draws: dict = None
+    augment_real: dict = None
+    augment_fake: dict = None
+
+    def arrays(self):
+        """``[(name, array)]`` of every input array, in a fixed order."""
+        named = [("real", self.real), ("noise", self.noise)]
+        for group in ("draws", "augment_real", "augment_fake"):
+            named += [(f"{group}/{k}", v) for k, v in sorted((getattr(self, group) or {}).items())]
+        return named
 
 
 @dataclass
 class StepInputs:
-    """One generator step's inputs: its critic steps' and the generator batch's ``noise``."""
+    """One generator step's inputs: its critic steps', the generator batch's ``noise`` and the
+    augmentation's numbers of its fake batch (``augment``; None without an augmentation)."""
 
     critic: list = field(default_factory=list)
     noise: object = None
+    augment: dict = None
 
     def map(self, fn):
         """A copy with ``fn`` applied to every array (e.g. a move to the device, or a slice)."""
+        each = lambda d: None if d is None else {k: fn(v) for k, v in d.items()}  # noqa: E731
         return StepInputs(
-            critic=[CriticInputs(fn(c.real), fn(c.noise),
-                                 None if c.draws is None else {k: fn(v) for k, v in c.draws.items()})
+            critic=[CriticInputs(fn(c.real), fn(c.noise), each(c.draws), each(c.augment_real), each(c.augment_fake))
                     for c in self.critic],
-            noise=fn(self.noise))
+            noise=fn(self.noise), augment=each(self.augment))
 
 
 class InputFeed:
@@ -60,9 +74,11 @@ class InputFeed:
         latent_dim: the generator's input size.
         batch_size: critic batch size; generator_batch_size: the generator step's (None: the same).
         critic_steps: critic steps per generator step.
+        augment: the augmentation (``draw(rng, x)``); None: none.
     """
 
-    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps):
+    def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps,
+                 augment=None):
         self.loader = loader
         self.rng = rng
         self.penalty = penalty
@@ -70,6 +86,7 @@ class InputFeed:
         self.batch_size = int(batch_size)
         self.generator_batch_size = int(generator_batch_size or batch_size)
         self.critic_steps = int(critic_steps)
+        self.augment = augment
 
     def noise(self, n):
         return self.rng.standard_normal((n, self.latent_dim)).astype(numpy.float32)
@@ -83,8 +100,15 @@ class InputFeed:
             draws = None
             if self.penalty is not None and is_penalized(step * self.critic_steps + j, self.penalty.interval):
                 draws = self.penalty.draw(self.rng, real)
-            inputs.critic.append(CriticInputs(real, noise, draws))
+            critic = CriticInputs(real, noise, draws)
+            if self.augment is not None:  # the fake batch has the real one's shape and dtype
+                critic.augment_real = self.augment.draw(self.rng, real)
+                critic.augment_fake = self.augment.draw(self.rng, real)
+            inputs.critic.append(critic)
         inputs.noise = self.noise(self.generator_batch_size)
+        if self.augment is not None:
+            shape = (self.generator_batch_size,) + real.shape[1:]
+            inputs.augment = self.augment.draw(self.rng, numpy.empty(shape, dtype=real.dtype))
         return inputs
 
     def next(self, step, device):

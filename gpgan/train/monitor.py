@@ -9,7 +9,10 @@ a run with image metrics trains exactly as the same run without them.
 metrics.jsonl holds one record per logged step::
 
     step, loss/critic, loss/generator, penalty, penalty/term, grad_norm/real, grad_norm/fake,
-    lr/generator, lr/critic [, eval/..., eval_std/...], time_per_step
+    lr/generator, lr/critic [, augment/p, augment/rt] [, eval/..., eval_std/...], time_per_step
+
+``augment/p`` and ``augment/rt`` (ADA only): the probability of each op after the step, and the
+last adjustment's ``r_t = E[sign(D(real))]`` (null before the first, and when p does not adapt).
 
 ``time_per_step`` (seconds per generator step since the previous record) is the only key that
 depends on the machine's speed (:data:`TIMING_KEYS`).
@@ -27,6 +30,8 @@ __all__ = ["Monitor", "TIMING_KEYS"]
 
 #: keys of metrics.jsonl whose values depend on timing (excluded when comparing runs)
 TIMING_KEYS = ("time_per_step",)
+#: the augmentation's keys (ADA's probability and r_t), when the step reports them
+AUGMENT_KEYS = ("augment/p", "augment/rt")
 
 
 def _make_writer(logdir, purge_step=None):
@@ -168,6 +173,10 @@ class Monitor:
         record.update(self.average(norms) if self.average is not None else norms)
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
+        for key in AUGMENT_KEYS:
+            if key in last:
+                value = float(last[key])
+                record[key] = value if math.isfinite(value) else None
         record.update(evaluation)
         record["time_per_step"] = time_per_step
         if not self.writes:
@@ -175,7 +184,7 @@ class Monitor:
         self.run.append_metrics(record)
         if self.writer is not None:
             for key, value in record.items():
-                if key != "step" and math.isfinite(value):
+                if key != "step" and value is not None and math.isfinite(value):
                     self.writer.add_scalar(key, value, step)
         return record
 

@@ -105,6 +105,10 @@ class TrainingStep:
         self.g_params = list(self.generator.parameters())
         self.d_params = list(self.critic.parameters())
         self.loss, self.penalty = parts.loss, parts.penalty
+        # The augmentation (None: none), and whether a penalty on the loss's own points
+        # differentiates at the un-augmented images, through the augmentation.
+        self.augment = getattr(parts, "augment", None)
+        self.through_augment = self.augment is not None and parts.config["augment"]["penalty_points"] == "unaugmented"
         self.fault = None
         self._ok = None  # 0-d bool on the device: no fault so far
 
@@ -140,17 +144,22 @@ class TrainingStep:
     def _kind(self, inputs):
         """What a captured step depends on besides its inputs' values."""
         ema = self.parts.ema
-        return (tuple((c.real.shape, c.noise.shape, None if c.draws is None else
-                       tuple((k, v.shape) for k, v in sorted(c.draws.items()))) for c in inputs.critic),
-                inputs.noise.shape, ema is not None and self.step + 1 < ema.start_step)
+        return (tuple(tuple((k, v.shape) for k, v in c.arrays()) for c in inputs.critic),
+                inputs.noise.shape, None if inputs.augment is None else
+                tuple((k, v.shape) for k, v in sorted(inputs.augment.items())),
+                ema is not None and self.step + 1 < ema.start_step)
 
     def _run(self, inputs):
         values = {}
         real = fake = None
         self._step_number = host_effect(self._number_of_step)
+        if self.augment is not None:
+            self.augment.begin_step(lambda: self.step)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
-        self._generator_update(inputs.noise, values)
+        self._generator_update(inputs.noise, values, inputs.augment)
+        if self.augment is not None:
+            values.update(self.augment.log_values())
         host_effect(self._count_step)
         if self.parts.ema is not None:
             self.parts.ema.update(self.step)
@@ -174,9 +183,10 @@ class TrainingStep:
         # R1 and R2 differentiate the critic at the loss's own points: then those points are
         # leaves that require grad and the loss's forward serves the penalty too.
         shared = self.penalty.shared_points if inputs.draws is not None else None
-        real = Variable(inputs.real, requires_grad=shared == "real")
-        fake = Variable(fake_data, requires_grad=shared == "fake")
-        d_real, d_fake = self.critic(real), self.critic(fake)
+        real, fake, seen_real, seen_fake = self._critic_points(inputs, fake_data, shared)
+        d_real, d_fake = self.critic(seen_real), self.critic(seen_fake)
+        if self.augment is not None:
+            self.augment.observe(d_real.data)
         loss = self.loss.critic_loss(d_real, d_fake)
         total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
@@ -187,8 +197,30 @@ class TrainingStep:
         values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
         return real.data, fake.data
 
-    def _generator_update(self, noise, values):
-        loss = self.loss.generator_loss(self.critic(self.generator(Variable(noise))))
+    def _critic_points(self, inputs, fake_data, shared):
+        """``(real, fake, seen_real, seen_fake)``: the penalty's real and fake points (leaves; the
+        one ``shared`` names requires grad) and what the critic sees. Without an augmentation
+        the two are the same; with one, the critic sees augmented images, and the points are the
+        augmented images too, or (``through_augment``) the un-augmented ones, differentiated
+        through the augmentation."""
+        augment = self.augment
+        if augment is not None and not self.through_augment:
+            with no_grad():
+                real_data = augment(inputs.real, inputs.augment_real).data
+                fake_data = augment(fake_data, inputs.augment_fake).data
+        else:
+            real_data = inputs.real
+        real = Variable(real_data, requires_grad=shared == "real")
+        fake = Variable(fake_data, requires_grad=shared == "fake")
+        if not self.through_augment:
+            return real, fake, real, fake
+        return real, fake, augment(real, inputs.augment_real), augment(fake, inputs.augment_fake)
+
+    def _generator_update(self, noise, values, augment_draws=None):
+        fake = self.generator(Variable(noise))
+        if self.augment is not None:
+            fake = self.augment(fake, augment_draws)
+        loss = self.loss.generator_loss(self.critic(fake))
         values.update(self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
                                   {"loss/generator": loss.data}))
 
@@ -256,9 +288,9 @@ class TrainingStep:
 def _copy_inputs(inputs, fixed):
     """Copy the arrays of ``inputs`` into the same-shaped arrays of ``fixed`` (both StepInputs)."""
     pairs = [(inputs.noise, fixed.noise)]
+    if inputs.augment is not None:
+        pairs += [(inputs.augment[k], fixed.augment[k]) for k in inputs.augment]
     for c, f in zip(inputs.critic, fixed.critic):
-        pairs += [(c.real, f.real), (c.noise, f.noise)]
-        if c.draws is not None:
-            pairs += [(c.draws[k], f.draws[k]) for k in c.draws]
+        pairs += [(a, b) for (_, a), (_, b) in zip(c.arrays(), f.arrays())]
     for source, target in pairs:
         target[...] = source
