@@ -307,3 +307,31 @@ def test_bad_augment_configs(augment, penalty, data, expected):
     c["augment"] = augment
     with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(".", r"\.")):
         validate_config(c)
+
+
+# -- CUDA: the same numbers as the CPU, to second order ------------------------------------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("kind", ["diffaugment", "ada"])
+def test_cuda_matches_cpu_first_and_second_order(kind):
+    from gpgan.backend import to_device
+
+    host = images((4, 3, 8, 8), seed=7)
+    aug_cpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed")
+    aug_gpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", device="cuda")
+    draws = aug_cpu.draw(np.random.default_rng(8), host)
+    results = {}
+    for device, aug in (("cpu", aug_cpu), ("cuda", aug_gpu)):
+        x = Variable(to_device(host, device), requires_grad=True)
+        d = {k: to_device(v, device) for k, v in draws.items()}
+        y = F.sin(aug(x, d))
+        g, = gpgan_grad(F.sum(y * y), [x], create_graph=True)
+        second, = gpgan_grad(F.sum(g * g), [x])
+        results[device] = [to_device(a, "cpu") for a in (y.data, g.data, second.data)]
+    for cpu, gpu in zip(results["cpu"], results["cuda"]):
+        np.testing.assert_allclose(gpu, cpu, rtol=1e-10, atol=1e-12)
+
+
+def gpgan_grad(*args, **kwargs):
+    import gpgan
+
+    return gpgan.grad(*args, **kwargs)

@@ -5,6 +5,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from gpgan.checkpoint import read_meta
 from test_cli_train import ROOT, TINY_DCGAN, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
@@ -59,3 +60,24 @@ def test_resume_without_augment_state_is_refused(tmp_path):
     gpgan_train(*common, "--name", "r", "--set", "train.stop_after=2", check=130)
     proc = gpgan_train("--resume", str(tmp_path / "exp" / "r1_cifar" / "r"), "--set", "augment.type=ada", "--quiet")
     assert proc.returncode == 2 and "augment.type" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.cuda
+def test_cuda_ada_graph_equals_eager_and_resumes_exactly(tmp_path):
+    """ADA with an adaptive p and R1 through it on CUDA: the captured step replays the eager one
+    bit for bit (p lives on the device and is adjusted in place), and a stopped and resumed run
+    equals both."""
+    write_cifar_fixture(tmp_path / "cifar")
+    common = [CONFIG, *sets(TINY_DCGAN + [f"data.root={tmp_path / 'cifar'}", "train.steps=6", "train.critic_steps=2",
+                                          *ADA]),
+              "--out", str(tmp_path / "exp"), "--quiet", "--device", "cuda"]
+    gpgan_train(*common, "--name", "graph", check=0)
+    gpgan_train(*common, "--name", "eager", "--set", "train.cuda_graph=false", check=0)
+    gpgan_train(*common, "--name", "resumed", "--set", "train.stop_after=3", check=130)
+    gpgan_train("--resume", str(tmp_path / "exp" / "r1_cifar" / "resumed"), "--quiet", check=0)
+    runs = tmp_path / "exp" / "r1_cifar"
+    graph = metrics(runs / "graph")
+    assert len({r["augment/p"] for r in graph}) > 1
+    assert graph == metrics(runs / "eager") == metrics(runs / "resumed")
+    assert_same_weights(runs / "graph", runs / "eager")
+    assert_same_weights(runs / "graph", runs / "resumed")

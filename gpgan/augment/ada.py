@@ -39,7 +39,7 @@ import numpy
 
 import gpgan.functions as F
 from gpgan.autograd import Variable
-from gpgan.backend import get_array_module, to_device
+from gpgan.backend import constant_array, get_array_module, to_device
 from gpgan.backend.graph import host_effect, host_number
 
 __all__ = ["ADA", "P_MODES", "N_UNIFORM", "N_NORMAL"]
@@ -62,10 +62,11 @@ BRIGHTNESS_STD, CONTRAST_STD, HUE_MAX, SATURATION_STD = 0.2, 0.5, 1.0, 1.0
 
 # -- per-image matrices (xp arrays, float64) ------------------------------------------------------
 def _matrices(xp, rows):
-    """(N, k, k) from a k x k nested list of (N,) arrays or numbers."""
+    """(N, k, k) from a k x k nested list of (N,) arrays or numbers. Numbers are filled on the
+    device (no copy from the host: a step captured as a CUDA graph may not make one)."""
     n = next(v.shape[0] for row in rows for v in row if hasattr(v, "shape"))
-    return xp.stack([xp.stack([xp.broadcast_to(xp.asarray(v, dtype=numpy.float64), (n,)) for v in row], axis=-1)
-                     for row in rows], axis=-2)
+    entry = lambda v: v.astype(numpy.float64, copy=False) if hasattr(v, "shape") else xp.full(n, float(v))  # noqa: E731
+    return xp.stack([xp.stack([entry(v) for v in row], axis=-1) for row in rows], axis=-2)
 
 
 def translate2d(xp, tx, ty):
@@ -86,7 +87,7 @@ def rotate2d(xp, theta):
 
 
 def _luma_axis(xp):
-    return xp.asarray(numpy.array([1, 1, 1, 0], dtype=numpy.float64) / math.sqrt(3))
+    return constant_array(xp, numpy.array([1, 1, 1, 0]) / math.sqrt(3), numpy.float64)
 
 
 def rotate3d_luma(xp, theta):
@@ -113,7 +114,8 @@ def geometric_matrix(xp, u, z, p, hw):
     G = G @ scale2d(xp, 1 - 2 * i, 1)  # its own inverse
     # 90-degree steps with exact cosines and sines, so that a quarter turn moves pixels exactly.
     k = xp.where(gate("rot90_gate"), xp.floor(u[:, _U["rot90"]] * 4), 0).astype(numpy.int64)
-    cos4, sin4 = xp.asarray([1.0, 0.0, -1.0, 0.0]), xp.asarray([0.0, 1.0, 0.0, -1.0])
+    cos4 = constant_array(xp, [1.0, 0.0, -1.0, 0.0], numpy.float64)
+    sin4 = constant_array(xp, [0.0, 1.0, 0.0, -1.0], numpy.float64)
     G = G @ rotate2d_cs(xp, cos4[k], sin4[k])  # rotate2d_inv(-pi / 2 * k)
     t = xp.stack([u[:, _U["xint_x"]], u[:, _U["xint_y"]]], axis=1) * 2 - 1
     t = xp.where(gate("xint_gate")[:, None], t * XINT_MAX, 0)
