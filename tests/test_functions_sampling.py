@@ -20,10 +20,10 @@ def naive_translate(x, shifts):
 
 
 def _mirror(i, size):
-    """pad(mode='reflect')'s index, applied until inside."""
-    while i < 0 or i > size - 1:
-        i = -i if i < 0 else 2 * (size - 1) - i
-    return i
+    """pad(mode='reflect') by size - 1 pixels: the mirrored index, or None beyond the padding."""
+    if i < -(size - 1) or i > 2 * (size - 1):
+        return None
+    return -i if i < 0 else 2 * (size - 1) - i if i > size - 1 else i
 
 
 def naive_bilinear(x, sx, sy, padding):
@@ -39,6 +39,8 @@ def naive_bilinear(x, sx, sy, padding):
                                 (r0 + 1, c0, (v - r0) * (1 - (u - c0))), (r0 + 1, c0 + 1, (v - r0) * (u - c0))):
                     if padding == "reflection":
                         r, c = _mirror(r, H), _mirror(c, W)
+                        if r is None or c is None:
+                            continue
                     elif not (0 <= r < H and 0 <= c < W):
                         continue
                     y[n, :, i, j] += w * x[n, :, r, c]
@@ -87,7 +89,7 @@ def _coords(rng, N, Ho, Wo, H, W, spread):
 def test_bilinear_matches_naive(padding):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 2, 5, 4))
-    sx, sy = _coords(rng, 3, 4, 6, 5, 4, spread=6.0)  # far outside: reflected more than once
+    sx, sy = _coords(rng, 3, 4, 6, 5, 4, spread=6.0)  # some mirrored, some beyond the mirrored band
     y = F.bilinear_sample(Variable(x), sx, sy, padding=padding).data
     np.testing.assert_allclose(y, naive_bilinear(x, sx, sy, padding), rtol=1e-12, atol=1e-12)
 

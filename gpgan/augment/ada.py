@@ -16,7 +16,8 @@ colour         brightness ``+N(0, 0.2^2)``; contrast ``x 2^N(0, 0.5^2)``; luma f
 
 The geometric ops are composed into one inverse 3x3 matrix per image that maps each output pixel
 (centred pixel coordinates) to its source, which :func:`~gpgan.functions.bilinear_sample` reads
-with mirrored padding (the reference pads with ``mode='reflect'``); the colour ops into one 4x4
+with mirrored padding (the reference pads with ``mode='reflect'`` by at most the image's size less
+one pixel, zeros beyond); the colour ops into one 4x4
 matrix applied by a batched product. Both are linear in the images, so the gradient with respect
 to the un-augmented images and its own derivative pass through them. Unlike the reference, the
 images are not upsampled 2x around the resampling with its wavelet low-pass filter (an
@@ -171,7 +172,8 @@ def apply_geometric(x, G):
                              indexing="ij")
     sx = G[:, 0, 0, None, None] * cols + G[:, 0, 1, None, None] * rows + G[:, 0, 2, None, None] + cx
     sy = G[:, 1, 0, None, None] * cols + G[:, 1, 1, None, None] * rows + G[:, 1, 2, None, None] + cy
-    return F.bilinear_sample(x, sx, sy, padding="reflection")
+    # coordinates in the images' dtype, as the reference's grid (whole numbers stay exact)
+    return F.bilinear_sample(x, sx.astype(x.dtype), sy.astype(x.dtype), padding="reflection")
 
 
 def apply_color(x, C):

@@ -10,7 +10,8 @@ same kind, whose backward is the first again: every order of derivative comes fo
 * :func:`bilinear_sample`: ``y[n, :, p] = sum_k w[n, p, k] * x[n, :, index[n, p, k]]`` with the four
   taps of bilinear interpolation at given source coordinates (``grid_sample`` with
   ``align_corners=False``, in pixel units), outside pixels zero or mirrored. Its adjoint adds
-  ``w * gy`` into the taps (a scatter-add, through :class:`~gpgan.functions.array.ScatterAdd`).
+  ``w * gy`` into the taps (a scatter-add: ``bincount``, whose float64 sums CuPy takes with atomic
+  adds, in no fixed order).
 
 Everything is portable NumPy/CuPy code through the array module of ``x``.
 """
@@ -19,7 +20,6 @@ import numpy
 from gpgan.autograd import FunctionNode
 from gpgan.backend import get_array_module
 from gpgan.functions._args import check_4d
-from gpgan.functions.array import ScatterAdd
 
 __all__ = ["translate2d", "bilinear_sample", "bilinear_taps", "PADDING_MODES"]
 
@@ -70,9 +70,12 @@ def translate2d(x, shifts):
 class BilinearSample(FunctionNode):
     """``x`` (N, C, H, W) -> (N, C, *out_hw) by four weighted taps per output pixel, or its adjoint.
 
-    ``index`` (N, P, 4): flat input pixel ``row * W + col`` of each tap; ``weight`` (N, P, 4). With
+    ``index`` (4, N, P): flat input pixel ``row * W + col`` of each tap; ``weight`` (4, N, P). With
     ``adjoint`` the node maps (N, C, *out_hw) back to (N, C, *in_hw), adding each output's
-    gradient times its weights into its taps.
+    gradient times its weights into its taps. Pixels are moved channels-last for both, so that a
+    tap is one row of a (N * H * W, C) table: the gather is one ``take`` of rows per tap, and the
+    adjoint's sums one ``bincount`` per channel (NumPy's and CuPy's fastest scatter-add; it sums
+    in float64).
     """
 
     def __init__(self, index, weight, in_hw, out_hw, adjoint=False):
@@ -80,22 +83,30 @@ class BilinearSample(FunctionNode):
         self.in_hw, self.out_hw = tuple(in_hw), tuple(out_hw)
         self.adjoint = adjoint
 
+    def _rows(self, xp):
+        """The taps' rows in the (N * H * W, C) table: (4, N * P)."""
+        _, n, p = self.index.shape
+        return (self.index + (xp.arange(n) * (self.in_hw[0] * self.in_hw[1]))[:, None]).reshape(4, n * p)
+
     def forward(self, inputs):
         x, = inputs
         xp = get_array_module(x)
         N, C = x.shape[:2]
-        w = self.weight.astype(x.dtype, copy=False)[..., None]  # (N, P, 4, 1)
+        rows = self._rows(xp)
+        w = self.weight.astype(x.dtype, copy=False).reshape(4, -1, 1)  # (4, N * P, 1)
         if not self.adjoint:
-            flat = x.reshape(N, C, -1)
-            taps = flat[xp.arange(N)[:, None, None], :, self.index]  # (N, P, 4, C)
-            y = (taps * w).sum(axis=2)  # (N, P, C)
-            return (xp.ascontiguousarray(y.transpose(0, 2, 1)).reshape((N, C) + self.out_hw),)
+            table = x.transpose(0, 2, 3, 1).reshape(-1, C)  # (N * H * W, C), a copy
+            y = xp.take(table, rows[0], axis=0) * w[0]
+            for k in range(1, 4):
+                y += xp.take(table, rows[k], axis=0) * w[k]
+            return (xp.ascontiguousarray(y.reshape((N,) + self.out_hw + (C,)).transpose(0, 3, 1, 2)),)
         H, W = self.in_hw
-        gy = x.reshape(N, C, -1).transpose(0, 2, 1)  # (N, P, C)
-        parts = (gy[:, :, None, :] * w).reshape(-1, C)  # (N * P * 4, C)
-        rows = (self.index + (xp.arange(N) * (H * W))[:, None, None]).reshape(-1)
-        gx = ScatterAdd((rows,), (N * H * W, C)).forward((parts,))[0]  # repeated taps add up
-        return (xp.ascontiguousarray(gx.reshape(N, H, W, C).transpose(0, 3, 1, 2)),)
+        gy = x.transpose(0, 2, 3, 1).reshape(1, -1, C)  # (1, N * P, C)
+        parts = gy * w  # (4, N * P, C): each tap's share
+        rows, size = rows.reshape(-1), N * H * W
+        gx = xp.stack([xp.bincount(rows, weights=parts[..., c].reshape(-1), minlength=size) for c in range(C)],
+                      axis=1)
+        return (xp.ascontiguousarray(gx.astype(x.dtype, copy=False).reshape(N, H, W, C).transpose(0, 3, 1, 2)),)
 
     def backward(self, indexes, grad_outputs):
         return (BilinearSample(self.index, self.weight, self.in_hw, self.out_hw,
@@ -103,33 +114,35 @@ class BilinearSample(FunctionNode):
 
 
 def _fold(xp, i, size, padding):
-    """Integer pixel indices ``i`` moved into ``[0, size)``: mirrored without repeating the edge
-    ("reflection", as ``pad(mode='reflect')``), or clipped ("zeros"; their weight is zeroed)."""
+    """``(j, inside)``: whole pixel coordinates ``i`` (floats) as pixels of the image and whether
+    they are read. "zeros": pixels outside are not read. "reflection": as the reference's
+    ``pad(mode='reflect')`` by at most ``size - 1`` pixels, then zeros: a coordinate up to
+    ``size - 1`` beyond an edge is mirrored about it (the edge pixel not repeated), one further
+    out is not read. ``j`` is clipped into the image either way (a pixel that is not read)."""
+    last = size - 1
     if padding == "zeros" or size == 1:
-        return xp.clip(i, 0, size - 1)
-    period = 2 * (size - 1)
-    i = xp.mod(i, period)
-    return xp.where(i > size - 1, period - i, i)
+        return xp.clip(i, 0, last), (i >= 0) & (i <= last)
+    inside = (i >= -last) & (i <= 2 * last)
+    return xp.clip(last - xp.abs(last - xp.abs(i)), 0, last), inside
 
 
 def bilinear_taps(xp, sx, sy, in_hw, padding="zeros"):
     """``(index, weight)`` of bilinear interpolation at source pixel coordinates ``sx``, ``sy``
-    (N, P) in pixel units (pixel ``j``'s centre at ``j``), both (N, P, 4), for
-    :class:`BilinearSample`. ``padding`` "zeros" gives outside taps weight 0; "reflection" mirrors
-    them into the image."""
+    (N, P) in pixel units (pixel ``j``'s centre at ``j``), both (4, N, P), for
+    :class:`BilinearSample`; the weights in the coordinates' dtype. Taps that are not read
+    (:func:`_fold`) get weight 0."""
     H, W = in_hw
     x0, y0 = xp.floor(sx), xp.floor(sy)
     fx, fy = sx - x0, sy - y0
-    x0, y0 = x0.astype(numpy.int64), y0.astype(numpy.int64)
-    cols, rows = (x0, x0 + 1, x0, x0 + 1), (y0, y0, y0 + 1, y0 + 1)
-    weights = ((1 - fy) * (1 - fx), (1 - fy) * fx, fy * (1 - fx), fy * fx)
+    cols = [_fold(xp, c, W, padding) for c in (x0, x0 + 1)]
+    rows = [_fold(xp, r, H, padding) for r in (y0, y0 + 1)]
+    col_w, row_w = (1 - fx, fx), (1 - fy, fy)
     index, weight = [], []
-    for r, c, w in zip(rows, cols, weights):
-        if padding == "zeros":
-            w = xp.where((r >= 0) & (r < H) & (c >= 0) & (c < W), w, 0)
-        index.append(_fold(xp, r, H, padding) * W + _fold(xp, c, W, padding))
-        weight.append(w)
-    return xp.stack(index, axis=-1), xp.stack(weight, axis=-1)
+    for (r, r_in), rw in zip(rows, row_w):
+        for (c, c_in), cw in zip(cols, col_w):
+            index.append((r * W + c).astype(numpy.int64))
+            weight.append(xp.where(r_in & c_in, rw * cw, 0))
+    return xp.stack(index), xp.stack(weight)
 
 
 def bilinear_sample(x, sx, sy, padding="zeros"):
@@ -140,7 +153,8 @@ def bilinear_sample(x, sx, sy, padding="zeros"):
             ``j``'s centre at ``j``; ``grid_sample``'s ``align_corners=False`` grid maps to these
             by ``(g + 1) * size / 2 - 0.5``), on ``x``'s device, not differentiated.
         padding: "zeros" (outside pixels read 0) or "reflection" (mirrored without repeating the
-            edge pixel, as ``pad(mode='reflect')``).
+            edge pixel up to ``size - 1`` pixels beyond each edge, zeros further out: what
+            ``pad(mode='reflect')`` by at most that much, then ``grid_sample``, reads).
 
     Returns:
         (N, C, Ho, Wo), differentiable to any order in ``x``.
