@@ -20,11 +20,14 @@ PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are
              loss + R1 (weight 1), as configs/quickstart.yaml at width 512.
   plain      the DCGAN critic's first-order step (non-saturating loss, no penalty).
 
-``--augment diffaugment`` (or ``ada``, at ``--augment-p``) augments every image the critic sees in
-the image workloads, as gpgan's trainer does (gpgan.augment; random numbers drawn once, like the
-penalty's): the critic steps augment the real and fake batches before the critic, the generator
-step differentiates through the augmentation of its fakes; ``--augment-through`` takes R1 at the
-un-augmented reals, through the augmentation. PyTorch has no twin of it (not with ``--torch``).
+``--augment diffaugment`` (or ``ada``, at ``--augment-p``) adds, beside each image workload W, its
+twin ``W+diffaugment`` that augments every image the critic sees, as gpgan's trainer does
+(gpgan.augment; random numbers drawn once, like the penalty's): the critic steps augment the real
+and fake batches before the critic, the generator step differentiates through the augmentation of
+its fakes; ``--augment-through`` takes R1 at the un-augmented reals, through the augmentation.
+The twins are timed interleaved with the plain workloads, so load from other processes hits both
+alike, and each twin reports its median wall and CPU time over the plain workload's
+(``augment_cost``). PyTorch has no twin of them (not with ``--torch``).
 
 gpgan's penalties and losses are gpgan.losses' (what training runs); PyTorch's are the same
 formulas written with torch. With ``--torch`` the two engines' steps are timed interleaved in
@@ -434,9 +437,20 @@ def _status_kib(field):
 
 
 def _workload(name, args, dtype, device):
-    """The workload ``name`` as the command line asks (batch, augmentation)."""
-    return Workload(name, dtype, device, args.batch, augment=args.augment, augment_p=args.augment_p,
+    """The workload ``name`` (``W`` or its augmented twin ``W+kind``) as the command line asks."""
+    base, _, augment = name.partition("+")
+    return Workload(base, dtype, device, args.batch, augment=augment or "none", augment_p=args.augment_p,
                     through=args.augment_through)
+
+
+def workload_names(args):
+    """The workloads to time: the plain ones, each image workload's augmented twin after it."""
+    names = []
+    for name in args.workloads:
+        names.append(name)
+        if args.augment != "none" and name != "toy_r1":
+            names.append(f"{name}+{args.augment}")
+    return names
 
 
 def memory_child(args):
@@ -462,8 +476,7 @@ def resident_peaks(name, args, engines):
                "--memory-steps", str(args.memory_steps)]
         if args.batch:
             cmd += ["--batch", str(args.batch)]
-        cmd += ["--augment", args.augment, "--augment-p", str(args.augment_p)] + (
-            ["--augment-through"] if args.augment_through else [])
+        cmd += ["--augment-p", str(args.augment_p)] + (["--augment-through"] if args.augment_through else [])
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode:
             out[engine] = {"error": result.stderr.strip().splitlines()[-1:]}
@@ -519,7 +532,7 @@ def onednn_description():
 
 
 def bench_device(args, device, torch):
-    works = {name: _workload(name, args, args.dtype, device) for name in args.workloads}
+    works = {name: _workload(name, args, args.dtype, device) for name in workload_names(args)}
     if device == "cuda":
         import cupy
 
@@ -598,6 +611,11 @@ def bench_device(args, device, torch):
             entry["cuda_pool_peak_mib"] = cuda_pool_peak(work.step) / 2 ** 20
             if work.captured is not None:
                 entry["cuda_graph_pool_mib"] = work.captured.pool_bytes() / 2 ** 20
+        base = name.partition("+")[0]
+        if base != name:  # an augmented twin: its cost over the plain step, timed in the same turns
+            plain = report["workloads"][base]["gpgan"]
+            entry["augment_cost"] = {"median": entry["gpgan"]["median_ms"] / plain["median_ms"] - 1,
+                                     "cpu_median": entry["gpgan"]["cpu_median_ms"] / plain["cpu_median_ms"] - 1}
         print_entry(name, entry)
     if args.profile:
         name = args.workloads[0]
@@ -626,6 +644,9 @@ def print_entry(name, e):
     if "torch" in e:
         line += f" | torch {_ms(e['torch'])} | ratio {e['ratio_median']:.2f} (min {e['ratio_min']:.2f}"
         line += f", clean {e['ratio_clean_median']:.2f})" if "ratio_clean_median" in e else ")"
+    if "augment_cost" in e:
+        cost = e["augment_cost"]
+        line += f" | over plain: {cost['median']:+.1%} median, {cost['cpu_median']:+.1%} CPU time"
     print(line)
     details = [f"loss {' / '.join(f'{v:.6g}' for v in e['loss'].values())}"]
     if "grad_error_vs_float64" in e:
@@ -688,7 +709,7 @@ def main(argv=None):
     if args.memory_child:
         return memory_child(args)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    unknown = [w for w in args.workloads if w.partition("+")[0] not in WORKLOADS]
     if unknown or not args.workloads:
         parser.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; accepted: {', '.join(WORKLOADS)}")
     devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else ["cpu"]
