@@ -271,8 +271,14 @@ class ADA:
                 ("p", "rt", "signs", "images", "batches")}
 
     def load_state_dict(self, state):
+        """Set the state from :meth:`state_dict`'s floats; arrays that exist are written in place
+        (a captured step keeps reading them)."""
         for k in ("p", "rt", "signs", "images", "batches"):
-            setattr(self, k, to_device(numpy.array(float(state[k]), dtype=numpy.float64), self.device))
+            value = to_device(numpy.array(float(state[k]), dtype=numpy.float64), self.device)
+            if hasattr(self, k):
+                getattr(self, k)[...] = value
+            else:
+                setattr(self, k, value)
 
     def log_values(self):
         """``augment/p`` and ``augment/rt`` (device scalars; r_t is NaN before the first adjustment
