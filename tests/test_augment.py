@@ -335,3 +335,51 @@ def gpgan_grad(*args, **kwargs):
     import gpgan
 
     return gpgan.grad(*args, **kwargs)
+
+
+# -- the training step: R1 at the augmented or the un-augmented reals ----------------------------------
+@pytest.mark.parametrize("points", ["augmented", "unaugmented"])
+def test_r1_points_of_the_training_step(tmp_path, points):
+    """With translation only, R1's per-image squared gradient norm is that of the critic's input
+    gradient at the translated images (augmented), or of its adjoint translation back onto the
+    un-augmented reals (unaugmented: the border rows that the translation dropped get nothing)."""
+    import os
+
+    import gpgan
+    from gpgan.train.config import load_config
+    from gpgan.train.loop import Trainer
+    from gpgan.train.run import RunFolder
+    from test_cli_train import ROOT, write_cifar_fixture
+
+    write_cifar_fixture(tmp_path / "cifar")
+    config = load_config(os.path.join(ROOT, "configs", "r1_cifar.yaml"), [
+        "model.generator_options.width=2", "model.generator_options.latent_dim=8", "model.critic_options.width=2",
+        "train.batch_size=4", f"data.root={tmp_path / 'cifar'}", "augment.type=diffaugment",
+        "augment.policy=translation", f"augment.penalty_points={points}"])
+    trainer = Trainer(config, RunFolder.create(tmp_path, "r1", "t"), quiet=True)
+    seen = {}
+    evaluate = trainer.step_fn.penalty.evaluate
+
+    def spy(critic, real, fake, draws, forward=None):
+        value, term, sq = evaluate(critic, real, fake, draws, forward=forward)
+        seen["sq"], seen["critic"] = sq.data.copy(), critic
+        seen["weights"] = [p.data.copy() for p in critic.parameters()]
+        return value, term, sq
+
+    trainer.step_fn.penalty.evaluate = spy
+    inputs = trainer.feed.next(0, "cpu")
+    trainer.feed.next = lambda *a: inputs
+    trainer.train_step()
+    critic_inputs = inputs.critic[0]
+    shifts = critic_inputs.augment_real["translation"]
+    for p, w in zip(seen["critic"].parameters(), seen["weights"]):  # the weights the penalty saw
+        p.data[...] = w
+    moved = Variable(F.translate2d(Variable(critic_inputs.real), shifts).data, requires_grad=True)
+    g, = gpgan.grad(F.sum(seen["critic"](moved)), [moved])
+    at_augmented = (g.data.astype(np.float64) ** 2).sum(axis=(1, 2, 3))
+    back = F.translate2d(g, -shifts).data  # the adjoint: back where the pixels came from
+    at_unaugmented = (back.astype(np.float64) ** 2).sum(axis=(1, 2, 3))
+    expected, other = (at_augmented, at_unaugmented) if points == "augmented" else (at_unaugmented, at_augmented)
+    np.testing.assert_allclose(seen["sq"], expected, rtol=1e-4)
+    moved_images = np.any(shifts != 0, axis=1)
+    assert moved_images.any() and not np.allclose(seen["sq"][moved_images], other[moved_images], rtol=1e-3, atol=0)
