@@ -20,6 +20,15 @@ PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are
              loss + R1 (weight 1), as configs/quickstart.yaml at width 512.
   plain      the DCGAN critic's first-order step (non-saturating loss, no penalty).
 
+``--augment diffaugment`` (or ``ada``, at ``--augment-p``) adds, beside each image workload W, its
+twin ``W+diffaugment`` that augments every image the critic sees, as gpgan's trainer does
+(gpgan.augment; random numbers drawn once, like the penalty's): the critic steps augment the real
+and fake batches before the critic, the generator step differentiates through the augmentation of
+its fakes; ``--augment-through`` takes R1 at the un-augmented reals, through the augmentation.
+The twins are timed interleaved with the plain workloads, so load from other processes hits both
+alike, and each twin reports its median wall and CPU time over the plain workload's
+(``augment_cost``). PyTorch has no twin of them (not with ``--torch``).
+
 gpgan's penalties and losses are gpgan.losses' (what training runs); PyTorch's are the same
 formulas written with torch. With ``--torch`` the two engines' steps are timed interleaved in
 turns (``--turn K``: K gpgan steps, K PyTorch steps, ..., alternating which goes first; each turn's
@@ -114,7 +123,7 @@ class Workload:
     gradients.
     """
 
-    def __init__(self, name, dtype, device, batch=None, seed=0):
+    def __init__(self, name, dtype, device, batch=None, seed=0, augment="none", augment_p=0.0, through=False):
         self.name, self.dtype, self.device = name, numpy.dtype(dtype), device
         rng = numpy.random.default_rng(seed)
         if name == "toy_r1":
@@ -142,20 +151,39 @@ class Workload:
         # step draws or copies them).
         self.draws = None if self.penalty is None else {
             k: to_device(v, device) for k, v in self.penalty.draw(numpy.random.default_rng(1), self.real).items()}
+        self.augment, self.through = None, bool(through)
+        if augment != "none" and name != "toy_r1":
+            from gpgan.augment import ADA, DiffAugment
+
+            self.augment = DiffAugment() if augment == "diffaugment" else ADA(p=augment_p, mode="fixed", device=device)
+            aug_rng = numpy.random.default_rng(2)
+            self.augment_draws = [{k: to_device(v, device) for k, v in self.augment.draw(aug_rng, self.real).items()}
+                                  for _ in range(2)]
 
     def step(self):
         critic = self.modules["critic"]
+        augment = self.augment
         if self.name == "generator":
             fake = self.modules["generator"](gpgan.Variable(self.z))
+            if augment is not None:
+                fake = augment(fake, self.augment_draws[1])
             loss = self.loss.generator_loss(critic(fake))
         else:
             shared = self.penalty.shared_points if self.penalty is not None else None
-            real = gpgan.Variable(self.real, requires_grad=shared == "real")
-            d_real = critic(real)
-            loss = self.loss.critic_loss(d_real, critic(gpgan.Variable(self.fake)))
+            real_data, fake_data = self.real, self.fake
+            if augment is not None and not self.through:  # as the trainer: augmented points
+                with gpgan.no_grad():
+                    real_data = augment(real_data, self.augment_draws[0]).data
+                    fake_data = augment(fake_data, self.augment_draws[1]).data
+            real = gpgan.Variable(real_data, requires_grad=shared == "real")
+            seen_real, seen_fake = real, gpgan.Variable(fake_data)
+            if augment is not None and self.through:
+                seen_real, seen_fake = augment(real, self.augment_draws[0]), augment(seen_fake, self.augment_draws[1])
+            d_real = critic(seen_real)
+            loss = self.loss.critic_loss(d_real, critic(seen_fake))
             if self.penalty is not None:
                 forward = (real, d_real) if shared == "real" else None
-                value, _, _ = self.penalty.evaluate(critic, real, self.fake, self.draws, forward=forward)
+                value, _, _ = self.penalty.evaluate(critic, real, fake_data, self.draws, forward=forward)
                 loss = loss + value
         grads = gpgan.grad(loss, self.params)
         return loss.data, [g.data for g in grads]
@@ -409,9 +437,26 @@ def _status_kib(field):
     raise KeyError(field)
 
 
+def _workload(name, args, dtype, device):
+    """The workload ``name`` (``W`` or its augmented twin ``W+kind``) as the command line asks."""
+    base, _, augment = name.partition("+")
+    return Workload(base, dtype, device, args.batch, augment=augment or "none", augment_p=args.augment_p,
+                    through=args.augment_through)
+
+
+def workload_names(args):
+    """The workloads to time: the plain ones, each image workload's augmented twin after it."""
+    names = []
+    for name in args.workloads:
+        names.append(name)
+        if args.augment != "none" and name != "toy_r1":
+            names.append(f"{name}+{args.augment}")
+    return names
+
+
 def memory_child(args):
     """Run in a fresh process: build one workload for one engine, run steps, print resident sizes."""
-    work = Workload(args.memory_child[0], args.dtype, "cpu", args.batch)
+    work = _workload(args.memory_child[0], args, args.dtype, "cpu")
     if args.memory_child[1] == "torch":
         import torch
 
@@ -432,6 +477,7 @@ def resident_peaks(name, args, engines):
                "--memory-steps", str(args.memory_steps)]
         if args.batch:
             cmd += ["--batch", str(args.batch)]
+        cmd += ["--augment-p", str(args.augment_p)] + (["--augment-through"] if args.augment_through else [])
         result = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if result.returncode:
             out[engine] = {"error": result.stderr.strip().splitlines()[-1:]}
@@ -442,7 +488,7 @@ def resident_peaks(name, args, engines):
 
 def float64_reference(name, args, device):
     """gpgan's gradients in float64 on the CPU, from the same weights and inputs."""
-    _, grads = Workload(name, numpy.float64, "cpu", args.batch).step()
+    _, grads = _workload(name, args, numpy.float64, "cpu").step()
     return grads
 
 
@@ -487,7 +533,7 @@ def onednn_description():
 
 
 def bench_device(args, device, torch):
-    works = {name: Workload(name, args.dtype, device, args.batch) for name in args.workloads}
+    works = {name: _workload(name, args, args.dtype, device) for name in workload_names(args)}
     if device == "cuda":
         import cupy
 
@@ -500,7 +546,11 @@ def bench_device(args, device, torch):
                    f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
-              "steps": args.steps, "warmup": args.warmup, "workloads": {}}
+              "steps": args.steps, "warmup": args.warmup, "workloads": {},
+              "augment": {"type": args.augment, "p": args.augment_p, "through": args.augment_through}}
+    if args.augment != "none":
+        print(f"  augment: {args.augment}" + (f" at p = {args.augment_p:g}" if args.augment == "ada" else "")
+              + (", R1 through it" if args.augment_through else ""))
     print(f"\n[{device}] {machine}")
     if torch is not None:
         report["torch"] = f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, TF32 off"
@@ -564,6 +614,11 @@ def bench_device(args, device, torch):
             entry["cuda_pool_peak_mib"] = cuda_pool_peak(work.step) / 2 ** 20
             if work.captured is not None:
                 entry["cuda_graph_pool_mib"] = work.captured.pool_bytes() / 2 ** 20
+        base = name.partition("+")[0]
+        if base != name:  # an augmented twin: its cost over the plain step, timed in the same turns
+            plain = report["workloads"][base]["gpgan"]
+            entry["augment_cost"] = {"median": entry["gpgan"]["median_ms"] / plain["median_ms"] - 1,
+                                     "cpu_median": entry["gpgan"]["cpu_median_ms"] / plain["cpu_median_ms"] - 1}
         print_entry(name, entry)
     if args.profile:
         name = args.workloads[0]
@@ -592,6 +647,9 @@ def print_entry(name, e):
     if "torch" in e:
         line += f" | torch {_ms(e['torch'])} | ratio {e['ratio_median']:.2f} (min {e['ratio_min']:.2f}"
         line += f", clean {e['ratio_clean_median']:.2f})" if "ratio_clean_median" in e else ")"
+    if "augment_cost" in e:
+        cost = e["augment_cost"]
+        line += f" | over plain: {cost['median']:+.1%} median, {cost['cpu_median']:+.1%} CPU time"
     print(line)
     details = [f"loss {' / '.join(f'{v:.6g}' for v in e['loss'].values())}"]
     if "grad_error_vs_float64" in e:
@@ -632,6 +690,11 @@ def main(argv=None):
                              "in training (default 4; 1: one timed step per turn)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--augment", choices=["none", "diffaugment", "ada"], default="none",
+                        help="augment the images the critic sees (gpgan.augment), as the trainer does")
+    parser.add_argument("--augment-p", type=float, default=1.0, help="ada's probability (fixed)")
+    parser.add_argument("--augment-through", action="store_true",
+                        help="R1 at the un-augmented reals, through the augmentation")
     parser.add_argument("--eager", action="store_true",
                         help="CUDA: time gpgan's eager steps (default: each step captured as a CUDA graph "
                              "and replayed)")
@@ -652,7 +715,7 @@ def main(argv=None):
     if args.memory_child:
         return memory_child(args)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]
-    unknown = [w for w in args.workloads if w not in WORKLOADS]
+    unknown = [w for w in args.workloads if w.partition("+")[0] not in WORKLOADS]
     if unknown or not args.workloads:
         parser.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; accepted: {', '.join(WORKLOADS)}")
     devices = ["cpu"] if args.device == "cpu" else ["cuda"] if args.device == "cuda" else ["cpu"]
@@ -660,6 +723,8 @@ def main(argv=None):
         devices.append("cuda")
     if "cuda" in devices and not cupy_available():
         parser.error("--device cuda: CuPy with a CUDA GPU is not available")
+    if args.torch and args.augment != "none":
+        parser.error("--augment: PyTorch has no twin of gpgan's augmentations; leave out --torch")
     torch = None
     if args.torch:
         try:

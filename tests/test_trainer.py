@@ -132,14 +132,14 @@ def test_rpgan_generator_step_pairs_a_real_batch_of_its_own(tmp_path, monkeypatc
     seen = {}
     update = trainer.step_fn._generator_update
 
-    def recording(noise, values, real=None, labels=None, real_labels=None):
+    def recording(step_inputs, values):
         from gpgan import Variable, no_grad
         with no_grad():
-            d_real = critic(Variable(real)).data
-            d_fake = critic(generator(Variable(noise))).data
+            d_real = critic(Variable(step_inputs.real)).data
+            d_fake = critic(generator(Variable(step_inputs.noise))).data
         seen["expected"] = float(np.logaddexp(0.0, -(d_fake.astype(np.float64) - d_real)).mean())
-        seen["real"] = real
-        return update(noise, values, real, labels, real_labels)
+        seen["real"] = step_inputs.real
+        return update(step_inputs, values)
 
     monkeypatch.setattr(trainer.step_fn, "_generator_update", recording)
     result = trainer.step_fn(inputs)

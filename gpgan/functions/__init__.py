@@ -21,5 +21,6 @@ from gpgan.functions.normalization import *  # noqa: F401,F403
 from gpgan.functions.pooling import *  # noqa: F401,F403
 from gpgan.functions.reduction import *  # noqa: F401,F403
 from gpgan.functions.resize import *  # noqa: F401,F403
+from gpgan.functions.sampling import *  # noqa: F401,F403
 
 _operators.install()

@@ -3,6 +3,7 @@ learning-rate schedules, the generator's EMA, the adversarial loss and the gradi
 from dataclasses import dataclass
 
 import gpgan
+from gpgan.augment import make_augment
 from gpgan.data import is_toy, make_loader
 from gpgan.losses import make_loss, make_penalty
 from gpgan.models import make_conditional, make_model
@@ -17,7 +18,8 @@ class Components:
     """Everything a config describes, built and on its device.
 
     ``loader`` yields CPU batches (``next()``, resumable ``state_dict()``); ``sampler`` is the toy
-    distribution (None for images); ``ema`` is None when disabled.
+    distribution (None for images); ``ema`` is None when disabled; ``augment`` is the augmentation
+    of the images the critic sees (:mod:`gpgan.augment`), None without one.
     """
 
     config: dict
@@ -34,6 +36,7 @@ class Components:
     penalty: object
     penalty_weight: object = None  # None, or the CosineValue the penalty's weight follows
     num_classes: int = None        # a class-conditional run's classes (None: unconditional)
+    augment: object = None         # None, or the run's augmentation (gpgan.augment)
 
     @property
     def device(self):
@@ -137,4 +140,5 @@ def build_components(config, progress=True):
         penalty=penalty,
         penalty_weight=_penalty_weight(penalty, config),
         num_classes=classes,
+        augment=make_augment(config["augment"], device),
     )

@@ -43,6 +43,11 @@ def _image_metric_names():
     return list(IMAGE_METRICS)
 
 
+def _diffaugment_ops():
+    from gpgan.augment import DIFFAUGMENT_OPS
+    return list(DIFFAUGMENT_OPS)
+
+
 def _data_names():
     from gpgan.data import IMAGE_DATASETS
     from gpgan.data.toy import TOY_DATASETS
@@ -172,6 +177,29 @@ SCHEMA = {
         "hflip": Field("bool", False, "images: random horizontal flips"),
         "options": Field("dict", {}, "toy data: keyword options of gpgan.data.toy.make_toy (e.g. scale)"),
     },
+    "augment": {
+        "type": Field("str", "none", "augmentation of every image the critic sees, real and generated, in the "
+                      "critic and generator steps: diffaugment (Zhao et al. 2020) or ada (Karras et al. 2020, "
+                      "the 'bgc' pipeline); see docs/augment.md", choices=["none", "diffaugment", "ada"]),
+        "policy": Field("strs", ["color", "translation", "cutout"], "diffaugment: its ops, applied in this order",
+                        choices=_diffaugment_ops),
+        "penalty_points": Field("str", "augmented", "where r1/r2 differentiate the critic: at the augmented "
+                                "images (DiffAugment's default) or at the un-augmented ones through the "
+                                "augmentation (ADA's and R3GAN's); other penalties take augmented points",
+                                choices=["augmented", "unaugmented"]),
+        "p": Field("float", 0.0, "ada: the probability of each op, initial (adaptive), constant (fixed) or "
+                   "starting (linear)", minimum=0, maximum=1),
+        "p_mode": Field("str", "adaptive", "ada: adaptive (p follows r_t = E[sign(D(real))] towards target), "
+                        "fixed, or linear (from p to p_end over ramp_steps generator steps)",
+                        choices=["adaptive", "fixed", "linear"]),
+        "target": Field("float", 0.6, "ada, adaptive: the target of r_t", minimum=0, maximum=1),
+        "interval": Field("int", 4, "ada, adaptive: critic minibatches between adjustments of p", minimum=1),
+        "speed_kimg": Field("float", 500.0, "ada, adaptive: thousands of real images over which p can go "
+                            "from 0 to 1", minimum=0, exclusive_min=True),
+        "p_end": Field("float", None, "ada, linear: the final p", nullable=True, minimum=0, maximum=1),
+        "ramp_steps": Field("int", None, "ada, linear: generator steps of the ramp from p to p_end",
+                            nullable=True, minimum=1),
+    },
     "eval": {
         "metrics": Field("strs", [], "image data: the metrics of each evaluation (train.eval_interval): fid, kid, "
                          "is (Inception Score), pr (precision and recall); [] computes none and needs no "
@@ -259,6 +287,31 @@ def _check_evaluation(config):
     return errors
 
 
+def _check_augment(config):
+    """Augmentation only of images, unaugmented penalty points only where the penalty's points are
+    the loss's own, and a linear ramp with both of its ends."""
+    from gpgan.data import is_toy
+
+    ac = config["augment"]
+    if ac["type"] == "none":
+        return []
+    errors = []
+    if is_toy(config["data"]["name"]):
+        errors.append(f"augment.type {ac['type']!r} augments images, but data.name {config['data']['name']!r} "
+                      "is 2-D points; use augment.type: none")
+    if ac["penalty_points"] == "unaugmented" and config["penalty"]["type"] not in ("none", "r1", "r2", "r1r2"):
+        errors.append(f"augment.penalty_points 'unaugmented' needs a penalty on the real or generated images "
+                      f"themselves (r1, r2, r1r2), but penalty.type is {config['penalty']['type']!r}; use "
+                      "augment.penalty_points: augmented")
+    if ac["type"] == "diffaugment" and not ac["policy"]:
+        errors.append("augment.policy is empty; give one or more of color, translation, cutout, or use "
+                      "augment.type: none")
+    if ac["type"] == "ada" and ac["p_mode"] == "linear" and (ac["p_end"] is None or ac["ramp_steps"] is None):
+        errors.append("augment.p_mode 'linear' needs augment.p_end (the final p) and augment.ramp_steps "
+                      "(generator steps of the ramp)")
+    return errors
+
+
 def _check_precision(config):
     """bf16 products are a CUDA feature."""
     if config["train"]["precision"] == "bf16" and config["device"] != "cuda":
@@ -342,7 +395,7 @@ def _check_pairing(config):
 
 
 CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing, _check_schedules,
-                                       _check_conditional, _check_precision])
+                                       _check_conditional, _check_precision, _check_augment])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

@@ -2,10 +2,12 @@
 
 Per generator step, for each of its ``critic_steps`` critic steps: a real batch from the loader,
 then the latent noise of the fake batch, then (on penalized critic steps) the penalty's random
-numbers; after them, for a loss that pairs the generator's fakes with reals (rpgan), a real batch
+numbers, then (with an augmentation) the augmentation's numbers of the real batch and of the fake
+batch; after them, for a loss that pairs the generator's fakes with reals (rpgan), a real batch
 of the generator step's own (as R3GAN's loop fetches one for each phase), then the generator
-step's noise. A class-conditional run takes each real batch's labels from the loader and draws
-the labels of each fake batch uniformly over the classes right after its noise. Noise and penalty numbers come from one NumPy
+step's noise, its fake batch's augmentation numbers and (rpgan with an augmentation) those of its
+real batch. A class-conditional run takes each real batch's labels from the loader and draws the
+labels of each fake batch uniformly over the classes right after its noise. Noise and penalty numbers come from one NumPy
 generator (saved in checkpoints as ``"trainer"``); the loader has its own state. Drawing a whole
 step up front changes nothing in these streams, and lets the step run on the device without
 coming back to the host.
@@ -29,47 +31,70 @@ def is_penalized(critic_step, interval):
 
 @dataclass
 class CriticInputs:
-    """One critic step's inputs: ``real`` (B, ...) data, ``noise`` (B, latent) and the penalty's
-    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized); in a
-    conditional run the int64 (B,) ``labels`` of the reals and ``fake_labels`` of the fakes."""
+    """One critic step's inputs: ``real`` (B, ...) data, ``noise`` (B, latent), the penalty's
+    ``draws`` (``penalty.draw``'s dict; None when this critic step is not penalized), in a
+    conditional run the int64 (B,) ``labels`` of the reals and ``fake_labels`` of the fakes, and
+    the augmentation's numbers of the real and the fake batch (``augment.draw``'s dicts; None
+    without an augmentation)."""
 
     real: object
     noise: object
     draws: dict = None
     labels: object = None
     fake_labels: object = None
+    augment_real: dict = None
+    augment_fake: dict = None
+
+    def named_arrays(self):
+        """``[(name, array)]`` of every input array (None skipped), in a fixed order."""
+        named = [("real", self.real), ("noise", self.noise), ("labels", self.labels),
+                 ("fake_labels", self.fake_labels)]
+        for group in ("draws", "augment_real", "augment_fake"):
+            named += [(f"{group}/{k}", v) for k, v in sorted((getattr(self, group) or {}).items())]
+        return [(name, a) for name, a in named if a is not None]
 
 
 @dataclass
 class StepInputs:
-    """One generator step's inputs: its critic steps', the generator batch's ``noise`` and, for a
-    pairing loss, the generator step's ``real`` batch (None otherwise); in a conditional run the
-    fakes' ``labels`` and the reals' ``real_labels``."""
+    """One generator step's inputs: its critic steps', the generator batch's ``noise``, for a
+    pairing loss the generator step's ``real`` batch (None otherwise), in a conditional run the
+    fakes' ``labels`` and the reals' ``real_labels``, and the augmentation's numbers of its fake
+    batch (``augment``) and of its real batch (``augment_real``; None without them)."""
 
     critic: list = field(default_factory=list)
     noise: object = None
     real: object = None
     labels: object = None
     real_labels: object = None
+    augment: dict = None
+    augment_real: dict = None
 
     def map(self, fn):
         """A copy with ``fn`` applied to every array (e.g. a move to the device, or a slice)."""
         opt = lambda a: None if a is None else fn(a)  # noqa: E731
+        each = lambda d: None if d is None else {k: fn(v) for k, v in d.items()}  # noqa: E731
         return StepInputs(
-            critic=[CriticInputs(fn(c.real), fn(c.noise),
-                                 None if c.draws is None else {k: fn(v) for k, v in c.draws.items()},
-                                 opt(c.labels), opt(c.fake_labels))
+            critic=[CriticInputs(fn(c.real), fn(c.noise), each(c.draws), opt(c.labels), opt(c.fake_labels),
+                                 each(c.augment_real), each(c.augment_fake))
                     for c in self.critic],
-            noise=fn(self.noise), real=opt(self.real), labels=opt(self.labels), real_labels=opt(self.real_labels))
+            noise=fn(self.noise), real=opt(self.real), labels=opt(self.labels), real_labels=opt(self.real_labels),
+            augment=each(self.augment), augment_real=each(self.augment_real))
+
+    def named_arrays(self):
+        """``[(name, array)]`` of every array (None skipped), in one fixed order: for copying into
+        a captured step's inputs, and for what a captured step depends on (their shapes)."""
+        named = [("noise", self.noise), ("real", self.real), ("labels", self.labels),
+                 ("real_labels", self.real_labels)]
+        for group in ("augment", "augment_real"):
+            named += [(f"{group}/{k}", v) for k, v in sorted((getattr(self, group) or {}).items())]
+        named = [(name, a) for name, a in named if a is not None]
+        for i, c in enumerate(self.critic):
+            named += [(f"critic{i}/{name}", a) for name, a in c.named_arrays()]
+        return named
 
     def arrays(self):
-        """Every array, in one fixed order (None skipped): for copying into a captured step's inputs."""
-        out = [self.noise, self.real, self.labels, self.real_labels]
-        for c in self.critic:
-            out += [c.real, c.noise, c.labels, c.fake_labels]
-            if c.draws is not None:
-                out += [c.draws[k] for k in sorted(c.draws)]
-        return [a for a in out if a is not None]
+        """Every array, in :meth:`named_arrays`' order."""
+        return [a for _, a in self.named_arrays()]
 
 
 class InputFeed:
@@ -84,10 +109,11 @@ class InputFeed:
         critic_steps: critic steps per generator step.
         generator_reals: draw a real batch for the generator step too (a pairing loss).
         num_classes: None, or the classes of a conditional run (the loader gives labels).
+        augment: the augmentation (``draw(rng, x)``); None: none.
     """
 
     def __init__(self, loader, rng, penalty, latent_dim, batch_size, generator_batch_size, critic_steps,
-                 generator_reals=False, num_classes=None):
+                 generator_reals=False, num_classes=None, augment=None):
         self.loader = loader
         self.rng = rng
         self.penalty = penalty
@@ -97,6 +123,7 @@ class InputFeed:
         self.critic_steps = int(critic_steps)
         self.generator_reals = bool(generator_reals)
         self.num_classes = num_classes
+        self.augment = augment
 
     def _real(self):
         """A real batch and its labels (None when unconditional)."""
@@ -121,11 +148,20 @@ class InputFeed:
             draws = None
             if self.penalty is not None and is_penalized(step * self.critic_steps + j, self.penalty.interval):
                 draws = self.penalty.draw(self.rng, real)
-            inputs.critic.append(CriticInputs(real, noise, draws, labels, fake_labels))
+            critic = CriticInputs(real, noise, draws, labels, fake_labels)
+            if self.augment is not None:  # the fake batch has the real one's shape and dtype
+                critic.augment_real = self.augment.draw(self.rng, real)
+                critic.augment_fake = self.augment.draw(self.rng, real)
+            inputs.critic.append(critic)
         if self.generator_reals:
             inputs.real, inputs.real_labels = self._real()
         inputs.noise = self.noise(self.generator_batch_size)
         inputs.labels = self._labels(self.generator_batch_size)
+        if self.augment is not None:
+            shape = (self.generator_batch_size,) + real.shape[1:]
+            inputs.augment = self.augment.draw(self.rng, numpy.empty(shape, dtype=real.dtype))
+            if inputs.real is not None:
+                inputs.augment_real = self.augment.draw(self.rng, inputs.real)
         return inputs
 
     def next(self, step, device):

@@ -24,7 +24,7 @@ import numpy
 import gpgan
 from gpgan.backend import keep_freed_host_memory
 from gpgan.backend import random as global_random
-from gpgan.checkpoint import load_checkpoint, save_checkpoint
+from gpgan.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from gpgan.files import describe_os_error
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
@@ -99,7 +99,7 @@ class Trainer:
         self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
                               tc["critic_steps"], generator_reals=self.parts.loss.pairs_real,
-                              num_classes=self.parts.num_classes)
+                              num_classes=self.parts.num_classes, augment=self.parts.augment)
         self.monitor = Monitor(self.parts, run, images=self.image_metrics)
         computes_fid = self.image_metrics is not None and "fid" in self.image_metrics.names
         self.best_metric = tc["best_metric"] or ("eval/fid" if computes_fid else "eval/reverse_kl")
@@ -148,6 +148,8 @@ class Trainer:
         meta = {"step": self.step, "data": self.parts.loader.state_dict(), "wall_time_s": self.wall_time,
                 "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__,
                 "best": {"metric": self.best_metric, "value": self.best_value}}
+        if self.parts.augment is not None:  # ADA's p and its adaptation's sums (floats, exact in JSON)
+            meta["augment"] = self.parts.augment.state_dict()
         modules, optimizers, emas, rngs = self._state()
         save_checkpoint(path, modules, optimizers, emas=emas, rngs=rngs, meta=meta)
         if periodic:
@@ -159,6 +161,8 @@ class Trainer:
         modules, optimizers, emas, rngs = self._state()
         meta = load_checkpoint(path, modules, optimizers, emas=emas, rngs=rngs)
         self.parts.loader.load_state_dict(meta["data"])
+        if self.parts.augment is not None:
+            self.parts.augment.load_state_dict(_augment_state(path, meta))
         self.step_fn.step = int(meta["step"])
         self.wall_time = float(meta.get("wall_time_s", 0.0))
         self.last = dict(meta.get("last", {}))
@@ -297,6 +301,15 @@ def _install_signal_handlers(handler):
         except ValueError:  # not the main thread
             pass
     return previous
+
+
+def _augment_state(path, meta):
+    """The augmentation's state in a checkpoint's ``meta``; a checkpoint of a run without an
+    augmentation has none (the augment section is not among the keys a resume may change)."""
+    if "augment" not in meta:
+        raise CheckpointError(f"checkpoint {path} holds no augmentation state (it was written by a run without "
+                              "augment.type); resume it without an augmentation")
+    return meta["augment"]
 
 
 def _first_non_finite(parts):

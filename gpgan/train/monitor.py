@@ -9,11 +9,13 @@ a run with image metrics trains exactly as the same run without them.
 metrics.jsonl holds one record per logged step::
 
     step, loss/critic, loss/generator, penalty, penalty/term, grad_norm/real, grad_norm/fake,
-    lr/generator, lr/critic [, schedule/...] [, eval/..., eval_std/...], time_per_step
+    lr/generator, lr/critic [, schedule/...] [, augment/p, augment/rt] [, eval/..., eval_std/...], time_per_step
 
 The ``schedule/`` keys are the numbers that R3GAN's schedules move, where a run schedules them:
 ``schedule/penalty_weight``, ``schedule/beta2_generator``, ``schedule/beta2_critic`` and
-``schedule/ema_half_life_images`` (the values the next step uses).
+``schedule/ema_half_life_images`` (the values the next step uses). ``augment/p`` and
+``augment/rt`` (ADA only): the probability of each op after the step, and the last adjustment's
+``r_t = E[sign(D(real))]`` (null before the first, and when p does not adapt).
 
 ``time_per_step`` (seconds per generator step since the previous record) is the only key that
 depends on the machine's speed (:data:`TIMING_KEYS`).
@@ -31,6 +33,8 @@ __all__ = ["Monitor", "TIMING_KEYS"]
 
 #: keys of metrics.jsonl whose values depend on timing (excluded when comparing runs)
 TIMING_KEYS = ("time_per_step",)
+#: the augmentation's keys (ADA's probability and r_t), when the step reports them
+AUGMENT_KEYS = ("augment/p", "augment/rt")
 
 
 def _make_writer(logdir, purge_step=None):
@@ -201,6 +205,10 @@ class Monitor:
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
         record.update(self._scheduled(step))
+        for key in AUGMENT_KEYS:
+            if key in last:
+                value = float(last[key])
+                record[key] = value if math.isfinite(value) else None
         record.update(evaluation)
         record["time_per_step"] = time_per_step
         if not self.writes:
@@ -208,7 +216,7 @@ class Monitor:
         self.run.append_metrics(record)
         if self.writer is not None:
             for key, value in record.items():
-                if key != "step" and math.isfinite(value):
+                if key != "step" and value is not None and math.isfinite(value):
                     self.writer.add_scalar(key, value, step)
         return record
 

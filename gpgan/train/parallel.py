@@ -26,7 +26,7 @@ from gpgan.train.loop import Trainer
 from gpgan.train.monitor import Monitor
 from gpgan.train.step import TrainingStep
 
-__all__ = ["check_divisible", "ShardedFeed", "DataParallelStep", "DataParallelTrainer"]
+__all__ = ["check_divisible", "check_augment", "ShardedFeed", "DataParallelStep", "DataParallelTrainer"]
 
 
 def check_divisible(config, size):
@@ -41,6 +41,19 @@ def check_divisible(config, size):
         if batch is not None and batch % size:
             raise ConfigError(f"train.{key} {batch} does not split over {size} processes: give a multiple of "
                               f"{size} (each process takes train.{key} / {size} of every batch)")
+
+
+def check_augment(config, size):
+    """Refuse ADA's adaptive p over several processes: each would count the signs of its own
+    slice and adapt its own p (the counts are not all-reduced yet).
+
+    Raises:
+        ConfigError: naming the key and what works.
+    """
+    ac = config["augment"]
+    if size > 1 and ac["type"] == "ada" and ac["p_mode"] == "adaptive":
+        raise ConfigError(f"augment.p_mode 'adaptive' is not supported over {size} processes yet; use "
+                          "augment.p_mode: fixed or linear, or train in one process")
 
 
 class ShardedFeed:
@@ -116,6 +129,7 @@ class DataParallelTrainer(Trainer):
 
     def __init__(self, config, run, comm, quiet=False, dry_run=False):
         check_divisible(config, comm.size)
+        check_augment(config, comm.size)
         self.comm = comm.for_device(config["device"])
         quiet = quiet or not comm.is_root
 

@@ -110,6 +110,10 @@ class TrainingStep:
         self.g_params = list(self.generator.parameters())
         self.d_params = list(self.critic.parameters())
         self.loss, self.penalty = parts.loss, parts.penalty
+        # The augmentation (None: none), and whether a penalty on the loss's own points
+        # differentiates at the un-augmented images, through the augmentation.
+        self.augment = getattr(parts, "augment", None)
+        self.through_augment = self.augment is not None and parts.config["augment"]["penalty_points"] == "unaugmented"
         self.fault = None
         self._ok = None  # 0-d bool on the device: no fault so far
 
@@ -145,9 +149,8 @@ class TrainingStep:
     def _kind(self, inputs):
         """What a captured step depends on besides its inputs' values."""
         ema = self.parts.ema
-        return (tuple((c.real.shape, c.noise.shape, None if c.draws is None else
-                       tuple((k, v.shape) for k, v in sorted(c.draws.items()))) for c in inputs.critic),
-                tuple(a.shape for a in inputs.arrays()), ema is not None and self.step + 1 < ema.start_step)
+        return (tuple((name, a.shape) for name, a in inputs.named_arrays()),
+                ema is not None and self.step + 1 < ema.start_step)
 
     def _run(self, inputs):
         with matmul_precision(self.precision):
@@ -158,9 +161,13 @@ class TrainingStep:
         real = fake = None
         self._step_number = host_effect(self._number_of_step)
         host_effect(self._set_penalty_weight)
+        if self.augment is not None:
+            self.augment.begin_step(lambda: self.step)
         for j, critic_inputs in enumerate(inputs.critic):
             real, fake = self._critic_update(j, critic_inputs, values)
-        self._generator_update(inputs.noise, values, inputs.real, inputs.labels, inputs.real_labels)
+        self._generator_update(inputs, values)
+        if self.augment is not None:
+            values.update(self.augment.log_values())
         host_effect(self._count_step)
         if self.parts.ema is not None:
             self.parts.ema.update(self.step)
@@ -190,11 +197,11 @@ class TrainingStep:
         # R1 and R2 (and r1r2, both) differentiate the critic at the loss's own points: then those
         # points are leaves that require grad and the loss's forward serves the penalty too.
         shared = self.penalty.shared_points if inputs.draws is not None else None
-        shared_names = shared.split("+") if shared else ()
-        real = Variable(inputs.real, requires_grad="real" in shared_names)
-        fake = Variable(fake_data, requires_grad="fake" in shared_names)
-        d_real = self.critic(real, *_given(inputs.labels))
-        d_fake = self.critic(fake, *_given(inputs.fake_labels))
+        real, fake, seen_real, seen_fake = self._critic_points(inputs, fake_data, shared)
+        d_real = self.critic(seen_real, *_given(inputs.labels))
+        d_fake = self.critic(seen_fake, *_given(inputs.fake_labels))
+        if self.augment is not None:
+            self.augment.observe(d_real.data)
         loss = self.loss.critic_loss(d_real, d_fake)
         total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
@@ -206,15 +213,42 @@ class TrainingStep:
         values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
         return real.data, fake.data
 
-    def _generator_update(self, noise, values, real=None, labels=None, real_labels=None):
-        """``real``: the generator step's real batch, which a pairing loss (rpgan) reads; ``labels``
-        and ``real_labels``: a conditional run's labels of the fakes and of those reals."""
+    def _critic_points(self, inputs, fake_data, shared):
+        """``(real, fake, seen_real, seen_fake)``: the penalty's real and fake points (leaves; those
+        ``shared`` names, "real", "fake" or "real+fake", require grad) and what the critic sees.
+        Without an augmentation the two are the same; with one, the critic sees augmented images,
+        and the points are the augmented images too, or (``through_augment``) the un-augmented
+        ones, differentiated through the augmentation."""
+        augment = self.augment
+        if augment is not None and not self.through_augment:
+            with no_grad():
+                real_data = augment(inputs.real, inputs.augment_real).data
+                fake_data = augment(fake_data, inputs.augment_fake).data
+        else:
+            real_data = inputs.real
+        names = shared.split("+") if shared else ()
+        real = Variable(real_data, requires_grad="real" in names)
+        fake = Variable(fake_data, requires_grad="fake" in names)
+        if not self.through_augment:
+            return real, fake, real, fake
+        return real, fake, augment(real, inputs.augment_real), augment(fake, inputs.augment_fake)
+
+    def _generator_update(self, inputs, values):
+        """The generator's update on ``inputs`` (StepInputs): its noise and labels, and for a
+        pairing loss (rpgan) its real batch, whose critic values are a constant here (the
+        generator's gradient reaches only D(fake)); with an augmentation both batches are
+        augmented as the critic step's are."""
         d_real = None
         if self.loss.pairs_real:
-            with no_grad():  # a constant for the generator: its gradient reaches only D(fake)
-                d_real = self.critic(Variable(real), *_given(real_labels))
-        fake = self.generator(Variable(noise), *_given(labels))
-        loss = self.loss.generator_loss(self.critic(fake, *_given(labels)), d_real)
+            with no_grad():
+                real = Variable(inputs.real)
+                if self.augment is not None:
+                    real = self.augment(real, inputs.augment_real)
+                d_real = self.critic(real, *_given(inputs.real_labels))
+        fake = self.generator(Variable(inputs.noise), *_given(inputs.labels))
+        if self.augment is not None:
+            fake = self.augment(fake, inputs.augment)
+        loss = self.loss.generator_loss(self.critic(fake, *_given(inputs.labels)), d_real)
         values.update(self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
                                   {"loss/generator": loss.data}))
 

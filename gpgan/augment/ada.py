@@ -1,0 +1,289 @@
+"""ADA (Karras et al. 2020): stylegan2-ada-pytorch's 'bgc' pipeline with an adaptive probability.
+
+Ops, in the reference's order (``training/augment.py``), each applied to an image with
+probability ``p`` (the two rotations with ``1 - sqrt(1 - p)`` each, so that one of them happens
+with probability ``p``):
+
+=============  ===============================================================================
+geometric      x-flip; rotation by ``90 * U{0..3}`` degrees; integer translation
+               ``round(U(-0.125, 0.125) * size)`` per axis; isotropic scaling ``2^N(0, 0.2^2)``;
+               rotation ``U(-180, 180)`` degrees; anisotropic scaling ``2^N(0, 0.2^2)`` (x by s,
+               y by 1/s); rotation again; fractional translation ``N(0, 0.125^2) * size`` per axis
+colour         brightness ``+N(0, 0.2^2)``; contrast ``x 2^N(0, 0.5^2)``; luma flip (a
+               Householder reflection of the luma axis, with probability 1/2); hue rotation
+               ``U(-180, 180)`` degrees about the luma axis; saturation ``x 2^N(0, 1)``
+=============  ===============================================================================
+
+The geometric ops are composed into one inverse 3x3 matrix per image that maps each output pixel
+(centred pixel coordinates) to its source, which :func:`~gpgan.functions.bilinear_sample` reads
+with mirrored padding (the reference pads with ``mode='reflect'`` by at most the image's size less
+one pixel, zeros beyond); the colour ops into one 4x4
+matrix applied by a batched product. Both are linear in the images, so the gradient with respect
+to the un-augmented images and its own derivative pass through them. Unlike the reference, the
+images are not upsampled 2x around the resampling with its wavelet low-pass filter (an
+anti-aliasing step): the bilinear sample is taken on the images themselves.
+
+Random numbers: :meth:`ADA.draw` draws on the CPU, with the run's generator, a fixed number of
+uniform and normal numbers per image (whether or not an op happens); the gates ``u < p`` and the
+matrices are computed on the device from them and from ``p``, which lives on the device, so a
+training step never reads the device for them.
+
+``p``: fixed, a linear ramp over generator steps, or adaptive: every ``interval`` critic
+minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by ``sign(r_t - target) * images /
+(speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``: from 0 to 1 in 500k images, as
+the reference). ``p``, ``r_t`` and the partial sums are the state (:meth:`state_dict`) that a
+checkpoint keeps, so a resumed run continues with the same ``p``.
+"""
+import math
+
+import numpy
+
+import gpgan.functions as F
+from gpgan.autograd import Variable
+from gpgan.backend import constant_array, get_array_module, to_device
+from gpgan.backend.graph import host_effect, host_number
+
+__all__ = ["ADA", "P_MODES", "N_UNIFORM", "N_NORMAL"]
+
+P_MODES = ("adaptive", "fixed", "linear")
+
+# Columns of the per-image random numbers (draw order); each op has its own, used or not.
+_U = {name: k for k, name in enumerate((
+    "xflip", "xflip_gate", "rot90", "rot90_gate", "xint_x", "xint_y", "xint_gate", "scale_gate",
+    "rotate1", "rotate1_gate", "aniso_gate", "rotate2", "rotate2_gate", "xfrac_gate",
+    "brightness_gate", "contrast_gate", "lumaflip", "lumaflip_gate", "hue", "hue_gate", "saturation_gate"))}
+_N = {name: k for k, name in enumerate(("scale", "aniso", "xfrac_x", "xfrac_y", "brightness", "contrast",
+                                        "saturation"))}
+N_UNIFORM, N_NORMAL = len(_U), len(_N)
+
+# The reference's 'bgc' ranges.
+XINT_MAX, SCALE_STD, ROTATE_MAX, ANISO_STD, XFRAC_STD = 0.125, 0.2, 1.0, 0.2, 0.125
+BRIGHTNESS_STD, CONTRAST_STD, HUE_MAX, SATURATION_STD = 0.2, 0.5, 1.0, 1.0
+
+
+# -- per-image matrices (xp arrays, float64) ------------------------------------------------------
+def _matrices(xp, rows):
+    """(N, k, k) from a k x k nested list of (N,) arrays or numbers. Numbers are filled on the
+    device (no copy from the host: a step captured as a CUDA graph may not make one)."""
+    n = next(v.shape[0] for row in rows for v in row if hasattr(v, "shape"))
+    entry = lambda v: v.astype(numpy.float64, copy=False) if hasattr(v, "shape") else xp.full(n, float(v))  # noqa: E731
+    return xp.stack([xp.stack([entry(v) for v in row], axis=-1) for row in rows], axis=-2)
+
+
+def translate2d(xp, tx, ty):
+    return _matrices(xp, [[1, 0, tx], [0, 1, ty], [0, 0, 1]])
+
+
+def scale2d(xp, sx, sy):
+    return _matrices(xp, [[sx, 0, 0], [0, sy, 0], [0, 0, 1]])
+
+
+def rotate2d_cs(xp, c, s):
+    """Rotation by the angle whose cosine and sine are ``c`` and ``s``."""
+    return _matrices(xp, [[c, -s, 0], [s, c, 0], [0, 0, 1]])
+
+
+def rotate2d(xp, theta):
+    return rotate2d_cs(xp, xp.cos(theta), xp.sin(theta))
+
+
+def _luma_axis(xp):
+    return constant_array(xp, numpy.array([1, 1, 1, 0]) / math.sqrt(3), numpy.float64)
+
+
+def rotate3d_luma(xp, theta):
+    """(N, 4, 4): rotation by ``theta`` about the luma axis (Rodrigues' formula)."""
+    vx = vy = vz = 1 / math.sqrt(3)
+    s, c = xp.sin(theta), xp.cos(theta)
+    cc = 1 - c
+    return _matrices(xp, [
+        [vx * vx * cc + c, vx * vy * cc - vz * s, vx * vz * cc + vy * s, 0],
+        [vy * vx * cc + vz * s, vy * vy * cc + c, vy * vz * cc - vx * s, 0],
+        [vz * vx * cc - vy * s, vz * vy * cc + vx * s, vz * vz * cc + c, 0],
+        [0, 0, 0, 1]])
+
+
+def geometric_matrix(xp, u, z, p, hw):
+    """(N, 3, 3): the inverse geometric transform (output pixel -> source pixel, centred pixel
+    coordinates, x along the width) of each image from its uniforms ``u`` (N, N_UNIFORM), normals
+    ``z`` (N, N_NORMAL) and the probability ``p`` (0-d)."""
+    H, W = hw
+    n = u.shape[0]
+    gate = lambda name, prob=p: u[:, _U[name]] < prob  # noqa: E731
+    G = xp.broadcast_to(xp.eye(3), (n, 3, 3))
+    i = xp.where(gate("xflip_gate"), xp.floor(u[:, _U["xflip"]] * 2), 0)
+    G = G @ scale2d(xp, 1 - 2 * i, 1)  # its own inverse
+    # 90-degree steps with exact cosines and sines, so that a quarter turn moves pixels exactly.
+    k = xp.where(gate("rot90_gate"), xp.floor(u[:, _U["rot90"]] * 4), 0).astype(numpy.int64)
+    cos4 = constant_array(xp, [1.0, 0.0, -1.0, 0.0], numpy.float64)
+    sin4 = constant_array(xp, [0.0, 1.0, 0.0, -1.0], numpy.float64)
+    G = G @ rotate2d_cs(xp, cos4[k], sin4[k])  # rotate2d_inv(-pi / 2 * k)
+    t = xp.stack([u[:, _U["xint_x"]], u[:, _U["xint_y"]]], axis=1) * 2 - 1
+    t = xp.where(gate("xint_gate")[:, None], t * XINT_MAX, 0)
+    G = G @ translate2d(xp, -xp.round(t[:, 0] * W), -xp.round(t[:, 1] * H))
+    s = xp.where(gate("scale_gate"), xp.exp2(z[:, _N["scale"]] * SCALE_STD), 1)
+    G = G @ scale2d(xp, 1 / s, 1 / s)
+    p_rot = 1 - xp.sqrt(xp.clip(1 - p, 0, 1))  # one of the two rotations with probability p
+    theta = xp.where(gate("rotate1_gate", p_rot), (u[:, _U["rotate1"]] * 2 - 1) * math.pi * ROTATE_MAX, 0)
+    G = G @ rotate2d(xp, theta)  # rotate2d_inv(-theta)
+    s = xp.where(gate("aniso_gate"), xp.exp2(z[:, _N["aniso"]] * ANISO_STD), 1)
+    G = G @ scale2d(xp, 1 / s, s)
+    theta = xp.where(gate("rotate2_gate", p_rot), (u[:, _U["rotate2"]] * 2 - 1) * math.pi * ROTATE_MAX, 0)
+    G = G @ rotate2d(xp, theta)
+    t = xp.where(gate("xfrac_gate")[:, None], xp.stack([z[:, _N["xfrac_x"]], z[:, _N["xfrac_y"]]], axis=1) * XFRAC_STD, 0)
+    return G @ translate2d(xp, -t[:, 0] * W, -t[:, 1] * H)
+
+
+def color_matrix(xp, u, z, p):
+    """(N, 4, 4): the colour transform of each image (acting on (r, g, b, 1))."""
+    n = u.shape[0]
+    gate = lambda name: u[:, _U[name]] < p  # noqa: E731
+    eye = xp.eye(4)
+    C = xp.broadcast_to(eye, (n, 4, 4))
+    b = xp.where(gate("brightness_gate"), z[:, _N["brightness"]] * BRIGHTNESS_STD, 0)
+    C = translate3d(xp, b) @ C
+    c = xp.where(gate("contrast_gate"), xp.exp2(z[:, _N["contrast"]] * CONTRAST_STD), 1)
+    C = scale3d(xp, c) @ C
+    v = _luma_axis(xp)
+    vv = xp.outer(v, v)
+    i = xp.where(gate("lumaflip_gate"), xp.floor(u[:, _U["lumaflip"]] * 2), 0)
+    C = (eye - 2 * vv * i[:, None, None]) @ C  # Householder reflection
+    theta = xp.where(gate("hue_gate"), (u[:, _U["hue"]] * 2 - 1) * math.pi * HUE_MAX, 0)
+    C = rotate3d_luma(xp, theta) @ C
+    s = xp.where(gate("saturation_gate"), xp.exp2(z[:, _N["saturation"]] * SATURATION_STD), 1)
+    # vv + (I - vv) * s, written as I + (s - 1)(I - vv) so that s = 1 is the identity exactly
+    return (eye + (s - 1)[:, None, None] * (eye - vv)) @ C
+
+
+def translate3d(xp, b):
+    return _matrices(xp, [[1, 0, 0, b], [0, 1, 0, b], [0, 0, 1, b], [0, 0, 0, 1]])
+
+
+def scale3d(xp, c):
+    return _matrices(xp, [[c, 0, 0, 0], [0, c, 0, 0], [0, 0, c, 0], [0, 0, 0, 1]])
+
+
+def apply_geometric(x, G):
+    """``x`` (Variable, N, C, H, W) resampled through ``G`` (N, 3, 3), mirrored padding."""
+    xp = get_array_module(G)
+    H, W = x.shape[2:]
+    cy, cx = (H - 1) / 2, (W - 1) / 2
+    rows, cols = xp.meshgrid(xp.arange(H, dtype=numpy.float64) - cy, xp.arange(W, dtype=numpy.float64) - cx,
+                             indexing="ij")
+    sx = G[:, 0, 0, None, None] * cols + G[:, 0, 1, None, None] * rows + G[:, 0, 2, None, None] + cx
+    sy = G[:, 1, 0, None, None] * cols + G[:, 1, 1, None, None] * rows + G[:, 1, 2, None, None] + cy
+    # coordinates in the images' dtype, as the reference's grid (whole numbers stay exact)
+    return F.bilinear_sample(x, sx.astype(x.dtype), sy.astype(x.dtype), padding="reflection")
+
+
+def apply_color(x, C):
+    """``x`` (Variable, N, C, H, W) with C = 3 (or 1: grey, as the reference takes it) through the
+    colour matrices ``C`` (N, 4, 4)."""
+    N, channels, H, W = x.shape
+    C = C.astype(x.dtype)
+    flat = F.reshape(x, (N, channels, H * W))
+    if channels == 3:
+        out = F.matmul(C[:, :3, :3], flat) + C[:, :3, 3:]
+    elif channels == 1:
+        # the reference's grey images: the rows' mean, its colour gains summed
+        out = flat * C[:, :3, :3].mean(axis=1).sum(axis=1)[:, None, None] + C[:, :3, 3].mean(axis=1)[:, None, None]
+    else:
+        raise ValueError(f"ADA: the colour ops need images of 1 or 3 channels, got {channels}")
+    return F.reshape(out, (N, channels, H, W))
+
+
+class ADA:
+    """The 'bgc' pipeline with probability ``p`` (see the module docstring).
+
+    Args:
+        p: the initial (adaptive), constant (fixed) or starting (linear) probability.
+        mode: "adaptive", "fixed" or "linear".
+        target: r_t's target (adaptive).
+        interval: critic minibatches between adjustments (adaptive).
+        speed_kimg: thousands of images over which p may go from 0 to 1 (adaptive).
+        p_end, ramp_steps: linear: p goes from ``p`` to ``p_end`` over ``ramp_steps`` generator steps.
+        device: where ``p`` and the adaptation's sums live.
+    """
+
+    name = "ada"
+
+    def __init__(self, p=0.0, mode="adaptive", target=0.6, interval=4, speed_kimg=500.0, p_end=None,
+                 ramp_steps=None, device="cpu"):
+        if mode not in P_MODES:
+            raise ValueError(f"ADA: unknown p mode {mode!r}; accepted: {', '.join(P_MODES)}")
+        if mode == "linear" and (p_end is None or not ramp_steps):
+            raise ValueError("ADA: the linear p mode needs p_end and ramp_steps >= 1")
+        self.mode, self.p0, self.target = mode, float(p), float(target)
+        self.interval, self.speed_kimg = int(interval), float(speed_kimg)
+        self.p_end, self.ramp_steps = p_end, ramp_steps
+        self.device = device
+        self.load_state_dict({"p": self.p0, "rt": math.nan, "signs": 0.0, "images": 0.0, "batches": 0.0})
+
+    # -- random numbers and the pipeline ----------------------------------------------------------
+    def draw(self, rng, x):
+        """``{"uniform": (N, N_UNIFORM), "normal": (N, N_NORMAL)}`` float64, drawn on the CPU."""
+        n = x.shape[0]
+        return {"uniform": rng.random((n, N_UNIFORM)), "normal": rng.standard_normal((n, N_NORMAL))}
+
+    def __call__(self, x, draws):
+        """``x`` (Variable or array, N, C, H, W) augmented with ``draws`` at the current ``p``."""
+        x = x if isinstance(x, Variable) else Variable(x)
+        xp = get_array_module(draws["uniform"])
+        u, z = draws["uniform"], draws["normal"]
+        x = apply_geometric(x, geometric_matrix(xp, u, z, self.p, tuple(x.shape[2:])))
+        return apply_color(x, color_matrix(xp, u, z, self.p))
+
+    # -- p --------------------------------------------------------------------------------------
+    def scheduled_p(self, step):
+        """p at generator step ``step`` (steps done) for the fixed and linear modes."""
+        if self.mode != "linear":
+            return self.p0
+        return self.p0 + (self.p_end - self.p0) * min(step / self.ramp_steps, 1.0)
+
+    def begin_step(self, step):
+        """Set p for the generator step that follows ``step`` steps (linear mode); in a captured
+        step the value is taken again before each replay."""
+        if self.mode == "linear":
+            value = host_effect(lambda: host_number(self.scheduled_p(step()), numpy.float64))
+            self.p[...] = value
+
+    def observe(self, d_real):
+        """Count the signs of the critic's outputs on one real minibatch (adaptive mode) and adjust
+        p after every ``interval`` minibatches. On the device, in place: nothing is read back."""
+        if self.mode != "adaptive":
+            return
+        xp = get_array_module(d_real)
+        self.signs += xp.sign(d_real).astype(numpy.float64).sum()
+        self.images += d_real.shape[0]
+        self.batches += 1
+        due = self.batches >= self.interval
+        rt = self.signs / xp.maximum(self.images, 1)
+        adjusted = xp.clip(self.p + xp.sign(rt - self.target) * self.images / (self.speed_kimg * 1000), 0, 1)
+        self.p[...] = xp.where(due, adjusted, self.p)
+        self.rt[...] = xp.where(due, rt, self.rt)
+        for total in (self.signs, self.images, self.batches):
+            total[...] = xp.where(due, 0, total)
+
+    # -- state ----------------------------------------------------------------------------------
+    def state_dict(self):
+        """p, the last r_t and the partial sums, as floats (read from the device)."""
+        return {k: float(numpy.asarray(to_device(getattr(self, k), "cpu"))) for k in
+                ("p", "rt", "signs", "images", "batches")}
+
+    def load_state_dict(self, state):
+        """Set the state from :meth:`state_dict`'s floats; arrays that exist are written in place
+        (a captured step keeps reading them)."""
+        for k in ("p", "rt", "signs", "images", "batches"):
+            value = to_device(numpy.array(float(state[k]), dtype=numpy.float64), self.device)
+            if hasattr(self, k):
+                getattr(self, k)[...] = value
+            else:
+                setattr(self, k, value)
+
+    def log_values(self):
+        """``augment/p`` and ``augment/rt`` (device scalars; r_t is NaN before the first adjustment
+        and in the fixed and linear modes)."""
+        return {"augment/p": self.p, "augment/rt": self.rt}
+
+    def __repr__(self):
+        return f"ADA(mode={self.mode!r}, p={self.p0:g})"
