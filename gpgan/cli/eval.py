@@ -13,6 +13,7 @@ import time
 
 import numpy
 
+from gpgan.cli._process import configure
 EPILOG = """\
 examples:
   gpgan-eval experiments/r1_cifar/run1                        # FID, KID, IS of 50,000 samples vs the run's data
@@ -105,12 +106,16 @@ def build_stats_parser():
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
+    program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     stats = bool(argv) and argv[0] == "stats"
     parser = build_stats_parser() if stats else build_parser()
     args = parser.parse_args(argv[1:] if stats else argv)
     if args.batch_size < 1:
         parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+    problem = configure(None if program else argv)
+    if problem:
+        print(f"gpgan-eval: error: {problem}", file=sys.stderr)
+        return 1
     try:
         if stats:
             return _stats(parser, args)

@@ -12,6 +12,7 @@ import sys
 
 import numpy
 
+from gpgan.cli._process import configure
 from gpgan.train.sampling import batches, generate, load_generator, resolve_source
 
 EPILOG = """\
@@ -107,6 +108,10 @@ def main(argv=None):
             parse_grid(args.grid)
         except ValueError as exc:
             parser.error(str(exc))
+    problem = configure(argv)
+    if problem:
+        print(f"gpgan-sample: error: {problem}", file=sys.stderr)
+        return 1
     try:
         return _main(args)
     except (OSError, ValueError, RuntimeError) as exc:

@@ -20,7 +20,7 @@ import time
 import numpy
 
 import gpgan
-from gpgan.backend import keep_freed_host_memory
+from gpgan.kernels import configure_process
 from gpgan.backend import random as global_random
 from gpgan.checkpoint import load_checkpoint, save_checkpoint
 from gpgan.metrics import is_better
@@ -71,7 +71,7 @@ class Trainer:
 
     def __init__(self, config, run, quiet=False, dry_run=False):
         if not dry_run:
-            keep_freed_host_memory()  # a step reuses the last step's pages (no page faults)
+            configure_process()  # BLAS spin (where not loaded yet), threads, host memory kept
         self.config, self.run, self.quiet = config, run, quiet
         self.tc = tc = config["train"]
         self.parts = build_components(config, progress=not quiet)

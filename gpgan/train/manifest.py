@@ -12,7 +12,8 @@ import sys
 import numpy
 
 import gpgan
-from gpgan.backend import compiled_kernels_version, device_description, onednn_version
+from gpgan.backend import device_description
+from gpgan.kernels import compiled_kernels_version, onednn_version
 
 __all__ = ["environment_info", "git_commit", "invocation"]
 
