@@ -215,7 +215,6 @@ class Normalize(FunctionNode):
         the cores: the sums of gy and gy * xhat, then ``gx = coef * gy - k1 * x + k0`` with
         per-channel coefficients (``xhat = (x - mean) * inv`` folded in); or the two of
         :func:`gpgan.kernels.batch_norm_rows_gradients` where it takes the rows."""
-        M, C = x2.shape
         compiled = kernels.batch_norm_rows_gradients(xp, x2, gy2, self.mean, self.inv, w)
         if compiled is not None:
             gx2, gx_sum, g_sum = compiled
