@@ -67,6 +67,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import gpgan  # noqa: E402
 import numpy  # noqa: E402
+from gpgan.backend.precision import get_matmul_precision, matmul_precision  # noqa: E402
 from gpgan.backend import (  # noqa: E402
     available_cores,
     cupy_available,
@@ -510,8 +511,10 @@ def bench_device(args, device, torch):
 
     graph = device == "cuda" and not args.eager
     report["gpgan_cuda_graph"] = graph
+    report["gpgan_matmul_precision"] = get_matmul_precision()
     if device == "cuda":
-        print("  gpgan's steps " + ("captured once as CUDA graphs and replayed" if graph else "run eagerly (--eager)"))
+        print("  gpgan's steps " + ("captured once as CUDA graphs and replayed" if graph else "run eagerly (--eager)")
+              + f", products in {get_matmul_precision()}")
     runners = {}
     checks = {}
     for name, work in works.items():
@@ -628,6 +631,9 @@ def main(argv=None):
     parser.add_argument("--eager", action="store_true",
                         help="CUDA: time gpgan's eager steps (default: each step captured as a CUDA graph "
                              "and replayed)")
+    parser.add_argument("--precision", choices=["float32", "bf16"], default="float32",
+                        help="CUDA: precision of gpgan's float32 products (bf16: bfloat16 operands, float32 "
+                             "accumulation, as train.precision); PyTorch's stay float32")
     parser.add_argument("--torch", action="store_true",
                         help="also run PyTorch on the same steps, interleaved (optional; never a gpgan dependency)")
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE ('-': stdout)")
@@ -661,7 +667,10 @@ def main(argv=None):
             torch.set_num_threads(available_cores())
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
-    reports = [bench_device(args, device, torch) for device in devices]
+    reports = []
+    for device in devices:
+        with matmul_precision(args.precision if device == "cuda" else "float32"):
+            reports.append(bench_device(args, device, torch))
     if args.json:
         text = json.dumps(reports, indent=1)
         if args.json == "-":

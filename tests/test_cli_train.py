@@ -351,6 +351,27 @@ def test_cuda_graph_replays_the_eager_steps_bit_for_bit(tmp_path):
     assert_same_weights(runs / "graph", runs / "eager")
 
 
+@pytest.mark.cuda
+def test_bf16_training_replays_its_eager_steps_and_stays_near_float32(tmp_path):
+    """train.precision=bf16 through the CLI: the graph replays the eager bf16 steps bit for bit, the
+    products are bf16 (the losses differ from float32's), and the first losses agree with
+    float32's to bf16's precision."""
+    write_cifar_fixture(tmp_path / "cifar")
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    common = [config, *sets(TINY_DCGAN + [f"data.root={tmp_path / 'cifar'}", "train.steps=6"]),
+              "--out", str(tmp_path / "exp"), "--quiet", "--device", "cuda"]
+    gpgan_train(*common, "--name", "graph", "--set", "train.precision=bf16", check=0)
+    gpgan_train(*common, "--name", "eager", "--set", "train.precision=bf16", "--set", "train.cuda_graph=false", check=0)
+    gpgan_train(*common, "--name", "float32", check=0)
+    runs = tmp_path / "exp" / "r1_cifar"
+    graph, eager, full = metrics(runs / "graph"), metrics(runs / "eager"), metrics(runs / "float32")
+    assert len(graph) == 6 and graph == eager
+    assert_same_weights(runs / "graph", runs / "eager")
+    assert graph[0]["loss/critic"] != full[0]["loss/critic"]
+    np.testing.assert_allclose(graph[0]["loss/critic"], full[0]["loss/critic"], rtol=1e-2)
+    assert all(np.isfinite(r["loss/critic"]) and np.isfinite(r["penalty"]) for r in graph)
+
+
 def _alive(pid):
     """False for a finished process, including a zombie nobody reaps (PID 1 in some containers)."""
     try:

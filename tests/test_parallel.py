@@ -60,6 +60,9 @@ needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missi
 
 def _env():
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+    # Open MPI's mpiexec refuses to start as root (GPU machines and containers run tests as root);
+    # these two let it, and MPICH ignores them.
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     for var in ("PMI_RANK", "PMI_SIZE", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_STEP_NUM_TASKS"):
         env.pop(var, None)
     return env

@@ -6,6 +6,7 @@ the reference table) is :mod:`gpgan.schema`'s; this module only says what gpgan'
 the two in sync). Reading a config imports neither models nor tensorboardX: the registries that
 give the accepted names are looked up when a config is validated.
 """
+from gpgan.backend.precision import MATMUL_PRECISIONS
 from gpgan.schema import ConfigError, Field, Schema, closest, diff_configs, get_key
 
 __all__ = [
@@ -94,6 +95,10 @@ SCHEMA = {
         "cuda_graph": Field("bool", True, "on CUDA, capture each kind of training step once as a CUDA graph and "
                             "replay it (same numbers as false, the eager path, kept for debugging); "
                             "one process only"),
+        "precision": Field("str", "float32", "precision of the training step's products on CUDA: bf16 rounds "
+                           "the operands of every float32 product (convolutions, linear layers) to bfloat16 and "
+                           "accumulates in float32; weights, optimizer and everything else stay float32 "
+                           "(the CPU trains in float32)", choices=list(MATMUL_PRECISIONS)),
         "seed": Field("int", 0, "seed of weights, noise, data order and penalties", minimum=0),
         "ema": {
             "enabled": Field("bool", False, "keep an exponential moving average of the generator's "
@@ -217,7 +222,15 @@ def _check_evaluation(config):
     return errors
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation])
+def _check_precision(config):
+    """bf16 products are a CUDA feature."""
+    if config["train"]["precision"] == "bf16" and config["device"] != "cuda":
+        return [f"train.precision 'bf16' runs on CUDA only, but device is {config['device']!r}; "
+                "use --device cuda, or train.precision: float32 (the CPU trains in float32)"]
+    return []
+
+
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_precision])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load

@@ -77,7 +77,8 @@ class Trainer:
         self.parts = build_components(config, progress=not quiet)
         self.image_metrics = ImageMetrics.for_run(config, progress=not quiet, compute=not dry_run)
         self.step_fn = TrainingStep(self.parts, tc["critic_steps"],
-                                    graph=self.parts.device == "cuda" and tc["cuda_graph"])
+                                    graph=self.parts.device == "cuda" and tc["cuda_graph"],
+                                    precision=tc["precision"])
         penalty = self.parts.penalty if config["penalty"]["type"] != "none" else None
         self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],

@@ -67,8 +67,8 @@ class DataParallelStep(TrainingStep):
     """A :class:`~gpgan.train.step.TrainingStep` whose updates use the gradients and values
     averaged over ``comm``'s processes."""
 
-    def __init__(self, parts, critic_steps, comm, step=0):
-        super().__init__(parts, critic_steps, step)
+    def __init__(self, parts, critic_steps, comm, step=0, precision="float32"):
+        super().__init__(parts, critic_steps, step, precision=precision)
         self.comm = comm
 
     def reduce_gradients(self, grads, who, values):
@@ -121,7 +121,8 @@ class DataParallelTrainer(Trainer):
         # Rank 0 first: it alone downloads missing data; then the others read them.
         self.comm.on_root(build)
         self.comm.together(lambda: None if self.comm.is_root else build())
-        self.step_fn = DataParallelStep(self.parts, self.tc["critic_steps"], self.comm)
+        self.step_fn = DataParallelStep(self.parts, self.tc["critic_steps"], self.comm,
+                                        precision=self.tc["precision"])
         self.feed = ShardedFeed(self.feed, self.comm.rank, self.comm.size)
         self.monitor = Monitor(self.parts, run, writes=self.comm.is_root, average=self.comm.mean,
                                images=self.image_metrics)

@@ -30,6 +30,7 @@ import gpgan
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import get_array_module
 from gpgan.backend.graph import CapturedStep, host_effect, host_number
+from gpgan.backend.precision import matmul_precision
 
 __all__ = ["TrainingStep", "StepResult", "Fault", "FAULTS"]
 
@@ -88,6 +89,8 @@ class TrainingStep:
         critic_steps: critic updates per generator update.
         step: generator steps already done (a resumed run starts there).
         graph: capture and replay each kind of step as a CUDA graph (CuPy arrays only).
+        precision: of the step's float32 products on CUDA, 'float32' or 'bf16'
+            (:mod:`gpgan.backend.precision`).
 
     Attributes:
         step: generator steps done.
@@ -95,8 +98,9 @@ class TrainingStep:
             :meth:`read_fault`).
     """
 
-    def __init__(self, parts, critic_steps, step=0, graph=False):
+    def __init__(self, parts, critic_steps, step=0, graph=False, precision="float32"):
         self.parts = parts
+        self.precision = precision  # of the step's products (gpgan.backend.precision)
         self.graph = bool(graph)
         self._graphs = {}   # kind of step -> CapturedStep (rehearsed), then (CapturedStep, its input arrays)
         self.critic_steps = int(critic_steps)
@@ -145,6 +149,10 @@ class TrainingStep:
                 inputs.noise.shape, ema is not None and self.step + 1 < ema.start_step)
 
     def _run(self, inputs):
+        with matmul_precision(self.precision):
+            return self._run_steps(inputs)
+
+    def _run_steps(self, inputs):
         values = {}
         real = fake = None
         self._step_number = host_effect(self._number_of_step)

@@ -10,15 +10,24 @@ already loaded; nothing new is installed.
 Operands may be C-contiguous matrices or transposed views of them (cuBLAS reads either without a
 copy), with an optional leading batch axis (a strided-batched call). Anything else is made
 contiguous first.
+
+Under ``matmul_precision('bf16')`` (:mod:`gpgan.backend.precision`) float32 operands are rounded
+to bfloat16 copies (held as uint16, which CuPy has; it has no bfloat16) and multiplied by
+``cublasGemmEx`` with float32 accumulation into a float32 result.
 """
 import ctypes
 import threading
 
 import numpy
 
-__all__ = ["matmul"]
+from gpgan.backend.precision import get_matmul_precision
+
+__all__ = ["matmul", "to_bf16"]
 
 _OP_N, _OP_T = 0, 1
+_R_32F, _R_16BF = 0, 14               # cudaDataType
+_COMPUTE_32F = 68                     # cublasComputeType_t: float32 accumulation
+_GEMM_DEFAULT = -1                    # cublasGemmAlgo_t: cuBLAS's heuristic (tensor cores for bf16)
 _WORKSPACE_BYTES = 32 << 20  # cuBLAS's recommendation for Hopper is 32 MiB
 _state = threading.local()
 _lib = None
@@ -50,8 +59,35 @@ def _library():
                                          ctypes.c_longlong, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
                                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong,
                                          ctypes.c_int]
+        void, i, ll = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong
+        lib.cublasGemmEx.argtypes = [void, i, i, i, i, i, void, void, i, i, void, i, i, void, void, i, i, i, i]
+        lib.cublasGemmStridedBatchedEx.argtypes = [void, i, i, i, i, i, void, void, i, i, ll, void, i, i, ll,
+                                                   void, void, i, i, ll, i, i, i]
         _lib = lib
     return _lib
+
+
+_bf16_kernel = None
+
+
+def to_bf16(x):
+    """A C-contiguous uint16 CuPy array of ``x``'s (float32) values rounded to bfloat16, to
+    nearest even; NaN stays NaN (quiet), infinities stay infinite. Same shape as ``x``."""
+    global _bf16_kernel
+    import cupy
+
+    if _bf16_kernel is None:
+        _bf16_kernel = cupy.ElementwiseKernel(
+            "float32 x", "uint16 y",
+            """
+            unsigned int u = __float_as_uint(x);
+            if ((u & 0x7fffffffu) > 0x7f800000u) {
+                y = (unsigned short)((u >> 16) | 0x40u);
+            } else {
+                y = (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+            }
+            """, "gpgan_float32_to_bf16")
+    return _bf16_kernel(x, cupy.empty(x.shape, dtype=numpy.uint16))
 
 
 def _check(status, what):
@@ -123,6 +159,9 @@ def matmul(a, b):
     for x in (a, b):
         if x.ndim == 3 and x.shape[0] not in (1, batch):
             return cupy.matmul(a, b)
+    bf16 = a.dtype.type is numpy.float32 and get_matmul_precision() == "bf16"
+    if bf16:  # rounded copies, C-contiguous
+        a, b = to_bf16(a), to_bf16(b)
     la, lb = _readable(a), _readable(b)
     if la is None:
         a = cupy.ascontiguousarray(a)
@@ -132,18 +171,26 @@ def matmul(a, b):
         lb = _layout(b)
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     three_d = a.ndim == 3 or b.ndim == 3
-    out = cupy.empty((batch, m, n) if three_d else (m, n), dtype=a.dtype)
+    out = cupy.empty((batch, m, n) if three_d else (m, n), dtype=numpy.float32 if bf16 else a.dtype)
     if out.size == 0:
         return out
     if k == 0:
         out.fill(0)
         return out
     lib, handle = _library(), _handle()
-    single = a.dtype.type is numpy.float32
+    single = bf16 or a.dtype.type is numpy.float32  # alpha and beta are float32 for bf16 too
     one, zero = (ctypes.c_float(1.0), ctypes.c_float(0.0)) if single else (ctypes.c_double(1.0), ctypes.c_double(0.0))
     # Row-major C = A B is column-major C^T = B^T A^T: cuBLAS's "A" is our b, its "B" our a.
     args = (handle, lb[0], la[0], n, m, k, ctypes.byref(one))
-    if batch == 1:
+    if bf16 and batch == 1:
+        _check(lib.cublasGemmEx(*args, b.data.ptr, _R_16BF, lb[1], a.data.ptr, _R_16BF, la[1], ctypes.byref(zero),
+                                out.data.ptr, _R_32F, n, _COMPUTE_32F, _GEMM_DEFAULT), "gemmEx (bf16)")
+    elif bf16:
+        _check(lib.cublasGemmStridedBatchedEx(*args, b.data.ptr, _R_16BF, lb[1], _batch_stride(b, batch), a.data.ptr,
+                                              _R_16BF, la[1], _batch_stride(a, batch), ctypes.byref(zero),
+                                              out.data.ptr, _R_32F, n, m * n, batch, _COMPUTE_32F, _GEMM_DEFAULT),
+               "gemmStridedBatchedEx (bf16)")
+    elif batch == 1:
         fn = lib.cublasSgemm_v2 if single else lib.cublasDgemm_v2
         _check(fn(*args, b.data.ptr, lb[1], a.data.ptr, la[1], ctypes.byref(zero), out.data.ptr, n),
                "gemm")
