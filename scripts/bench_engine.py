@@ -75,8 +75,8 @@ from gpgan.backend import (  # noqa: E402
     get_num_threads,
     to_device,
 )
-from gpgan.kernels import compiled_kernels_version, configure_process, onednn_version  # noqa: E402
 from gpgan.backend.graph import CapturedStep  # noqa: E402
+from gpgan.kernels import compiled_kernels_version, configure_process, onednn_version  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 

@@ -20,9 +20,9 @@ import time
 import numpy
 
 import gpgan
-from gpgan.kernels import configure_process
 from gpgan.backend import random as global_random
 from gpgan.checkpoint import load_checkpoint, save_checkpoint
+from gpgan.kernels import configure_process
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
 from gpgan.train.evaluation import ImageMetrics
