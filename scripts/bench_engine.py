@@ -74,22 +74,18 @@ import tracemalloc
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-# gpgan before NumPy, as in gpgan-train: it sets OpenBLAS's idle spin before OpenBLAS loads.
 import gpgan  # noqa: E402
 import numpy  # noqa: E402
 from gpgan.backend.precision import get_matmul_precision, matmul_precision  # noqa: E402
 from gpgan.backend import (  # noqa: E402
-    BLAS_IDLES_BRIEFLY,
     available_cores,
-    compiled_kernels_version,
-    onednn_version,
     cupy_available,
     device_description,
     get_num_threads,
-    keep_freed_host_memory,
     to_device,
 )
 from gpgan.backend.graph import CapturedStep  # noqa: E402
+from gpgan.kernels import compiled_kernels_version, configure_process, onednn_version  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
 from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
 
@@ -542,8 +538,8 @@ def bench_device(args, device, torch):
         machine = (f"{device_description('cpu')}, {available_cores()} available to this process; "
                    f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
                    f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); OpenBLAS's idle spin "
-                   f"{'short' if BLAS_IDLES_BRIEFLY else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host memory "
-                   f"{'kept' if args.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
+                   f"{'short' if args.process.blas_idles_briefly else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host "
+                   f"memory {'kept' if args.process.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {},
@@ -711,7 +707,8 @@ def main(argv=None):
     parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.host_memory_kept = keep_freed_host_memory()  # as gpgan's trainer does; PyTorch's buffers alike
+    # As gpgan-train does (restarting with OpenBLAS's settings); host memory kept for PyTorch's buffers alike.
+    args.process = configure_process(restart=argv is None)
     if args.memory_child:
         return memory_child(args)
     args.workloads = [w.strip() for w in args.workloads.split(",") if w.strip()]

@@ -25,8 +25,7 @@ import time
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
-# gpgan before NumPy: it sets OpenBLAS's idle spin before OpenBLAS loads (gpgan.backend.blas_idle).
-import gpgan  # noqa: E402,F401
+import gpgan  # noqa: E402
 import numpy  # noqa: E402
 from gpgan.backend import available_cores, device_description  # noqa: E402
 from gpgan.metrics.inception import InceptionV3, load_state_dict, random_state_dict  # noqa: E402
@@ -62,6 +61,7 @@ def torch_runner(state, batch_size, threads):
 
 
 def main():
+    gpgan.configure_process(restart=True)  # as gpgan-eval does
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100, help="images per timed run")
     parser.add_argument("--batch-size", type=int, default=50)

@@ -81,7 +81,7 @@ def test_run_folder_contents(reference_runs):
     for key in ("gpgan_version", "git_commit", "python", "numpy", "cupy", "numba", "onednn", "device", "device_name", "seed", "command"):
         assert key in manifest
     assert manifest["device"] == "cpu" and manifest["seed"] == 0 and "quickstart.yaml" in manifest["command"]
-    from gpgan.backend import compiled_kernels_enabled, onednn_enabled
+    from gpgan.kernels import compiled_kernels_enabled, onednn_enabled
     assert (manifest["numba"] is not None) == compiled_kernels_enabled()  # which kernels ran
     assert (manifest["onednn"] is not None) == onednn_enabled()
     # What decides the bits beyond the config: the CPU model, NumPy's BLAS, the installed extras

@@ -17,12 +17,13 @@ import pytest
 
 import gpgan
 import gpgan.functions as F
-from gpgan.backend import compiled, threads
-from gpgan.functions import _split
+from gpgan.backend import threads
+from gpgan.kernels import switches as compiled
+from gpgan.kernels.cpu import passes as _split
 from naive_helpers import first_order_grads as _first_order_grads, pair, values_and_grads as _values_and_grads
 from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
 
-numba_kernels = pytest.importorskip("gpgan.functions._numba_kernels", reason="needs Numba")
+numba_kernels = pytest.importorskip("gpgan.kernels.cpu.numba_kernels", reason="needs Numba")
 
 KERNEL_NAMES = ("window_columns", "col2im_channels_last", "col2im_planes", "add", "outer", "relu", "leaky_relu",
                 "rectified_gradient")
@@ -34,10 +35,10 @@ SUM_KERNELS = ("channel_sums", "rectified_gradient_sums")
 def own_convolutions():
     """These tests exercise gpgan's own kernels: oneDNN, which would take the float32
     convolutions, is off (its own tests are in test_onednn.py)."""
-    before = compiled.onednn.enabled()
-    compiled.onednn.set(False)
+    before = compiled.onednn_switch.enabled()
+    compiled.onednn_switch.set(False)
     yield
-    compiled.onednn.set(before)
+    compiled.onednn_switch.set(before)
 
 
 @pytest.fixture
@@ -265,7 +266,7 @@ def test_rectified_linear_gradient_and_bias_sum_in_one_pass(slope, dtype, counte
 
     def two_passes(gy, ref, s):
         g = linalg.rectified_gradient_array(gy, ref, s)
-        return g, linalg.array_sum(g, (0,))
+        return g, _split.array_sum(g, (0,))
 
     monkeypatch.setattr(linalg, "rectified_gradient_and_sums", two_passes)
     unfused = _first_order_grads(net, arrays)
@@ -349,17 +350,17 @@ def test_switch_rejects_bad_values():
     with pytest.raises(ValueError, match="True or False"):
         compiled.set_compiled_kernels("yes")
     env = dict(os.environ, GPGAN_NUMBA="fast")
-    out = subprocess.run([sys.executable, "-c", "import gpgan.backend.compiled as c; c.compiled_kernels_enabled()"],
+    out = subprocess.run([sys.executable, "-c", "import gpgan.kernels.switches as c; c.compiled_kernels_enabled()"],
                          env=env, capture_output=True, text=True)
     assert out.returncode != 0 and "GPGAN_NUMBA must be 0" in out.stderr and "'fast'" in out.stderr
 
 
 def test_environment_switches_kernels_off_and_numpy_path_runs():
     code = ("import numpy as np, gpgan, gpgan.functions as F, sys\n"
-            "from gpgan.backend import compiled\n"
+            "from gpgan.kernels import switches as compiled\n"
             "x = gpgan.Variable(np.ones((1, 2, 5, 5), np.float32)); w = gpgan.Variable(np.ones((3, 2, 3, 3), np.float32))\n"
             "y = F.conv2d(x, w, padding=1)\n"
-            "print(compiled.compiled_kernels_enabled(), 'gpgan.functions._numba_kernels' in sys.modules, "
+            "print(compiled.compiled_kernels_enabled(), 'gpgan.kernels.cpu.numba_kernels' in sys.modules, "
             "float(y.data.sum()))\n")
     runs = {}
     for value in ("0", "1"):
@@ -374,12 +375,12 @@ def test_environment_switches_kernels_off_and_numpy_path_runs():
 def test_a_failing_numba_import_falls_back_to_numpy_with_one_warning(monkeypatch, rng):
     # E.g. a NumPy newer than the installed Numba supports: the import raises; the convolution
     # runs on NumPy, warns once, and the kernels stay off for the process.
-    from gpgan.functions import _compiled
+    from gpgan.kernels.cpu import select as _compiled
 
     before = compiled.compiled_kernels_enabled()
     monkeypatch.setattr(_compiled, "_kernels", None)
-    monkeypatch.setitem(sys.modules, "gpgan.functions._numba_kernels", None)  # import raises
-    monkeypatch.delattr(sys.modules["gpgan.functions"], "_numba_kernels")
+    monkeypatch.setitem(sys.modules, "gpgan.kernels.cpu.numba_kernels", None)  # import raises
+    monkeypatch.delattr(sys.modules["gpgan.kernels.cpu"], "numba_kernels")
     compiled.set_compiled_kernels(True)
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)

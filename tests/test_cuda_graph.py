@@ -34,7 +34,7 @@ LAYOUTS = {
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_cublas_matmul_matches_numpy(layout, dtype, rng):
     cupy = _cupy()
-    from gpgan.backend.cublas import matmul
+    from gpgan.kernels.cuda.cublas import matmul
 
     a_host, b_host = rng.standard_normal((7, 5)).astype(dtype), rng.standard_normal((5, 3)).astype(dtype)
     a, b = LAYOUTS[layout](cupy, cupy.asarray(a_host), cupy.asarray(b_host))
@@ -49,7 +49,7 @@ def test_cublas_matmul_matches_numpy(layout, dtype, rng):
                                     ((1, 7, 5), (4, 5, 3))])
 def test_cublas_batched_matmul_matches_numpy(shapes, rng):
     cupy = _cupy()
-    from gpgan.backend.cublas import matmul
+    from gpgan.kernels.cuda.cublas import matmul
 
     a, b = (rng.standard_normal(s) for s in shapes)
     out = matmul(cupy.asarray(a), cupy.asarray(b))
@@ -61,7 +61,7 @@ def test_captured_step_replays_products_with_new_inputs_and_host_numbers(rng):
     """A step with a cuBLAS product, a host effect (a counter) and a host number (a rate that
     changes every step): each replay sees the new input and the new rate, as the eager step does."""
     cupy = _cupy()
-    from gpgan.backend import matmul
+    from gpgan.kernels import matmul
 
     w = cupy.asarray(rng.standard_normal((4, 3)))
     x = cupy.asarray(rng.standard_normal((5, 4)))

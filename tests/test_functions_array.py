@@ -298,7 +298,7 @@ def test_a_broadcast_operand_is_multiplied_by_blas(r):
     """A broadcast operand (zero strides: the gradient of a sum, transposed for a weight gradient)
     is made contiguous before NumPy's matmul, which otherwise runs its own loop, not BLAS: the
     product of the contiguous copy, bit for bit, and the float64 product to float32 rounding."""
-    from gpgan.backend import matmul
+    from gpgan.kernels import matmul
 
     ones = np.broadcast_to(np.float32(0.37), (1, 256))
     b = r.standard_normal((256, 512)).astype(np.float32)

@@ -1,4 +1,4 @@
-"""oneDNN's convolutions (gpgan.backend.onednn): the same values and gradients as gpgan's own kernels.
+"""oneDNN's convolutions (gpgan.kernels.cpu.onednn): the same values and gradients as gpgan's own kernels.
 
 Every convolution geometry of test_functions_conv runs twice in float32, on oneDNN and on gpgan's
 own kernels: values and first- and second-order gradients must agree to float32 rounding, and
@@ -16,11 +16,13 @@ import pytest
 
 import gpgan
 import gpgan.functions as F
-from gpgan.backend import compiled, onednn
+import gpgan.kernels
+from gpgan.kernels import switches as compiled
+from gpgan.kernels.cpu import onednn
 from naive_helpers import pair, values_and_grads as _values_and_grads
 from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
 
-pytestmark = pytest.mark.skipif(not compiled.onednn._installed(), reason="needs onednn-cpu-gomp")
+pytestmark = pytest.mark.skipif(not compiled.onednn_switch._installed(), reason="needs onednn-cpu-gomp")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -29,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def executed(monkeypatch):
     """Counts oneDNN's primitive executions (each as its number of arguments, the scratchpad's
     included), through ctypes or the compiled product call; restores the switch afterwards."""
-    before = compiled.onednn.enabled()
+    before = compiled.onednn_switch.enabled()
     calls = []
     original, original_product = onednn._Library.execute, onednn._Library.execute_product
 
@@ -44,15 +46,15 @@ def executed(monkeypatch):
     monkeypatch.setattr(onednn._Library, "execute", counting)
     monkeypatch.setattr(onednn._Library, "execute_product", counting_product)
     yield calls
-    compiled.onednn.set(before)
+    compiled.onednn_switch.set(before)
 
 
 def _both(fn, arrays, executed):
     """(gpgan's own results, oneDNN's results, number of oneDNN executions)."""
-    compiled.onednn.set(False)
+    compiled.onednn_switch.set(False)
     own = _values_and_grads(fn, arrays)
     assert not executed
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     dnn = _values_and_grads(fn, arrays)
     for a, b in zip(own, dnn):
         assert a.dtype == b.dtype and a.shape == b.shape
@@ -144,9 +146,9 @@ def test_a_geometry_onednn_cannot_express_runs_own_kernels(executed, rng):
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     gy = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
     assert onednn.conv_backward_weights(x, gy, (3, 3), (2, 2), (0, 0), (1, 1)) is None
-    compiled.onednn.set(False)
+    compiled.onednn_switch.set(False)
     own = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2).data
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     np.testing.assert_array_equal(F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2).data, own)
     assert not executed
 
@@ -160,27 +162,27 @@ def test_kernels_are_onednn_s_jit_ones():
 
 
 def test_a_library_that_fails_to_load_falls_back_with_one_warning(monkeypatch, rng):
-    before = compiled.onednn.enabled()
+    before = compiled.onednn_switch.enabled()
     monkeypatch.setattr(onednn, "_library", None)
     monkeypatch.setattr(onednn, "_library_path", lambda: "/nonexistent/libdnnl.so.3")
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     try:
         with pytest.warns(RuntimeWarning, match="oneDNN convolutions and products unavailable.*using gpgan's own"):
             y = F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1).data
-        assert compiled.onednn.enabled() is False
-        compiled.onednn.set(False)
+        assert compiled.onednn_switch.enabled() is False
+        compiled.onednn_switch.set(False)
         np.testing.assert_array_equal(y, F.conv2d(gpgan.Variable(x), gpgan.Variable(w), padding=1).data)
     finally:
-        compiled.onednn.set(before)
+        compiled.onednn_switch.set(before)
 
 
 def test_switch_and_environment(rng):
     with pytest.raises(ValueError, match="set_onednn: enabled must be True or False"):
-        gpgan.backend.set_onednn("yes")
+        gpgan.kernels.set_onednn("yes")
     code = ("import numpy as np, gpgan, gpgan.functions as F, sys\n"
-            "from gpgan.backend import onednn_enabled, onednn_version\n"
+            "from gpgan.kernels import onednn_enabled, onednn_version\n"
             "x = gpgan.Variable(np.ones((1, 2, 5, 5), np.float32)); w = gpgan.Variable(np.ones((3, 2, 3, 3), np.float32))\n"
             "y = F.conv2d(x, w, padding=1)\n"
             "print(onednn_enabled(), onednn_version(), float(y.data.sum()))\n")
@@ -199,7 +201,7 @@ def test_switch_and_environment(rng):
 
 @pytest.mark.parametrize("order", ["rows", "a transposed", "b transposed", "both sliced"])
 def test_large_float32_products_run_on_onednn(order, executed, rng):
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)
     b = rng.standard_normal((200, 300)).astype(np.float32)
     if order == "a transposed":
@@ -210,7 +212,7 @@ def test_large_float32_products_run_on_onednn(order, executed, rng):
         a = np.pad(a, ((0, 0), (0, 7)))[:, :200]
         b = np.pad(b, ((0, 0), (3, 0)))[:, 3:]
     assert a.shape[0] * a.shape[1] * b.shape[1] >= onednn.MIN_PRODUCT_MACS
-    c = gpgan.backend.matmul(a, b)
+    c = gpgan.kernels.matmul(a, b)
     assert executed and c.shape == (96, 300) and c.dtype == np.float32 and c.flags.c_contiguous
     exact = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
@@ -222,7 +224,7 @@ def test_each_call_gets_its_own_product_from_memory_objects_made_once_per_thread
     # one product at once must each get their own result, from one set of objects per thread.
     from concurrent.futures import ThreadPoolExecutor
 
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     made = []
 
     class Counted(onednn._BoundArguments):
@@ -242,7 +244,7 @@ def test_each_call_gets_its_own_product_from_memory_objects_made_once_per_thread
             if k % 2:  # the buffer of the call before last, with new values
                 buffer[...] = a
                 a = buffer
-            c = gpgan.backend.matmul(a, b)
+            c = gpgan.kernels.matmul(a, b)
             exact = a.astype(np.float64) @ b.astype(np.float64)
             np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
         return True
@@ -255,7 +257,7 @@ def test_each_call_gets_its_own_product_from_memory_objects_made_once_per_thread
 
 
 def test_small_float64_batched_and_reversed_products_stay_with_numpy(executed, rng):
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)
     b = rng.standard_normal((200, 300)).astype(np.float32)
     cases = [(a[:8, :8], b[:8, :8]),                            # below MIN_PRODUCT_MACS
@@ -263,7 +265,7 @@ def test_small_float64_batched_and_reversed_products_stay_with_numpy(executed, r
              (np.stack([a, a]), np.stack([b, b])),              # batched
              (a[::-1], b)]                                      # a negative stride
     for x, y in cases:
-        np.testing.assert_array_equal(gpgan.backend.matmul(x, y), np.matmul(x, y))
+        np.testing.assert_array_equal(gpgan.kernels.matmul(x, y), np.matmul(x, y))
     assert not executed
 
 
@@ -273,11 +275,11 @@ def test_products_with_a_fused_bias_and_rectifier(slope, with_bias, executed, rn
     # The bias row and the ReLU family's rectifier in oneDNN's own pass over the product: the
     # float64 result to float32 rounding, in one execution (source, weights, output, bias,
     # scratchpad).
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)
     b = np.ascontiguousarray(rng.standard_normal((300, 200)).astype(np.float32)).T  # W.T, as Linear
     bias = rng.standard_normal(300).astype(np.float32) if with_bias else None
-    c = gpgan.backend.fused_affine(a, b, bias, slope)
+    c = gpgan.kernels.fused_affine(a, b, bias, slope)
     exact = a.astype(np.float64) @ b.astype(np.float64) + (0 if bias is None else bias)
     if slope is not None:
         exact = np.where(exact > 0, exact, slope * exact)
@@ -291,20 +293,20 @@ def test_a_small_product_with_a_large_fused_output_runs_on_onednn(executed, rng)
     # A toy MLP's first layer, (256, 2) @ (2, 512): too few multiply-adds for oneDNN on its own,
     # but with a bias or a rectifier fused its output's passes are saved; the bare product stays
     # with NumPy.
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     x = rng.standard_normal((256, 2)).astype(np.float32)
     w_t = np.ascontiguousarray(rng.standard_normal((512, 2)).astype(np.float32)).T
     bias = rng.standard_normal(512).astype(np.float32)
     assert 256 * 2 * 512 < onednn.MIN_PRODUCT_MACS and 256 * 512 >= onednn.MIN_FUSED_OUTPUT
-    assert gpgan.backend.fused_affine(x, w_t, None, None) is None and not executed
+    assert gpgan.kernels.fused_affine(x, w_t, None, None) is None and not executed
     exact = x.astype(np.float64) @ w_t.astype(np.float64) + bias
     for b, slope, want in [(bias, None, exact), (None, 0.0, np.maximum(exact - bias, 0)),
                            (bias, 0.2, np.where(exact > 0, exact, 0.2 * exact))]:
-        got = gpgan.backend.fused_affine(x, w_t, b, slope)
+        got = gpgan.kernels.fused_affine(x, w_t, b, slope)
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * np.abs(want).max())
     assert len(executed) == 3
     small = x[:64]  # an output of 64 x 512 elements: the passes stay in cache, NumPy's product runs
-    assert gpgan.backend.fused_affine(small, w_t, bias, 0.0) is None and len(executed) == 3
+    assert gpgan.kernels.fused_affine(small, w_t, bias, 0.0) is None and len(executed) == 3
 
 
 @pytest.mark.parametrize("with_bias", [True, False])
@@ -312,28 +314,28 @@ def test_a_product_adds_an_earlier_sum_in_its_own_pass(with_bias, executed, rng)
     # A weight gradient x.T @ g summed into an earlier one: the product plus the addend, one
     # rounded float32 sum per element, so the same bits as NumPy's add after oneDNN's bare product;
     # one execution with the addend among its arguments, and the addend left as it was.
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     g = rng.standard_normal((256, 384)).astype(np.float32)
     x = rng.standard_normal((256, 320)).astype(np.float32)
     earlier = rng.standard_normal((384, 320)).astype(np.float32)
     kept = earlier.copy()
     bias = rng.standard_normal(320).astype(np.float32) if with_bias else None
-    bare = gpgan.backend.fused_affine(g.T, x, bias)
+    bare = gpgan.kernels.fused_affine(g.T, x, bias)
     assert executed == [5 if with_bias else 4]
-    total = gpgan.backend.fused_affine(g.T, x, bias, addend=earlier)
+    total = gpgan.kernels.fused_affine(g.T, x, bias, addend=earlier)
     assert executed[1:] == [6 if with_bias else 5] and total.dtype == np.float32 and total.flags.c_contiguous
     np.testing.assert_array_equal(total, earlier + bare)
     np.testing.assert_array_equal(earlier, kept)
     # With a rectifier too: the addend comes after it (the second post-op).
-    rectified = gpgan.backend.fused_affine(g.T, x, bias, 0.0, addend=earlier)
+    rectified = gpgan.kernels.fused_affine(g.T, x, bias, 0.0, addend=earlier)
     np.testing.assert_array_equal(rectified, earlier + np.maximum(bare, 0))
     for wrong in [earlier[:, :-1], earlier.astype(np.float64), np.asfortranarray(earlier)]:
-        assert gpgan.backend.fused_affine(g.T, x, bias, addend=wrong) is None
+        assert gpgan.kernels.fused_affine(g.T, x, bias, addend=wrong) is None
     assert len(executed) == 3
 
 
 def test_fused_products_leave_what_onednn_does_not_take_to_the_caller(executed, rng):
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)
     b = rng.standard_normal((200, 300)).astype(np.float32)
     bias = np.ones(300, np.float32)
@@ -342,9 +344,9 @@ def test_fused_products_leave_what_onednn_does_not_take_to_the_caller(executed, 
                  (a, b, bias.astype(np.float64), None),  # a float64 bias
                  (a, b, bias[:299], None),                 # a bias of the wrong length
                  (a, b, np.ones(600, np.float32)[::2], None)]:  # a strided bias
-        assert gpgan.backend.fused_affine(*args) is None
-    compiled.onednn.set(False)
-    assert gpgan.backend.fused_affine(a, b, bias, 0.0) is None
+        assert gpgan.kernels.fused_affine(*args) is None
+    compiled.onednn_switch.set(False)
+    assert gpgan.kernels.fused_affine(a, b, bias, 0.0) is None
     assert not executed
 
 
@@ -360,7 +362,7 @@ def test_linear_with_a_rectifier_agrees_with_its_parts_on_onednn(slope, executed
         y = F.linear(x, w, b)
         return F.relu(y) if slope == 0 else F.leaky_relu(y, slope)
 
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     separate = _values_and_grads(apart, [x, w, b])
     calls = len(executed)
     fused = _values_and_grads(lambda x, w, b: F.linear(x, w, b, negative_slope=slope), [x, w, b])
@@ -374,7 +376,7 @@ def test_a_layer_used_twice_sums_its_weight_gradient_in_the_product_with_the_sam
     # A critic's linear layer on real and fake data: the second weight gradient's product adds
     # the first (oneDNN's post-op, or NumPy's product and the split add with oneDNN off) where the
     # engine would have added the two after; the gradients are the engine's own sums, bit for bit.
-    compiled.onednn.set(on)
+    compiled.onednn_switch.set(on)
     w = gpgan.Variable((rng.standard_normal((512, 512)) / 23).astype(np.float32), requires_grad=True)
     b = gpgan.Variable(np.zeros(512, np.float32), requires_grad=True)
     real, fake = (rng.standard_normal((256, 512)).astype(np.float32) for _ in range(2))
@@ -399,7 +401,7 @@ def test_a_layer_used_twice_sums_its_weight_gradient_in_the_product_with_the_sam
     assert len(with_addend) == (1 if on else 0) and len(argument_indexes) == (8 if on else 0)
 
 
-@pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
+@pytest.mark.skipif(not compiled.numba_switch._installed(), reason="needs Numba")
 def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch, rng):
     # With Numba on, a product's call runs from compiled code (execute_product), with it off through
     # ctypes (execute): the same primitive on the same arrays, so the same bits, for every kind of
@@ -407,9 +409,9 @@ def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch
     # for consecutive calls on new arrays (the compiled code re-points the memory objects), with
     # writable and read-only operands.
     pytest.importorskip("numba")  # the compiled call is made once Numba is loaded
-    compiled.onednn.set(True)
+    compiled.onednn_switch.set(True)
     monkeypatch.setattr(onednn, "_products", type(onednn._products)())
-    before = compiled.numba.enabled()
+    before = compiled.numba_switch.enabled()
     g = rng.standard_normal((256, 384)).astype(np.float32)
     x = np.pad(rng.standard_normal((256, 330)).astype(np.float32), ((0, 0), (0, 6)))[:, 3:323]  # sliced
     bias = rng.standard_normal(320).astype(np.float32)
@@ -420,14 +422,14 @@ def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch
     paths = {}
     try:
         for numba_on in (True, False):
-            compiled.numba.set(numba_on)
+            compiled.numba_switch.set(numba_on)
             for form in forms:
                 for scale in (1.0, -0.5):  # a second call, on new arrays
-                    paths.setdefault(numba_on, []).append(gpgan.backend.fused_affine((g * scale).T, x, **form))
+                    paths.setdefault(numba_on, []).append(gpgan.kernels.fused_affine((g * scale).T, x, **form))
             assert len(executed) == 2 * len(forms)
             executed.clear()
     finally:
-        compiled.numba.set(before)
+        compiled.numba_switch.set(before)
     for compiled_result, ctypes_result in zip(paths[True], paths[False]):
         assert compiled_result is not None
         np.testing.assert_array_equal(compiled_result, ctypes_result)
@@ -435,13 +437,13 @@ def test_compiled_product_calls_give_the_ctypes_calls_bits(executed, monkeypatch
     np.testing.assert_allclose(paths[True][8], exact, rtol=0, atol=1e-5 * np.abs(exact).max())
 
 
-@pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
+@pytest.mark.skipif(not compiled.numba_switch._installed(), reason="needs Numba")
 def test_which_path_a_product_takes(monkeypatch, rng):
     # Numba on (and loaded): the compiled call, never ctypes; Numba off: ctypes. A compiled call
     # that cannot be made warns once and leaves products to ctypes.
     pytest.importorskip("numba")
-    compiled.onednn.set(True)
-    before = compiled.numba.enabled()
+    compiled.onednn_switch.set(True)
+    before = compiled.numba_switch.enabled()
     a = rng.standard_normal((96, 200)).astype(np.float32)
     b = rng.standard_normal((200, 300)).astype(np.float32)
     taken = []
@@ -450,12 +452,12 @@ def test_which_path_a_product_takes(monkeypatch, rng):
     monkeypatch.setattr(onednn._Library, "execute_product",
                         lambda self, *args: taken.append("compiled") or original_product(self, *args))
     try:
-        compiled.numba.set(True)
-        want = gpgan.backend.matmul(a, b)
-        compiled.numba.set(False)
-        np.testing.assert_array_equal(gpgan.backend.matmul(a, b), want)
+        compiled.numba_switch.set(True)
+        want = gpgan.kernels.matmul(a, b)
+        compiled.numba_switch.set(False)
+        np.testing.assert_array_equal(gpgan.kernels.matmul(a, b), want)
         assert taken == ["compiled", "ctypes"]
-        compiled.numba.set(True)
+        compiled.numba_switch.set(True)
         monkeypatch.setattr(onednn, "_runners", {})
 
         def fails(lib):
@@ -463,33 +465,33 @@ def test_which_path_a_product_takes(monkeypatch, rng):
 
         monkeypatch.setattr(onednn, "_compile_product_runner", fails)
         with pytest.warns(RuntimeWarning, match="could not compile oneDNN's product call.*no compiler today"):
-            np.testing.assert_array_equal(gpgan.backend.matmul(a, b), want)
+            np.testing.assert_array_equal(gpgan.kernels.matmul(a, b), want)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no second warning
-            np.testing.assert_array_equal(gpgan.backend.matmul(a, b), want)
+            np.testing.assert_array_equal(gpgan.kernels.matmul(a, b), want)
         assert taken[2:] == ["ctypes", "ctypes"]
     finally:
-        compiled.numba.set(before)
+        compiled.numba_switch.set(before)
 
 
-@pytest.mark.skipif(not compiled.numba._installed(), reason="needs Numba")
+@pytest.mark.skipif(not compiled.numba_switch._installed(), reason="needs Numba")
 def test_products_take_the_compiled_call_only_once_numba_is_loaded():
     # A run whose arrays never load Numba (the quickstart's) keeps the ctypes call: compiling the
     # other would cost it 0.6 s and Numba's LLVM for what it saves. Once Numba is loaded, the
     # next product takes the compiled call, with the same bits.
     code = (
         "import sys, numpy as np, gpgan\n"
-        "from gpgan.backend import onednn\n"
+        "from gpgan.kernels.cpu import onednn\n"
         "taken = []\n"
         "execute, execute_product = onednn._Library.execute, onednn._Library.execute_product\n"
         "onednn._Library.execute = lambda self, *a: taken.append('ctypes') or execute(self, *a)\n"
         "onednn._Library.execute_product = lambda self, *a: taken.append('compiled') or execute_product(self, *a)\n"
         "rng = np.random.default_rng(0)\n"
         "a, b = (rng.standard_normal(s).astype(np.float32) for s in [(96, 200), (200, 300)])\n"
-        "before = gpgan.backend.matmul(a, b)\n"
+        "before = gpgan.kernels.matmul(a, b)\n"
         "loaded = 'numba' in sys.modules\n"
         "import numba\n"
-        "after = gpgan.backend.matmul(a, b)\n"
+        "after = gpgan.kernels.matmul(a, b)\n"
         "print(loaded, taken, np.array_equal(before, after))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, GPGAN_ONEDNN="1", GPGAN_NUMBA="1",

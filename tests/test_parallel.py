@@ -332,13 +332,15 @@ def test_a_process_that_cannot_start_stops_every_process_before_anything_is_writ
 @needs_mpi
 def test_ranks_on_one_machine_split_its_cores_between_them():
     """Under mpiexec -n 2 (MPICH's Hydra pins nothing) each rank takes half the cores for BLAS and
-    for gpgan's array passes, instead of every rank taking all of them."""
+    for gpgan's array passes, instead of every rank taking all of them (the process settings,
+    restarting each rank once to have them)."""
     from gpgan.backend.core_share import BLAS_THREAD_VARS, available_cores
 
     env = _env()
     for var in BLAS_THREAD_VARS + ("GPGAN_NUM_THREADS",):
         env.pop(var, None)
-    code = ("import json, os, gpgan; print(json.dumps([gpgan.backend.get_num_threads()] + "
+    code = ("import json, os, gpgan; gpgan.configure_process(restart=True); "
+            "print(json.dumps([gpgan.backend.get_num_threads()] + "
             f"[os.environ.get(v) for v in {BLAS_THREAD_VARS!r}]))")
     proc = subprocess.run([_mpiexec(), "-n", "2", sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=120, stdin=subprocess.DEVNULL)

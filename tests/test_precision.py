@@ -81,7 +81,7 @@ def test_bf16_reference_rounds_to_nearest_even():
 def test_cuda_rounding_matches_the_reference_bit_for_bit():
     import cupy
 
-    from gpgan.backend.cublas import to_bf16
+    from gpgan.kernels.cuda.cublas import to_bf16
 
     rng = np.random.default_rng(0)
     x = np.concatenate([(rng.standard_normal(100_000) * 10.0 ** rng.integers(-30, 30, 100_000)).astype(np.float32),
@@ -102,7 +102,7 @@ def test_cuda_bf16_product_is_the_exact_product_of_rounded_operands(shapes, tran
     accuracy, and the float32 product to bf16's (about 2**-8 relative)."""
     import cupy
 
-    from gpgan.backend import matmul
+    from gpgan.kernels import matmul
 
     rng = np.random.default_rng(1)
     a, b = (rng.standard_normal(s).astype(np.float32) for s in shapes)

@@ -79,12 +79,8 @@ def test_set_num_threads_refuses_bad_values():
 
 def test_environment_variable_sets_the_default(monkeypatch):
     monkeypatch.delenv("GPGAN_NUM_THREADS", raising=False)
-    # Without the variable: every core while OpenBLAS's idle workers go to sleep soon, else one.
-    monkeypatch.setattr(threads, "BLAS_IDLES_BRIEFLY", True)
+    # Without the variable: every core this process should use, however OpenBLAS was loaded.
     assert threads._default_threads() == threads.available_cores() >= 1
-    monkeypatch.setattr(threads, "BLAS_IDLES_BRIEFLY", False)
-    assert threads._default_threads() == 1
-    monkeypatch.setattr(threads, "BLAS_IDLES_BRIEFLY", True)
     monkeypatch.setenv("GPGAN_NUM_THREADS", "3")
     assert threads._default_threads() == 3
     monkeypatch.setenv("GPGAN_NUM_THREADS", "zero")

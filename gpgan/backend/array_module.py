@@ -10,8 +10,6 @@ import sys
 
 import numpy
 
-from gpgan.backend import compiled, onednn
-
 DEVICES = ("cpu", "cuda")
 
 
@@ -57,39 +55,6 @@ def get_array_module(*arrays):
             if isinstance(a, cupy.ndarray):
                 return cupy
     return numpy
-
-
-def matmul(a, b):
-    """``a @ b`` of two arrays on one device: NumPy's ``matmul`` on the CPU, or oneDNN's for large
-    2-D float32 products where it is enabled (:mod:`gpgan.backend.onednn`); on CUDA cuBLAS called
-    directly (:mod:`gpgan.backend.cublas`), so that a step with products can be captured as a CUDA
-    graph."""
-    if get_array_module(a, b) is numpy:
-        c = fused_affine(a, b)  # oneDNN, where it takes the product
-        return numpy.matmul(_blas_operand(a), _blas_operand(b)) if c is None else c
-    from gpgan.backend.cublas import matmul as cublas_matmul
-
-    return cublas_matmul(a, b)
-
-
-def _blas_operand(x):
-    """``x`` as NumPy's matmul can hand it to BLAS: a broadcast operand (a zero stride, as the
-    gradient of a sum is) made contiguous. NumPy runs its own loop for one, not BLAS: 128 us for
-    (1, 256) @ (256, 512) inside the toy MLP's step, against 22 with a contiguous copy."""
-    return numpy.ascontiguousarray(x) if 0 in x.strides and x.size > 1 else x
-
-
-def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
-    """``a @ b + bias``, rectified when ``negative_slope`` is given (``x`` where ``x > 0``, else
-    ``negative_slope * x``), then plus ``addend``, in one library call, for 2-D float32 NumPy
-    products large enough for oneDNN (:func:`gpgan.backend.onednn.matmul`); None for everything
-    else (the caller adds the bias, rectifies and adds). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,)
-    or None, ``addend`` (M, N) C-contiguous or None -> a new (M, N) array. The one test of which
-    products oneDNN takes: :func:`matmul` asks it too."""
-    if (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and a.ndim == 2 and b.ndim == 2
-            and a.dtype == b.dtype == numpy.float32 and compiled.onednn.enabled()):
-        return onednn.matmul(a, b, bias, negative_slope, addend)
-    return None
 
 
 def scalar_array(xp, value, dtype=None):

@@ -8,10 +8,10 @@ smaller affinity mask, which :func:`available_cores` already reads; launchers th
 Hydra, Intel MPI) say how many ranks share the machine (:data:`LOCAL_SIZE_VARIABLES`), and then
 each takes ``cores // ranks``.
 
-BLAS libraries read their thread count once, when they are loaded, which NumPy's import does. So
-this module runs before NumPy is imported (``gpgan/backend/__init__.py`` imports it first) and sets
-:data:`BLAS_THREAD_VARS` for a shared machine; a value the user set is kept. It imports nothing but
-the standard library, and must keep it that way.
+BLAS libraries read their thread count once, when they are loaded, which NumPy's import does:
+:func:`gpgan.configure_process` sets :data:`BLAS_THREAD_VARS` to this share for a shared machine
+(a value the user set is kept). This module only computes; it imports nothing but the standard
+library, and must keep it that way.
 """
 import os
 import sys
@@ -64,16 +64,3 @@ def process_cores(environ=None):
     if ranks > 1 and cores >= (os.cpu_count() or cores):
         return cores_per_process(ranks, cores)
     return cores
-
-
-def _configure():
-    """Before NumPy loads BLAS: in an MPI run sharing this machine, default each BLAS thread
-    variable to this process's share."""
-    if blas_loaded() or local_processes() <= 1:
-        return
-    share = str(process_cores())
-    for name in BLAS_THREAD_VARS:
-        os.environ.setdefault(name, share)
-
-
-_configure()

@@ -7,18 +7,14 @@ chunk per thread; the calling thread takes the first chunk, a small pool the oth
 
 The number of threads is ``GPGAN_NUM_THREADS`` or :func:`set_num_threads`'s; by default, the cores
 this process should use (:func:`gpgan.backend.core_share.process_cores`: its share in an MPI run),
-provided OpenBLAS's idle workers go to sleep soon
-(:mod:`gpgan.backend.blas_idle`, which gpgan arranges when it is imported before NumPy), else 1.
-Split passes only pay on cores no BLAS worker is spinning on: on the 2-core Xeon of the README's
-benchmarks, two threads took the DCGAN R1 step from 142 to 131 ms and the generator step from
-325 to 272 ms with OpenBLAS's idle spin cut short, and gained nothing with its default spin.
-CuPy arrays are never split: a GPU kernel is parallel already.
+whatever was imported first. Split passes gain most where OpenBLAS's idle workers go to sleep soon
+after a product (:func:`gpgan.configure_process`); with OpenBLAS's default spin they gain little,
+and lose nothing. CuPy arrays are never split: a GPU kernel is parallel already.
 """
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from gpgan.backend.blas_idle import BLAS_IDLES_BRIEFLY
 from gpgan.backend.core_share import available_cores, process_cores
 
 __all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range", "would_split"]
@@ -32,7 +28,7 @@ MIN_BYTES_PER_THREAD = 4 << 20
 def _default_threads():
     env = os.environ.get("GPGAN_NUM_THREADS")
     if not env:
-        return process_cores() if BLAS_IDLES_BRIEFLY else 1
+        return process_cores()
     try:
         value = int(env)
     except ValueError:

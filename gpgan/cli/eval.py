@@ -14,6 +14,7 @@ import time
 
 import numpy
 
+from gpgan.cli._process import configure
 EPILOG = """\
 examples:
   gpgan-eval experiments/r1_cifar/run1                        # FID, KID, IS of 50,000 samples vs the run's data
@@ -139,7 +140,7 @@ def _fetch(argv):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
+    program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and argv[0] in ("stats", "fetch-weights") else None
     try:
         if command == "fetch-weights":
@@ -148,6 +149,10 @@ def main(argv=None):
         args = parser.parse_args(argv[1:] if command else argv)
         if args.batch_size < 1:
             parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
+        problem = configure(None if program else argv)
+        if problem:
+            print(f"gpgan-eval: error: {problem}", file=sys.stderr)
+            return 1
         if command == "stats":
             return _stats(parser, args)
         return _evaluate(parser, args)

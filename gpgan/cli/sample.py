@@ -14,6 +14,7 @@ import tempfile
 
 import numpy
 
+from gpgan.cli._process import configure
 from gpgan.files import describe_os_error
 from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
 
@@ -147,6 +148,10 @@ def main(argv=None):
             parser.error(f"--grid {args.grid} holds {rows * cols} images but --n is {args.n}: give one of them")
     if args.side_by_side and args.ema is not None:
         parser.error("--side-by-side shows both the raw and the EMA weights: drop --ema/--no-ema")
+    problem = configure(argv)
+    if problem:
+        print(f"gpgan-sample: error: {problem}", file=sys.stderr)
+        return 1
     try:
         return _main(args)
     except (OSError, ValueError, RuntimeError) as exc:

@@ -11,6 +11,7 @@ import shlex
 import sys
 import traceback
 
+from gpgan.cli._process import configure
 from gpgan.train.config import VOLATILE_KEYS, ConfigError, dump_config
 
 EPILOG = """\
@@ -219,6 +220,9 @@ def main(argv=None):
         parser.error("CONFIG is required (or --resume RUN_DIR)")
     if args.dry_run and args.resume is not None:
         parser.error("--dry-run checks a new run: give CONFIG, not --resume")
+    problem = configure(argv)
+    if problem:
+        return _error(problem)
     from gpgan.parallel import connect
 
     try:

@@ -2,7 +2,10 @@
 
 Owns every operation (its forward on arrays, its backward in terms of other functions) and the
 checks of their arguments; stateless: parameters, layers and random state belong to
-:mod:`gpgan.nn` and the caller, graph traversal to :mod:`gpgan.autograd`.
+:mod:`gpgan.nn` and the caller, graph traversal to :mod:`gpgan.autograd`. Its array code is
+portable NumPy / CuPy (through :func:`gpgan.backend.get_array_module`) and never branches on an
+accelerator: where one can take an operation, the operation asks :mod:`gpgan.kernels` once (the
+result, or None and the portable code runs). A new operation is written the same way.
 
 Users write ``import gpgan.functions as F``. Names, argument order and keywords follow
 ``torch.nn.functional`` where it has the same function. Each module lists its public functions

@@ -2,12 +2,12 @@
 
 The engine (``gpgan.autograd``) knows no functions; this module, one layer up, gives Variables
 ``+ - * / ** @``, indexing and ``.sum()`` style methods that call the functions of this package,
-and gives the engine the split pass it sums gradients with (:func:`~gpgan.functions._split.add_arrays`).
+and gives the engine the split pass it sums gradients with (:func:`gpgan.kernels.add_arrays`).
 """
 from gpgan.autograd import Variable
 from gpgan.autograd.engine import set_gradient_adder
 from gpgan.functions import arithmetic, array, linalg, reduction
-from gpgan.functions._split import add_arrays
+from gpgan.kernels import add_arrays
 
 
 def _rsub(self, other):

@@ -15,10 +15,10 @@ order. Two rules shape them:
 At ``x == 0`` the ReLU family uses the derivative of the ``x < 0`` side (0 for relu, as PyTorch).
 The exp-based functions are evaluated in forms that do not overflow for any finite input.
 """
+from gpgan import kernels
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.backend import get_array_module
 from gpgan.functions._args import axis_index, scalar_like
-from gpgan.functions._split import compiled_elementwise, elementwise
 from gpgan.functions.math import exp, rectified_scale, where
 from gpgan.functions.reduction import sum as _sum
 
@@ -44,7 +44,7 @@ def _leaky_array(x, negative_slope):
     0 <= negative_slope <= 1 where the Numba kernels run, else NumPy or CuPy passes."""
     xp, slope = get_array_module(x), scalar_like(negative_slope, x)
     if 0 <= negative_slope <= 1:
-        y = compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(negative_slope))  # one pass
+        y = kernels.leaky_relu(xp, x, negative_slope)  # one pass
         if y is not None:
             return y
 
@@ -53,7 +53,7 @@ def _leaky_array(x, negative_slope):
             xp.multiply(x, slope, out=out)
             xp.maximum(x, out, out=out)
 
-        return elementwise(xp, leaky, x)
+        return kernels.elementwise(xp, leaky, x)
     return xp.where(x > 0, x, x * slope)
 
 
@@ -65,11 +65,11 @@ def rectify_array(x, negative_slope=0):
     if negative_slope != 0:
         return _leaky_array(x, negative_slope)
     xp = get_array_module(x)
-    y = compiled_elementwise(xp, "relu", (x,))
+    y = kernels.relu(xp, x)
     if y is not None:
         return y
     zero = scalar_like(0, x)
-    return elementwise(xp, lambda out, x: xp.maximum(x, zero, out=out), x)
+    return kernels.elementwise(xp, lambda out, x: xp.maximum(x, zero, out=out), x)
 
 
 class ReLU(FunctionNode):

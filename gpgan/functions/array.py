@@ -7,10 +7,10 @@ inside the graph.
 import numbers
 import numpy
 
+from gpgan import kernels
 from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, axis_index, constant
-from gpgan.functions._split import array_sum
 
 
 __all__ = ['broadcast_to', 'flatten', 'getitem', 'reshape', 'sum_to', 'transpose', 'concat', 'cat', 'stack',
@@ -123,7 +123,7 @@ class SumTo(FunctionNode):
         x, = inputs
         self.in_shape = x.shape
         axes, lead = _sum_axes_for(x.shape, self.shape)
-        y = array_sum(x, axes, keepdims=True) if axes else x
+        y = kernels.array_sum(x, axes, keepdims=True) if axes else x
         if lead:
             y = y.reshape(self.shape)
         return (y,)
@@ -171,12 +171,8 @@ class ScatterAdd(FunctionNode):
         gx = xp.zeros(self.shape, dtype=gy.dtype)
         if _is_basic_index(self.index):
             gx[self.index] = gy  # slices and integers cannot select an element twice
-        elif hasattr(xp.add, "at"):
-            xp.add.at(gx, self.index, gy)  # repeated integer indices must add up
-        else:  # CuPy before ufunc.at
-            import cupyx
-
-            cupyx.scatter_add(gx, self.index, gy)
+        else:
+            kernels.add_at(xp, gx, self.index, gy)  # repeated integer indices must add up
         return (gx,)
 
     def backward(self, indexes, grad_outputs):

@@ -17,9 +17,11 @@ computes only the gradients asked for (an R1 penalty's image gradient computes n
 
 Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory;
 the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
-are split over the cores (``gpgan.backend.threads``). Where Numba is installed, NumPy's col2im
-and padded im2col run as compiled single passes instead (``_numba_kernels``, switched by
-``gpgan.backend.compiled``), with the same results bit for bit. A convolution is im2col (a copy of a
+are split over the cores (:func:`gpgan.kernels.over_batch`). Where an accelerator takes them
+(:mod:`gpgan.kernels.convolution`), col2im and padded im2col run as compiled single passes
+(Numba, with the same results bit for bit) and whole convolutions on oneDNN (float32, one group;
+to float32 rounding), each asked once at the top of the kernel below that it replaces, which runs
+when it declines. A convolution is im2col (a copy of a
 strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
 GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
 scatter form (one GEMM to ``kH*kW*Cout`` values per input pixel, then col2im adds; used when
@@ -28,16 +30,11 @@ phases is a stride-1 correlation of the input with the kernel taps that reach it
 and one GEMM each, no adds). With stride 1 a convolution equals a transposed convolution with the
 flipped kernel, so a convolution with few output channels (an image-producing layer) and its
 weight gradient run on the data-lighter side too.
-
-Where oneDNN is installed (``gpgan.backend.onednn``), float32 NumPy convolutions of one group run on
-its primitives instead, at the top of each of the three kernels below (forward, backward data for
-the transposed convolution, backward weights); what it does not take falls through to them.
 """
 from gpgan.autograd import FunctionNode
-from gpgan.backend import get_array_module, matmul
+from gpgan import kernels
+from gpgan.backend import get_array_module
 from gpgan.functions._args import check_4d, check_int, pair
-from gpgan.functions._compiled import cpu_kernels, onednn_convolutions
-from gpgan.functions._split import over_batch as _over_batch
 from gpgan.functions.array import getitem
 from gpgan.functions.reduction import sum as _sum
 
@@ -100,7 +97,7 @@ def _padded_nhwc(xp, x, pads):
         o[:, top:top + H, left + W:] = 0
         o[:, top:top + H, left:left + W] = xh[a:b]
 
-    _over_batch(xp, fill, N, out.nbytes)
+    kernels.over_batch(xp, fill, N, out.nbytes)
     return out
 
 
@@ -126,16 +123,16 @@ def _windows(xp, xpad, origin, out_hw, taps, tap_step, s, groups):
     def copy(a, b):
         col[:, a:b] = view[:, a:b]
 
-    _over_batch(xp, copy, N, col.nbytes)
+    kernels.over_batch(xp, copy, N, col.nbytes)
     return col.reshape(groups, N * Ho * Wo, tH * tW * Cg)
 
 
 class _PaddedWindows:
     """Windows of ``x`` (N, C, H, W) zero-padded by ``pads`` ``((top, bottom), (left, right))``.
 
-    With the Numba kernels (NumPy, one group) each window copy reads ``x`` itself and writes the
-    zeros of the padding as it goes; otherwise the padded channels-last copy is made once, on the
-    first request, and every window copy reads it.
+    Where :func:`gpgan.kernels.window_columns` takes it, each window copy reads ``x`` itself and
+    writes the zeros of the padding as it goes; otherwise the padded channels-last copy is made
+    once, on the first request, and every window copy reads it.
     """
 
     def __init__(self, xp, x, pads):
@@ -145,18 +142,9 @@ class _PaddedWindows:
     def columns(self, origin, out_hw, taps, tap_step, s, groups):
         """As :func:`_windows` on the padded input: ``(G, N*Ho*Wo, tH*tW*Cg)``."""
         xp, x = self.xp, self.x
-        kernels = cpu_kernels(xp, x.dtype) if groups == 1 else None
-        if kernels is not None:
-            N, C = x.shape[:2]
-            col = xp.empty((N,) + tuple(out_hw) + tuple(taps) + (C,), dtype=x.dtype)
-            xh = _nhwc(x)
-            off_h, off_w = origin[0] - self.pads[0][0], origin[1] - self.pads[1][0]
-
-            def copy(a, b):
-                kernels.window_columns(xh, col, a, b, off_h, off_w, s[0], s[1], tap_step[0], tap_step[1])
-
-            _over_batch(xp, copy, N, col.nbytes)
-            return col.reshape(1, N * out_hw[0] * out_hw[1], -1)
+        col = kernels.window_columns(xp, x, self.pads, origin, out_hw, taps, tap_step, s, groups)
+        if col is not None:
+            return col
         if self._xpad is None:
             self._xpad = _padded_nhwc(xp, x, self.pads)
         return _windows(xp, self._xpad, origin, out_hw, taps, tap_step, s, groups)
@@ -182,8 +170,8 @@ def _gemm(xp, a, b):
     Operands may be transposed views of contiguous matrices: BLAS reads them as they are.
     """
     if a.shape[0] == 1:
-        return matmul(a[0], b[0])[None]
-    return matmul(a, b)
+        return kernels.matmul(a[0], b[0])[None]
+    return kernels.matmul(a, b)
 
 
 def _group_rows(xp, x, groups):
@@ -223,8 +211,7 @@ def _conv2d_forward(xp, x, w, s, p, d, groups):
     Og = O // groups
     Ho = _conv_out_size(x.shape[2], kH, s[0], p[0], d[0])
     Wo = _conv_out_size(x.shape[3], kW, s[1], p[1], d[1])
-    dnn = onednn_convolutions(xp, x, w, groups=groups)
-    y = dnn and dnn.conv_forward(x, w, s, p, d, (Ho, Wo))
+    y = kernels.conv2d(xp, x, w, s, p, d, groups, (Ho, Wo))
     if y is not None:
         return y
     q = _adjoint_padding((kH, kW), p, d)
@@ -246,8 +233,7 @@ def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
     then col2im adds) and the gather form (per output phase, a GEMM of gathered input windows,
     ``kH*kW*Cin / (sH*sW)`` values per output pixel, no adds). The one that moves less data runs.
     """
-    dnn = onednn_convolutions(xp, x, w, groups=groups)
-    y = dnn and dnn.conv_backward_data(x, w, s, p, d, out_hw)
+    y = kernels.conv_transpose2d(xp, x, w, s, p, d, groups, out_hw)
     if y is not None:
         return y
     Cin, Cog = w.shape[:2]
@@ -278,12 +264,10 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
     w2 = w2.reshape(groups, Cig, kH * kW * Cog)
     rows = _group_rows(xp, x, groups)  # (G, N*H*W, Cig)
     if groups == 1 and Cog < _CHANNELS_FIRST_BELOW:
-        cols = matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
-        kernels = cpu_kernels(xp, cols.dtype)
-        if kernels is not None:
-            y = xp.empty((Cog, N, Ho, Wo), dtype=cols.dtype)
-            _over_batch(xp, lambda a, b: kernels.col2im_planes(cols, y, a, b, *s, *p, *d), N, cols.nbytes)
-            return y.transpose(1, 0, 2, 3)
+        cols = kernels.matmul(w2[0].T, rows[0].T).reshape(kH, kW, Cog, N, H, W)
+        y = kernels.col2im_planes(xp, cols, out_hw, s, p, d)
+        if y is not None:
+            return y
         ypad = xp.empty((Cog, N, Hp, Wp), dtype=cols.dtype)
 
         def col2im_planes(a, b):
@@ -293,14 +277,12 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
                     h0, w0 = i * d[0], j * d[1]
                     ypad[:, a:b, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[i, j, :, a:b]
 
-        _over_batch(xp, col2im_planes, N, cols.nbytes)
+        kernels.over_batch(xp, col2im_planes, N, cols.nbytes)
         return ypad[:, :, p[0]:p[0] + Ho, p[1]:p[1] + Wo].transpose(1, 0, 2, 3)
     cols = _gemm(xp, rows, w2).reshape(groups, N, H, W, kH, kW, Cog)
-    kernels = cpu_kernels(xp, cols.dtype) if groups == 1 else None
-    if kernels is not None:
-        y = xp.empty((N, Ho, Wo, Cog), dtype=cols.dtype)
-        _over_batch(xp, lambda a, b: kernels.col2im_channels_last(cols[0], y, a, b, *s, *p, *d), N, cols.nbytes)
-        return _nchw(y)
+    y = kernels.col2im_channels_last(xp, cols, out_hw, s, p, d)
+    if y is not None:
+        return y
     ypad = xp.empty((N, Hp, Wp, groups, Cog), dtype=cols.dtype)
 
     def col2im(a, b):
@@ -310,7 +292,7 @@ def _conv_transpose2d_scatter(xp, x, w, s, p, d, groups, out_hw):
                 h0, w0 = i * d[0], j * d[1]
                 ypad[a:b, h0:h0 + hs:s[0], w0:w0 + ws:s[1]] += cols[:, a:b, :, :, i, j].transpose(1, 2, 3, 0, 4)
 
-    _over_batch(xp, col2im, N, cols.nbytes)
+    kernels.over_batch(xp, col2im, N, cols.nbytes)
     # The crop is a view: the next operation reads it in place (no copy of the output).
     return _nchw(ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo].reshape(N, Ho, Wo, groups * Cog))
 
@@ -378,7 +360,7 @@ def _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw):
             def place(a, b, out=out, res=res):
                 out[a:b] = res[:, a:b].transpose(1, 2, 3, 0, 4)
 
-            _over_batch(xp, place, N, res.nbytes)
+            kernels.over_batch(xp, place, N, res.nbytes)
     return _nchw(y.reshape(N, Ho, Wo, groups * Cog))
 
 
@@ -396,8 +378,7 @@ def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
     _, O, Ho, Wo = gy.shape
     kH, kW = ksize
     Og, Cg = O // groups, C // groups
-    dnn = onednn_convolutions(xp, x, gy, groups=groups)
-    gw = dnn and dnn.conv_backward_weights(x, gy, ksize, s, p, d)
+    gw = kernels.conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups)
     if gw is not None:
         return gw
     q = _adjoint_padding(ksize, p, d)
@@ -452,7 +433,7 @@ class _BiasedConv(_ConvBase):
             def add_bias(start, stop):
                 y[start:stop] += b
 
-            _over_batch(xp, add_bias, y.shape[0], 2 * y.nbytes)
+            kernels.over_batch(xp, add_bias, y.shape[0], 2 * y.nbytes)
         return (y,)
 
 

@@ -1,10 +1,8 @@
 """Matrix products: matmul (batched, NumPy semantics) and linear (``x @ W.T + b``)."""
 import numpy
 
+from gpgan import kernels
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
-from gpgan.backend import fused_affine
-from gpgan.backend import matmul as backend_matmul
-from gpgan.functions._split import add_arrays, array_sum, kernels_for
 from gpgan.functions.activation import rectify_array
 from gpgan.functions.array import reshape, sum_to, transpose
 from gpgan.functions.math import rectified_gradient_and_sums, rectified_gradient_array, rectified_scale
@@ -19,25 +17,19 @@ def _const(array):
 
 def _product(a, b):
     """``a @ b`` of arrays, for every product of this module. An inner dimension of 1 makes it an
-    outer product, which BLAS does badly (0.14 ms for (256, 1) @ (1, 512) on the README's Xeon,
-    against 0.05 ms for the broadcast multiply; the last layer of every critic has one output):
-    then it is that multiply, which gives the same numbers (one rounded product per element)."""
+    outer product, which BLAS does badly (the last layer of every critic has one output): then it
+    is that multiply, which gives the same numbers (one rounded product per element)."""
     if _is_outer(a, b):
         return _outer(a, b)
-    return backend_matmul(a, b)
+    return kernels.matmul(a, b)
 
 
 def _outer(a, b):
-    """``a * b`` for ``a`` (M, 1) and ``b`` (1, N): one pass split over the threads where the Numba
-    kernels take the (M, N) output (NumPy's broadcast multiply runs on one core, and slowly: 45 us
-    for (256, 1) x (1, 512) on the README's Xeon, against 7), else NumPy's; the same products."""
-    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray and a.dtype == b.dtype:
-        out = numpy.empty((a.shape[0], b.shape[1]), a.dtype)
-        kernels = kernels_for(numpy, out)
-        if kernels is not None:
-            kernels.outer(a[:, 0], b[0], out)
-            return out
-    return a * b
+    """``a * b`` for ``a`` (M, 1) and ``b`` (1, N): :func:`gpgan.kernels.outer` where it takes
+    the product (NumPy's broadcast multiply runs on one core, and slowly), else NumPy's or CuPy's;
+    the same products."""
+    out = kernels.outer(a, b)
+    return a * b if out is None else out
 
 
 def _product_plus(a, b, addend):
@@ -47,7 +39,7 @@ def _product_plus(a, b, addend):
     if addend is None:
         return _product(a, b)
     total = _fused_product(a, b, addend=addend)
-    return add_arrays(addend, _product(a, b)) if total is None else total
+    return kernels.add_arrays(addend, _product(a, b)) if total is None else total
 
 
 def _is_outer(a, b):
@@ -57,9 +49,9 @@ def _is_outer(a, b):
 
 
 def _fused_product(a, b, bias=None, negative_slope=None, addend=None):
-    """:func:`gpgan.backend.fused_affine` for a product that :func:`_product` would not compute as
+    """:func:`gpgan.kernels.fused_affine` for a product that :func:`_product` would not compute as
     a multiply (an outer product keeps its multiply); None where the caller runs the parts."""
-    return None if _is_outer(a, b) else fused_affine(a, b, bias, negative_slope, addend)
+    return None if _is_outer(a, b) else kernels.fused_affine(a, b, bias, negative_slope, addend)
 
 
 def _swap_last(x):
@@ -196,11 +188,11 @@ class Linear(FunctionNode):
             else:
                 g = rectified_gradient_array(g, y, self.slope)
         elif 2 in indexes:
-            gb = array_sum(g, (0,))
+            gb = kernels.array_sum(g, (0,))
         earlier = dict(zip(indexes, earlier)) if earlier is not None else {}
 
         def plus_earlier(i, gradient):
-            return gradient if earlier.get(i) is None else add_arrays(earlier[i], gradient)
+            return gradient if earlier.get(i) is None else kernels.add_arrays(earlier[i], gradient)
 
         raw = {0: lambda: plus_earlier(0, _product(g, w).reshape(x.shape)),
                1: lambda: _product_plus(g.T, x.reshape(-1, in_features), earlier.get(1)),

@@ -17,11 +17,10 @@ the gradient also reaches the function's input, with a zero gradient, as in PyTo
 """
 import numpy
 
+from gpgan import kernels
 from gpgan.autograd import STRUCTURAL_ZERO, FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, broadcast_error, scalar_like
-from gpgan.functions._split import (add_in_block_order, array_sum, block_partials, compiled_elementwise, elementwise,
-                                    kernels_for)
 from gpgan.functions.array import sum_to
 
 
@@ -67,7 +66,7 @@ class MaskScale(_MaskNode):
         xp = get_array_module(gy)
         # The product's dtype: gy's for a boolean mask or one of gy's dtype (every mask gpgan makes).
         dtype = gy.dtype if mask.dtype == bool or mask.dtype == gy.dtype else xp.result_type(gy, mask)
-        return (elementwise(xp, lambda out, g, m: xp.multiply(g, m, out=out), gy, mask, dtype=dtype),)
+        return (kernels.elementwise(xp, lambda out, g, m: xp.multiply(g, m, out=out), gy, mask, dtype=dtype),)
 
     def backward(self, indexes, grad_outputs):
         mask = self.get_mask()
@@ -112,7 +111,7 @@ def rectified_gradient_array(gy, ref, slope):
     :class:`RectifiedScale`. One compiled pass where the Numba kernels run, else NumPy or CuPy
     passes, with the same values."""
     xp = get_array_module(gy)
-    out = compiled_elementwise(xp, "rectified_gradient", (gy, ref), *_factors(gy, slope))
+    out = kernels.rectified_gradient(xp, gy, ref, *_factors(gy, slope))
     if out is not None:
         return out
     rise, slope = scalar_like(1 - slope, gy), scalar_like(slope, gy)
@@ -122,7 +121,7 @@ def rectified_gradient_array(gy, ref, slope):
         out += slope
         out *= g
 
-    return elementwise(xp, scale, gy, ref)
+    return kernels.elementwise(xp, scale, gy, ref)
 
 
 def rectified_gradient_and_sums(gy, ref, slope):
@@ -131,15 +130,11 @@ def rectified_gradient_and_sums(gy, ref, slope):
     the Numba kernels run on C-contiguous arrays, one pass that also adds each row into the sums
     (the same float64 sums over the same row blocks as :func:`array_sum`, so the same values as
     the two passes); else the two passes."""
-    kernels = kernels_for(numpy, gy) if gy.__class__ is numpy.ndarray else None
-    if (kernels is None or ref.__class__ is not numpy.ndarray or ref.shape != gy.shape
-            or ref.dtype != gy.dtype or not (gy.flags.c_contiguous and ref.flags.c_contiguous)):
-        g = rectified_gradient_array(gy, ref, slope)
-        return g, array_sum(g, (0,))
-    out = numpy.empty_like(gy)
-    partials, = block_partials(*gy.shape)
-    kernels.rectified_gradient_sums(gy, ref, *_factors(gy, slope), out, partials)
-    return out, add_in_block_order(partials).astype(gy.dtype)
+    both = kernels.rectified_gradient_sums(gy, ref, *_factors(gy, slope))
+    if both is not None:
+        return both
+    g = rectified_gradient_array(gy, ref, slope)
+    return g, kernels.array_sum(g, (0,))
 
 
 def rectified_scale(gy, ref, slope):

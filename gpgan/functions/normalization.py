@@ -15,9 +15,9 @@ Eval-mode batch norm (fixed running statistics) is an affine map composed from m
 import numpy
 
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
-from gpgan.backend import get_array_module, parallel_range
+from gpgan import kernels
+from gpgan.backend import get_array_module
 from gpgan.functions._args import array_of, constant
-from gpgan.functions._split import add_in_block_order, block_partials, kernels_for, row_blocks
 from gpgan.functions.array import reshape
 from gpgan.functions.reduction import mean, sum as _sum
 
@@ -60,9 +60,9 @@ def _from_rows(rows, like):
 
 def _row_passes(xp, fn, rows, nbytes):
     """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows
-    (:func:`~gpgan.functions._split.row_blocks`; the blocks split over the cores for NumPy) and
-    return the partials summed in block order."""
-    blocks = row_blocks(rows)
+    (:func:`gpgan.kernels.row_blocks`; the blocks split over the cores for NumPy) and return
+    the partials summed in block order."""
+    blocks = kernels.row_blocks(rows)
     bounds = [rows * k // blocks for k in range(blocks + 1)]
     parts = [None] * blocks
 
@@ -70,23 +70,12 @@ def _row_passes(xp, fn, rows, nbytes):
         for k in range(first, last):
             parts[k] = fn(bounds[k], bounds[k + 1])
 
-    if xp.__name__ == "numpy":
-        parallel_range(run, blocks, nbytes)
-    else:
-        run(0, blocks)
+    kernels.over_batch(xp, run, blocks, nbytes)
     total = list(parts[0])
     for part in parts[1:]:
         for k, v in enumerate(part):
             total[k] = total[k] + v
     return total
-
-
-def _column_dots(xp, a, b):
-    """``(a * b).sum(axis=0)`` of (M, C) arrays: NumPy's einsum does it in one pass; CuPy's einsum
-    may call cuBLAS through CuPy, which a CUDA-graph capture cannot (see :mod:`gpgan.backend.cublas`)."""
-    if xp is numpy:
-        return numpy.einsum("mc,mc->c", a, b)
-    return (a * b).sum(axis=0)
 
 
 class Normalize(FunctionNode):
@@ -138,18 +127,20 @@ class Normalize(FunctionNode):
 
     def _forward_rows(self, xp, x, x2, w, b):
         """Batch norm on the (M, C) pixel rows of a channels-last ``x``: three passes over row
-        chunks split over the cores (sum; centre and sum of squares; scale and shift), or two with
-        the compiled kernels (float64 moments; scale and shift)."""
+        chunks split over the cores (sum; centre and sum of squares; scale and shift), or the two
+        of :func:`gpgan.kernels.batch_norm_rows` where it takes the rows."""
         M, C = x2.shape
-        kernels = kernels_for(xp, x2)
-        if kernels is not None:
-            return self._forward_rows_compiled(kernels, x, x2, w, b)
+        compiled = kernels.batch_norm_rows(xp, x2, w, b, self.eps)
+        if compiled is not None:
+            y2, *stats = compiled
+            self.mean, self.var, self.inv = (v.reshape(self.param_shape) for v in stats)
+            return _from_rows(y2, x)
         y2 = xp.empty_like(x2)
         mu = _row_passes(xp, lambda a, c: (x2[a:c].sum(axis=0),), M, x2.nbytes)[0] / x.dtype.type(M)
 
         def centre(a, c):
             xc = xp.subtract(x2[a:c], mu, out=y2[a:c])
-            return (_column_dots(xp, xc, xc),)
+            return (kernels.column_dots(xp, xc, xc),)
 
         var = _row_passes(xp, centre, M, x2.nbytes)[0] / x.dtype.type(M)
         inv = 1 / xp.sqrt(var + x.dtype.type(self.eps))
@@ -163,27 +154,6 @@ class Normalize(FunctionNode):
 
         _row_passes(xp, affine, M, x2.nbytes)
         self.mean, self.var, self.inv = (v.reshape(self.param_shape) for v in (mu, var, inv))
-        return _from_rows(y2, x)
-
-    def _forward_rows_compiled(self, kernels, x, x2, w, b):
-        """:meth:`_forward_rows` with Numba kernels (each split over the cores by Numba): the
-        moments about a sample of each channel, summed in float64 in one pass over fixed blocks of
-        rows, then ``y = (x - mean) * scale + shift`` in another."""
-        M, C = x2.shape
-        shift = x2[0].astype(numpy.float64)
-        s1, s2 = block_partials(M, C, 2)
-        kernels.channel_moments(x2, shift, s1, s2)
-        s1, s2 = add_in_block_order(s1), add_in_block_order(s2)
-        mean = shift + s1 / M
-        var = numpy.maximum(s2 - s1 * s1 / M, 0.0) / M
-        inv = 1 / numpy.sqrt(var + self.eps)
-        dtype = x.dtype
-        scale = inv if w is None else inv * w.reshape(C)
-        mu, scale = mean.astype(dtype), scale.astype(dtype)
-        shift_out = numpy.zeros(C, dtype) if b is None else numpy.ascontiguousarray(b.reshape(C), dtype)
-        y2 = numpy.empty_like(x2)
-        kernels.channel_affine(x2, mu, scale, shift_out, y2)
-        self.mean, self.var, self.inv = (v.astype(dtype).reshape(self.param_shape) for v in (mean, var, inv))
         return _from_rows(y2, x)
 
     def backward(self, indexes, grad_outputs):
@@ -243,18 +213,30 @@ class Normalize(FunctionNode):
     def _raw_gradients_rows(self, xp, x, x2, w, gy2):
         """Batch norm's closed form on (M, C) pixel rows, in two passes over row chunks split over
         the cores: the sums of gy and gy * xhat, then ``gx = coef * gy - k1 * x + k0`` with
-        per-channel coefficients (``xhat = (x - mean) * inv`` folded in)."""
+        per-channel coefficients (``xhat = (x - mean) * inv`` folded in); or the two of
+        :func:`gpgan.kernels.batch_norm_rows_gradients` where it takes the rows."""
+        compiled = kernels.batch_norm_rows_gradients(xp, x2, gy2, self.mean, self.inv, w)
+        if compiled is not None:
+            gx2, gx_sum, g_sum = compiled
+        else:
+            gx2, gx_sum, g_sum = self._raw_gradients_rows_portable(xp, x, x2, w, gy2)
+        out = [_from_rows(gx2, x)]
+        if self.has_weight:
+            out.append(gx_sum.reshape(self.own_shape))
+        if self.has_bias:
+            out.append(g_sum.reshape(self.own_shape))
+        return out
+
+    def _raw_gradients_rows_portable(self, xp, x, x2, w, gy2):
+        """The NumPy / CuPy form of :meth:`_raw_gradients_rows`: ``(gx2, gw, gb)``."""
         M, C = x2.shape
-        kernels = kernels_for(xp, x2)
-        if kernels is not None:
-            return self._raw_gradients_rows_compiled(kernels, x, x2, w, gy2)
         mu, inv = self.mean.reshape(C), self.inv.reshape(C)
         gx2 = xp.empty_like(x2)
 
         def sums(a, c):
             xhat = xp.subtract(x2[a:c], mu, out=gx2[a:c])
             xhat *= inv
-            return gy2[a:c].sum(axis=0), _column_dots(xp, gy2[a:c], xhat)
+            return gy2[a:c].sum(axis=0), kernels.column_dots(xp, gy2[a:c], xhat)
 
         g_sum, gx_sum = _row_passes(xp, sums, M, x2.nbytes + gy2.nbytes)
         n = x.dtype.type(1.0 / M)
@@ -270,36 +252,7 @@ class Normalize(FunctionNode):
             return ()
 
         _row_passes(xp, combine, M, x2.nbytes + gy2.nbytes)
-        out = [_from_rows(gx2, x)]
-        if self.has_weight:
-            out.append(gx_sum.reshape(self.own_shape))
-        if self.has_bias:
-            out.append(g_sum.reshape(self.own_shape))
-        return out
-
-    def _raw_gradients_rows_compiled(self, kernels, x, x2, w, gy2):
-        """:meth:`_raw_gradients_rows` with Numba kernels: the sums of gy and gy * (x - mean) in
-        float64 in one pass over fixed blocks of rows, then ``gx = (gy - mean(gy)) * coef -
-        (x - mean) * k`` in another."""
-        M, C = x2.shape
-        dtype = x.dtype
-        mu = self.mean.reshape(C)
-        inv = self.inv.reshape(C).astype(numpy.float64)
-        s_g, s_gx = block_partials(M, C, 2)
-        kernels.channel_gradient_sums(x2, gy2, mu.astype(numpy.float64), s_g, s_gx)
-        g_sum, gxc_sum = add_in_block_order(s_g), add_in_block_order(s_gx)
-        gx_sum = gxc_sum * inv  # sum(gy * xhat)
-        coef = inv if w is None else inv * w.reshape(C)
-        k = coef * inv * gx_sum / M
-        gy_mean, coef, k = (v.astype(dtype) for v in (g_sum / M, coef, k))
-        gx2 = numpy.empty_like(x2)
-        kernels.channel_input_gradient(x2, gy2, mu, gy_mean, coef, k, gx2)
-        out = [_from_rows(gx2, x)]
-        if self.has_weight:
-            out.append(gx_sum.astype(dtype).reshape(self.own_shape))
-        if self.has_bias:
-            out.append(g_sum.astype(dtype).reshape(self.own_shape))
-        return out
+        return gx2, gx_sum, g_sum
 
     def _recorded_gradients(self, x, w, gy):
         """The same formulas with differentiable functions: recorded, differentiable again."""

@@ -1,7 +1,7 @@
 """Reductions: sum and mean over axes (an int, a tuple, negative allowed, or None), with ``keepdims``."""
+from gpgan import kernels
 from gpgan.autograd import FunctionNode
 from gpgan.functions._args import axis_index
-from gpgan.functions._split import array_sum
 from gpgan.functions.array import broadcast_to, reshape
 
 
@@ -33,7 +33,7 @@ class Sum(FunctionNode):
         x, = inputs
         self.in_shape = x.shape
         self.axes = _normalize_axis(self.axis, x.ndim)
-        return (array_sum(x, self.axes, self.keepdims),)
+        return (kernels.array_sum(x, self.axes, self.keepdims),)
 
     def backward(self, indexes, grad_outputs):
         gy, = grad_outputs

@@ -17,7 +17,8 @@ import numbers
 import numpy
 
 from gpgan.autograd import FunctionNode
-from gpgan.backend import constant_array, get_array_module, matmul
+from gpgan import kernels
+from gpgan.backend import constant_array, get_array_module
 from gpgan.functions._args import check_4d, is_int, pair
 
 
@@ -49,9 +50,9 @@ class Resample2d(FunctionNode):
         y = x
         for axis in ((3, 2) if w_first else (2, 3)):
             if axis == 3 and b is not None:
-                y = matmul(y.reshape(-1, y.shape[3]), b.T).reshape(N, C, y.shape[2], Wo)  # one GEMM
+                y = kernels.matmul(y.reshape(-1, y.shape[3]), b.T).reshape(N, C, y.shape[2], Wo)  # one GEMM
             elif axis == 2 and a is not None:
-                y = matmul(a, y.reshape(N * C, y.shape[2], y.shape[3])).reshape(N, C, Ho, y.shape[3])
+                y = kernels.matmul(a, y.reshape(N * C, y.shape[2], y.shape[3])).reshape(N, C, Ho, y.shape[3])
         if y is x:
             y = x.copy()
         return (xp.ascontiguousarray(y),)

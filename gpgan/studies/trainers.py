@@ -9,6 +9,7 @@ import threading
 import time
 
 from gpgan.backend.core_share import BLAS_THREAD_VARS, cores_per_process
+from gpgan.kernels.process import process_environment
 from gpgan.train.loop import PARENT_ENV
 
 __all__ = ["THREAD_VARS", "LocalTrainers", "start_trainer", "wait_for", "gpgan_pythonpath"]
@@ -69,6 +70,9 @@ def _child_env(device, jobs):
     threads = str(cores_per_process(jobs))
     for var in THREAD_VARS:
         env.setdefault(var, threads)
+    # The process settings a trainer makes (gpgan.configure_process), so that it starts with them
+    # rather than starting again to have them.
+    env.update(process_environment(env))
     if device is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(device)
     # Outside the terminal's process group, a trainer would outlive a gpgan-ablate killed outright;

@@ -22,10 +22,10 @@ import time
 import numpy
 
 import gpgan
-from gpgan.backend import keep_freed_host_memory
 from gpgan.backend import random as global_random
 from gpgan.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from gpgan.files import describe_os_error
+from gpgan.kernels import configure_process
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
 from gpgan.train.evaluation import ImageMetrics
@@ -87,7 +87,7 @@ class Trainer:
 
     def __init__(self, config, run, quiet=False, dry_run=False):
         if not dry_run:
-            keep_freed_host_memory()  # a step reuses the last step's pages (no page faults)
+            configure_process()  # BLAS spin (where not loaded yet), threads, host memory kept
         self.config, self.run, self.quiet = config, run, quiet
         self.tc = tc = config["train"]
         self.parts = build_components(config, progress=not quiet)

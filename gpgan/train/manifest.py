@@ -20,7 +20,8 @@ import sys
 import numpy
 
 import gpgan
-from gpgan.backend import compiled_kernels_version, cpu_model, device_description, onednn_version
+from gpgan.backend import cpu_model, device_description
+from gpgan.kernels import compiled_kernels_version, onednn_version
 
 __all__ = ["environment_info", "extras_installed", "git_commit", "invocation"]
 

@@ -1,19 +1,20 @@
-"""Numba kernels on the CPU (optional; see gpgan.backend.compiled): the convolutions' data movement,
+"""Numba kernels on the CPU (optional; switched by :mod:`gpgan.kernels.switches`): the convolutions' data movement,
 the ReLU family's forward and gradient as one pass each, and batch norm's passes over pixel rows.
 
 The convolution kernels work on a range of batch items ``[a, b)`` so that
 :func:`gpgan.backend.parallel_range` can split the work over the cores (the kernels release the
 GIL). The elementwise kernels (over whole 1-D arrays, as
-:func:`gpgan.functions._split.compiled_elementwise` hands them) and batch norm's split their loops
+:func:`gpgan.kernels.cpu.passes.compiled_elementwise` hands them) and batch norm's split their loops
 over Numba's own threads. Each output element is written by one iteration, in a fixed order, and
 sums run over fixed blocks: results do not depend on the thread count. Each kernel computes the same
-terms in the same order as the NumPy code it replaces (in ``conv.py``: sums from zero, taps in
-(row, column) order; in ``activation.py`` and ``math.py``: the same products and comparisons), so
+terms in the same order as the NumPy code it replaces (in :mod:`gpgan.functions.conv`: sums from
+zero, taps in (row, column) order; in ``activation.py`` and ``math.py``: the same products and
+comparisons), so
 the two agree bit for bit; no fast-math (no reassociation).
 The sums are the exception (batch norm's kernels and ``channel_sums``): they add in float64, where
 NumPy sums float32 pairwise, so they agree with the NumPy passes to the dtype's rounding.
 
-Imported only through :func:`gpgan.functions._compiled.cpu_kernels`, which this module's import
+Imported only through :func:`gpgan.kernels.cpu.select.cpu_kernels`, which this module's import
 error or compile error turns off.
 """
 import threading

@@ -2,31 +2,28 @@
 
 gpgan's own CPU convolution is im2col (or col2im) around one OpenBLAS GEMM. oneDNN, the library
 PyTorch's CPU convolutions run on, has JIT-compiled direct convolutions for channels-last data that
-need no column copy. On the 2-core Xeon of the README's benchmarks they took the DCGAN critic's
-second layer from 4.4 to 3.2 ms forward, 4.8 to 3.2 backward to the data, and its first layer's
-weight gradient from 1.5 to 0.3 ms. Its matmul (brgemm kernels) runs the MLP's 256x512x512
-products in 0.37 ms against OpenBLAS's 0.46.
+need no column copy, and a matmul (brgemm kernels) for large products.
 
 It comes from the package index as ``onednn-cpu-gomp`` (``pip install 'gpgan[cpu]'`` on x86-64
 Linux), a build of oneDNN 3 with the GNU OpenMP runtime and no SYCL, and is called through ctypes:
 three convolution primitives, forward, backward data and backward weights, cover every convolution
 the engine runs (a transposed convolution is the backward data of a convolution), and the matmul
-primitive takes 2-D products of at least ``MIN_PRODUCT_MACS`` multiply-adds, with a Linear's bias and
-the ReLU family's rectifier after it fused into the product's pass over its output when asked. Results agree with
-gpgan's own kernels to float32 rounding, not bit for bit (other summation orders); float64,
-grouped convolutions, batched products and CuPy arrays keep gpgan's own code. Switched off by
-``GPGAN_ONEDNN=0`` or :func:`set_onednn` (the switch is :data:`gpgan.backend.compiled.onednn`);
-a library that fails to load turns it off with one warning.
+primitive takes 2-D products of at least ``MIN_PRODUCT_MACS`` multiply-adds, with a Linear's bias
+and the ReLU family's rectifier after it fused into the product's pass over its output when asked.
+Results agree with gpgan's own kernels to float32 rounding, not bit for bit (other summation
+orders); float64, grouped convolutions, batched products and CuPy arrays keep gpgan's own code.
+Switched off by ``GPGAN_ONEDNN=0`` or :func:`gpgan.kernels.set_onednn` (the switch is
+:data:`gpgan.kernels.switches.onednn_switch`); a library that fails to load turns it off with one
+warning. Callers go through :mod:`gpgan.kernels` (which arrays it takes is decided there).
 
 Each call runs on the NumPy buffers themselves (no copies of the data: activations are
 channels-last already, see :mod:`gpgan.functions.conv`), with a fresh NumPy scratchpad. The memory
 objects that point oneDNN at them are made once per operation and calling thread and re-pointed at
 each call's arrays, so calls from several threads share nothing but the cached primitives, which
-oneDNN allows. Where Numba is on (:data:`gpgan.backend.compiled.numba`) and loaded, a product's
-call goes from its arrays to oneDNN in compiled code (:func:`_product_runner`), not through
-ctypes: a tiny product's whole call takes 4.3 us where it took 9.2, which is 3-4% of the toy
-MLP's R1 step.
-Its OpenMP threads follow ``OMP_NUM_THREADS``, which :mod:`gpgan.backend.core_share` sets to an
+oneDNN allows. Where Numba is on (:data:`gpgan.kernels.switches.numba_switch`) and loaded, a
+product's call goes from its arrays to oneDNN in compiled code (:func:`_product_runner`), not
+through ctypes, which costs a tiny product about half its call time.
+Its OpenMP threads follow ``OMP_NUM_THREADS``, which :func:`gpgan.configure_process` sets to an
 MPI rank's share of the cores as it does for OpenBLAS.
 """
 import ctypes
@@ -38,10 +35,10 @@ from collections import OrderedDict
 
 import numpy
 
-from gpgan.backend.compiled import ONEDNN_DISTRIBUTION, ONEDNN_ENV, onednn
-from gpgan.backend.compiled import numba as numba_switch
+from gpgan.kernels.switches import ONEDNN_DISTRIBUTION, ONEDNN_ENV, numba_switch
+from gpgan.kernels.switches import onednn_switch
 
-__all__ = ["ONEDNN_ENV", "MIN_PRODUCT_MACS", "onednn_enabled", "onednn_version", "set_onednn", "conv_forward",
+__all__ = ["ONEDNN_ENV", "MIN_PRODUCT_MACS", "conv_forward",
            "conv_backward_data", "conv_backward_weights", "matmul", "implementation_names"]
 
 _LIBRARY = "libdnnl.so.3"
@@ -86,23 +83,6 @@ def _library_path():
         if f.name == _LIBRARY:
             return str(f.locate())
     return None
-
-
-def onednn_enabled():
-    """True when float32 NumPy convolutions and large products run on oneDNN (installed, not
-    switched off)."""
-    return onednn.enabled()
-
-
-def onednn_version():
-    """The ``onednn-cpu-gomp`` version while oneDNN is used (what a run records), else None."""
-    return onednn.version()
-
-
-def set_onednn(enabled):
-    """Use oneDNN's convolutions and products (``True``; needs ``onednn-cpu-gomp``) or gpgan's own
-    convolutions and NumPy's products (``False``)."""
-    onednn.set(enabled)
 
 
 class _Library:
@@ -284,7 +264,7 @@ _library = None
 def _load():
     """The loaded library, or None (not installed, switched off, or failed to load: one warning)."""
     global _library
-    if not onednn.enabled():
+    if not onednn_switch.enabled():
         return None
     if _library is None:
         with _lock:
@@ -295,7 +275,7 @@ def _load():
                         raise OSError(f"{_LIBRARY} is not among {ONEDNN_DISTRIBUTION}'s files")
                     _library = _Library(path)
                 except (OSError, AttributeError, OneDNNError) as exc:
-                    onednn.disable_after_failure()
+                    onednn_switch.disable_after_failure()
                     warnings.warn(f"gpgan: oneDNN convolutions and products unavailable ({exc}); using gpgan's own "
                                   "convolutions and NumPy's products", RuntimeWarning, stacklevel=3)
                     return None

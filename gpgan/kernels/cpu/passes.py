@@ -10,7 +10,7 @@ Elementwise results do not depend on the split, and sums run over fixed blocks o
 import numpy
 
 from gpgan.backend.threads import parallel_range, would_split
-from gpgan.functions._compiled import cpu_kernels
+from gpgan.kernels.cpu.select import cpu_kernels
 
 __all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES",
            "add_arrays", "ROW_BLOCKS", "row_blocks", "block_partials", "add_in_block_order", "array_sum"]
@@ -69,13 +69,12 @@ def _in_layout_of(like, a):
 #: Arrays smaller than this take the NumPy passes even where the compiled kernels run: they stay in
 #: cache, where one NumPy pass costs about what starting Numba's threads does, and a process whose
 #: arrays never reach it never loads Numba (about 100 MiB resident). The toy MLP's 512 KiB
-#: activations are above it: there a parallel pass takes 27 us after a product against NumPy's 46
-#: (the ReLU gradient, on the README's Xeon).
+#: activations are above it.
 COMPILED_MIN_BYTES = 1 << 18
 
 
 def kernels_for(xp, array):
-    """The Numba kernels (``gpgan.functions._numba_kernels``) for a pass over ``array``, or None:
+    """The Numba kernels (:mod:`gpgan.kernels.cpu.numba_kernels`) for a pass over ``array``, or None:
     the kernels off or not installed, not a NumPy float array, or ``array`` smaller than
     :data:`COMPILED_MIN_BYTES` (its NumPy passes run)."""
     if array.nbytes < COMPILED_MIN_BYTES:
@@ -85,7 +84,7 @@ def kernels_for(xp, array):
 
 def compiled_elementwise(xp, name, arrays, *scalars):
     """A new array like ``arrays[0]``, filled by the compiled kernel ``name`` of
-    ``gpgan.functions._numba_kernels`` as ``kernel(*flat_arrays, *scalars, flat_out)``: one call
+    :mod:`gpgan.kernels.cpu.numba_kernels` as ``kernel(*flat_arrays, *scalars, flat_out)``: one call
     on the whole arrays, which the kernel splits over Numba's threads; it works on 1-D arrays
     elementwise.
 
@@ -165,8 +164,7 @@ def array_sum(x, axes, keepdims=False):
     float array summed over all axes but one (a bias gradient, per-channel statistics) takes one
     pass at memory speed: the Numba kernel where it runs and that axis is innermost in memory (a
     channels-last activation, a linear layer's (N, C) gradient), else NumPy's einsum in any layout
-    for 3 or more axes, where ``sum`` over several strided axes is 2-5 times slower (a channels-last
-    (64, 64, 32, 32) float32: 0.6 ms against 1.6)."""
+    for 3 or more axes, where ``sum`` over several strided axes is several times slower."""
     kept = [a for a in range(x.ndim) if a not in axes]
     if x.__class__ is not numpy.ndarray or x.ndim < 2 or len(kept) != 1 or x.dtype.kind != "f":
         return x.sum(axis=axes, keepdims=keepdims)

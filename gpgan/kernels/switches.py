@@ -1,30 +1,26 @@
-"""The switches of gpgan's optional CPU accelerators: Numba kernels and oneDNN (convolutions, products).
+"""The switches of gpgan's optional CPU accelerators: the Numba kernels and oneDNN.
 
-A few NumPy passes of a convolution cannot be written as one NumPy call without moving the data
-several times: col2im (zeroing the output, then one strided read-modify-write per kernel tap) and
-im2col of a padded input (a padded copy, then the window copy). Numba compiles them as one loop
-that reads each input once and writes each output once; on the 2-core Xeon of the README's
-benchmarks that took the DCGAN generator step's col2im from about 20 ms to 2. The kernels are in
-:mod:`gpgan.functions._numba_kernels`, with one more in :mod:`gpgan.backend.onednn` (the call
-into oneDNN's products, compiled so that it skips ctypes); this module only owns the switch.
+The Numba kernels (:mod:`gpgan.kernels.cpu.numba_kernels`: a convolution's col2im and padded
+im2col, the ReLU family's passes, batch norm's row passes) are used when Numba can be imported
+(``pip install 'gpgan[cpu]'``) unless ``GPGAN_NUMBA=0`` or :func:`set_compiled_kernels` says
+otherwise. Results are identical either way: each compiled kernel adds the same terms in the same
+order as the NumPy code it replaces, and the tests compare the two bit for bit.
 
-They are used when Numba can be imported (``pip install 'gpgan[cpu]'``) unless
-``GPGAN_NUMBA=0`` or :func:`set_compiled_kernels` says otherwise. Results are identical either
-way: each compiled kernel adds the same terms in the same order as the NumPy code it replaces,
-and the tests compare the two bit for bit.
+oneDNN's convolutions and products (:mod:`gpgan.kernels.cpu.onednn`) have a switch of the same
+kind, :data:`onednn_switch` (``GPGAN_ONEDNN``), on where ``onednn-cpu-gomp`` is installed; its
+results agree with gpgan's own kernels to float32 rounding.
 
-oneDNN's convolutions and products (:mod:`gpgan.backend.onednn`) have a switch of the same kind here,
-:data:`onednn` (``GPGAN_ONEDNN``), on where ``onednn-cpu-gomp`` is installed. Both switches live in
-this module, which imports only the standard library, because :mod:`gpgan.backend.blas_idle`
-must read the oneDNN one before NumPy is loaded.
+This module imports only the standard library: :func:`gpgan.kernels.process.configure_process`
+reads the oneDNN switch before NumPy is loaded.
 """
 import importlib.metadata
 import importlib.util
 import os
 import threading
 
-__all__ = ["COMPILED_ENV", "ONEDNN_ENV", "ONEDNN_DISTRIBUTION", "OptionalLibrary", "onednn",
-           "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels"]
+__all__ = ["COMPILED_ENV", "ONEDNN_ENV", "ONEDNN_DISTRIBUTION", "OptionalLibrary", "numba_switch", "onednn_switch",
+           "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels",
+           "onednn_enabled", "onednn_version", "set_onednn"]
 
 COMPILED_ENV = "GPGAN_NUMBA"
 ONEDNN_ENV = "GPGAN_ONEDNN"
@@ -84,9 +80,9 @@ class OptionalLibrary:
             self._enabled = False
 
 
-numba = OptionalLibrary(COMPILED_ENV, "Numba kernels", lambda: importlib.util.find_spec("numba") is not None,
-                        lambda: importlib.metadata.version("numba"), "pip install 'gpgan[cpu]', or numba",
-                        "set_compiled_kernels")
+numba_switch = OptionalLibrary(COMPILED_ENV, "Numba kernels", lambda: importlib.util.find_spec("numba") is not None,
+                               lambda: importlib.metadata.version("numba"), "pip install 'gpgan[cpu]', or numba",
+                               "set_compiled_kernels")
 
 
 def _distribution_installed(name):
@@ -97,27 +93,44 @@ def _distribution_installed(name):
     return True
 
 
-onednn = OptionalLibrary(ONEDNN_ENV, "oneDNN convolutions and products",
-                         lambda: _distribution_installed(ONEDNN_DISTRIBUTION),
-                         lambda: importlib.metadata.version(ONEDNN_DISTRIBUTION),
-                         f"pip install 'gpgan[cpu]', or {ONEDNN_DISTRIBUTION}", "set_onednn")
+onednn_switch = OptionalLibrary(ONEDNN_ENV, "oneDNN convolutions and products",
+                                lambda: _distribution_installed(ONEDNN_DISTRIBUTION),
+                                lambda: importlib.metadata.version(ONEDNN_DISTRIBUTION),
+                                f"pip install 'gpgan[cpu]', or {ONEDNN_DISTRIBUTION}", "set_onednn")
 
 
 def compiled_kernels_enabled():
     """True when the CPU passes use the Numba kernels (Numba installed, not switched off)."""
-    return numba.enabled()
+    return numba_switch.enabled()
 
 
 def compiled_kernels_version():
     """Numba's version while the kernels are on (what a run records), else None (NumPy only)."""
-    return numba.version()
+    return numba_switch.version()
 
 
 def set_compiled_kernels(enabled):
     """Use the Numba kernels (``True``; needs Numba) or the NumPy code only (``False``)."""
-    numba.set(enabled)
+    numba_switch.set(enabled)
 
 
 def disable_after_failure():
     """Turn the Numba kernels off for this process (Numba failed to import or compile)."""
-    numba.disable_after_failure()
+    numba_switch.disable_after_failure()
+
+
+def onednn_enabled():
+    """True when float32 NumPy convolutions and large products run on oneDNN (installed, not
+    switched off)."""
+    return onednn_switch.enabled()
+
+
+def onednn_version():
+    """The ``onednn-cpu-gomp`` version while oneDNN is used (what a run records), else None."""
+    return onednn_switch.version()
+
+
+def set_onednn(enabled):
+    """Use oneDNN's convolutions and products (``True``; needs ``onednn-cpu-gomp``) or gpgan's own
+    convolutions and NumPy's products (``False``)."""
+    onednn_switch.set(enabled)

@@ -1,0 +1,59 @@
+"""The accelerated kernels: one home for every library-specific path, one dispatch per op.
+
+:mod:`gpgan.functions` keeps the maths (each operation, its backward, its checks) and a portable
+NumPy / CuPy form of every kernel. Where an accelerator can take an operation it asks this package
+once, at the top of that form: the function here returns the result, or None, computing nothing,
+when no accelerator takes those arrays, and the portable form runs. Which library runs is decided
+here and only here:
+
+* the Numba kernels (:mod:`.cpu.numba_kernels`; switch ``GPGAN_NUMBA``, :func:`set_compiled_kernels`):
+  a convolution's col2im and padded im2col, the ReLU family's passes, batch norm's row passes,
+  elementwise sums and outer products; the same values as the portable form, bit for bit (batch
+  norm's and the channel sums to the dtype's rounding: they add in float64);
+* oneDNN (:mod:`.cpu.onednn`; switch ``GPGAN_ONEDNN``, :func:`set_onednn`): float32 convolutions of
+  one group and large 2-D float32 products, with a Linear's bias and rectifier fused; to float32
+  rounding;
+* array passes split over the cores (:mod:`.cpu.passes`, threads of :mod:`gpgan.backend.threads`):
+  :func:`over_batch`, :func:`elementwise`, :func:`add_arrays`, :func:`array_sum`; never changes a
+  value;
+* cuBLAS called directly on CUDA (:mod:`.cuda.cublas`), so that a step with products can be
+  captured as a CUDA graph.
+
+The process settings these kernels run best under (BLAS threads and idle spin, OpenMP threads,
+host memory policy) are one explicit call, :func:`gpgan.kernels.process.configure_process`.
+
+Layers: this package imports :mod:`gpgan.backend` and nothing above it; :mod:`gpgan.functions`
+imports it.
+"""
+from gpgan.kernels.convolution import (
+    col2im_channels_last,
+    col2im_planes,
+    conv2d,
+    conv2d_grad_weight,
+    conv_transpose2d,
+    window_columns,
+)
+from gpgan.kernels.cpu.passes import add_arrays, array_sum, elementwise, over_batch, row_blocks
+from gpgan.kernels.pointwise import add_at, leaky_relu, rectified_gradient, rectified_gradient_sums, relu
+from gpgan.kernels.normalization import batch_norm_rows, batch_norm_rows_gradients, column_dots
+from gpgan.kernels.process import ProcessSettings, configure_process
+from gpgan.kernels.products import fused_affine, matmul, outer
+from gpgan.kernels.switches import (
+    compiled_kernels_enabled,
+    compiled_kernels_version,
+    onednn_enabled,
+    onednn_version,
+    set_compiled_kernels,
+    set_onednn,
+)
+
+__all__ = [
+    "conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns", "col2im_planes", "col2im_channels_last",
+    "over_batch", "elementwise", "add_arrays", "array_sum", "row_blocks",
+    "relu", "leaky_relu", "rectified_gradient", "rectified_gradient_sums", "add_at",
+    "batch_norm_rows", "batch_norm_rows_gradients", "column_dots",
+    "matmul", "fused_affine", "outer",
+    "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels",
+    "onednn_enabled", "onednn_version", "set_onednn",
+    "configure_process", "ProcessSettings",
+]

@@ -1,0 +1,54 @@
+"""The ReLU family's passes as single Numba kernels, and a scatter-add on either device.
+
+Each ReLU-family function returns None, computing nothing, where the Numba kernels do not take the
+arrays (see :func:`gpgan.kernels.cpu.passes.compiled_elementwise`); the caller then runs its
+NumPy / CuPy form, which gives the same values bit for bit (:mod:`gpgan.functions.activation` and
+:mod:`gpgan.functions.math`). Factors are host numbers in the arrays' dtype.
+"""
+import numpy
+
+from gpgan.kernels.cpu.passes import add_in_block_order, block_partials, compiled_elementwise, kernels_for
+
+__all__ = ["relu", "leaky_relu", "rectified_gradient", "rectified_gradient_sums", "add_at"]
+
+
+def relu(xp, x):
+    """``max(x, 0)`` in one compiled pass (NumPy ``maximum``'s bits: -0.0 and NaN kept), or None."""
+    return compiled_elementwise(xp, "relu", (x,))
+
+
+def leaky_relu(xp, x, negative_slope):
+    """``x`` where ``x > 0``, else ``negative_slope * x`` for 0 <= negative_slope <= 1 (the
+    caller's range) in one compiled pass, or None."""
+    return compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(negative_slope))
+
+
+def rectified_gradient(xp, gy, ref, one, slope):
+    """``gy * (one where ref > 0, else slope)`` for arrays of one shape in one compiled pass, or
+    None; ``one`` and ``slope`` in ``gy``'s dtype."""
+    return compiled_elementwise(xp, "rectified_gradient", (gy, ref), one, slope)
+
+
+def rectified_gradient_sums(gy, ref, one, slope):
+    """``(g, g.sum(axis=0))`` for ``g`` as :func:`rectified_gradient` of (M, C) C-contiguous NumPy
+    arrays of one dtype, in one compiled pass that also adds each row into float64 sums over fixed
+    row blocks (the values of :func:`gpgan.kernels.array_sum`); or None."""
+    kernels = kernels_for(numpy, gy) if gy.__class__ is numpy.ndarray else None
+    if (kernels is None or ref.__class__ is not numpy.ndarray or ref.shape != gy.shape
+            or ref.dtype != gy.dtype or not (gy.flags.c_contiguous and ref.flags.c_contiguous)):
+        return None
+    out = numpy.empty_like(gy)
+    partials, = block_partials(*gy.shape)
+    kernels.rectified_gradient_sums(gy, ref, one, slope, out, partials)
+    return out, add_in_block_order(partials).astype(gy.dtype)
+
+
+def add_at(xp, target, index, values):
+    """``target[index] += values`` in place, repeated indices adding up (``numpy.add.at``; CuPy's
+    ``cupyx.scatter_add`` where its ``add`` has no ``at``)."""
+    if hasattr(xp.add, "at"):
+        xp.add.at(target, index, values)
+    else:  # CuPy before ufunc.at
+        import cupyx
+
+        cupyx.scatter_add(target, index, values)

@@ -1,0 +1,122 @@
+"""The process settings gpgan's CPU kernels run best under, made by one explicit call.
+
+Importing gpgan changes nothing in the process. :func:`configure_process` makes these settings;
+the command-line tools (``gpgan-train``, ``gpgan-eval``, ...) and :class:`gpgan.train.Trainer`
+call it, and a library user calls it once, early (in a script ``configure_process(restart=True)``,
+see below):
+
+* OpenBLAS's idle spin (``OPENBLAS_THREAD_TIMEOUT``). After each GEMM, OpenBLAS's worker threads
+  spin on their core waiting for the next one, by default for 2**28 CPU cycles (about a tenth of a
+  second). A CPU training step runs GEMMs between large copies and elementwise passes, which are
+  split over the cores (:mod:`gpgan.backend.threads`) and only gain where no BLAS worker spins on
+  the other cores. The spin is set to 2**20 cycles (:data:`SHORT_TIMEOUT`, about 0.4 ms:
+  back-to-back small GEMMs still find the workers awake), or 2**4 (:data:`ONEDNN_TIMEOUT`) where
+  oneDNN runs the convolutions: its OpenMP threads split each call statically, and one BLAS worker
+  spinning on one of their cores stretches the whole call.
+* In an MPI run that shares this machine, the BLAS and OpenMP thread counts
+  (:data:`gpgan.backend.core_share.BLAS_THREAD_VARS`) default to this process's share of the cores
+  (:func:`gpgan.backend.core_share.process_cores`).
+* Host memory that the process frees is kept for the next step
+  (:func:`gpgan.backend.host_memory.keep_freed_host_memory`; ``GPGAN_KEEP_HOST_MEMORY=0`` leaves
+  glibc's defaults).
+
+A value the user set in the environment is always kept. OpenBLAS reads its variables once, when it
+is loaded, which NumPy's import does, and importing gpgan imports NumPy: so the first two take
+effect in this process only where they were in its environment when it started. With
+``restart=True``, :func:`configure_process` then starts this same command line again (``os.execv``,
+the same process id) with them in the environment, once; the command-line tools do that. Without,
+the process goes on with OpenBLAS's own settings (the variables are set for the processes it
+starts), and :attr:`ProcessSettings.blas_idles_briefly` says so; exporting
+``OPENBLAS_THREAD_TIMEOUT=20`` (``4`` where oneDNN runs) before starting Python has the same effect.
+The order of imports never changes anything: the thread count of the array passes is the same
+either way (:func:`gpgan.get_num_threads`).
+
+This module imports the standard library, :mod:`gpgan.kernels.switches` and
+:mod:`gpgan.backend`'s pure helpers only.
+"""
+import os
+import sys
+from collections import namedtuple
+
+from gpgan.backend.core_share import BLAS_THREAD_VARS, blas_loaded, local_processes, process_cores
+from gpgan.backend.host_memory import keep_freed_host_memory
+from gpgan.backend.threads import get_num_threads
+from gpgan.kernels.switches import onednn_switch
+
+__all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "ONEDNN_TIMEOUT", "RESTARTED_ENV", "ProcessSettings",
+           "configure_process", "process_environment", "blas_idles_briefly"]
+
+TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
+#: 2**20 cycles (about 0.4 ms at 2.6 GHz): back-to-back small GEMMs find the workers awake, and
+#: they sleep before the array passes that follow a GEMM need the cores.
+SHORT_TIMEOUT = 20
+#: 2**4 cycles where oneDNN's convolutions run (see the module docstring).
+ONEDNN_TIMEOUT = 4
+#: Set in the environment of the process that :func:`configure_process` restarted (so that it
+#: restarts once at most, and knows that its libraries loaded with the settings).
+RESTARTED_ENV = "GPGAN_PROCESS_CONFIGURED"
+# A longer spin than 2**20 cycles already cost the convolution steps a few percent.
+_BRIEF_ENOUGH = 20
+
+#: What :func:`configure_process` did: ``environment`` the variables it set (name -> value, none
+#: that the user had set), ``blas_idles_briefly`` whether this process's OpenBLAS runs with a short
+#: idle spin, ``threads`` the threads of the array passes, ``host_memory_kept`` whether freed
+#: host memory is kept (glibc).
+ProcessSettings = namedtuple("ProcessSettings", "environment blas_idles_briefly threads host_memory_kept")
+
+
+def _onednn_will_run():
+    try:
+        return onednn_switch.enabled()
+    except ValueError:  # a bad GPGAN_ONEDNN: reported where a convolution first asks for oneDNN
+        return False
+
+
+def process_environment(environ=None):
+    """The variables :func:`configure_process` would add to ``environ`` (default ``os.environ``):
+    name -> value, for those not set there already. Changes nothing."""
+    env = os.environ if environ is None else environ
+    wanted = {TIMEOUT_ENV: str(ONEDNN_TIMEOUT if _onednn_will_run() else SHORT_TIMEOUT)}
+    if local_processes(env) > 1:
+        share = str(process_cores(env))
+        wanted.update((name, share) for name in BLAS_THREAD_VARS)
+    return {name: value for name, value in wanted.items() if name not in env}
+
+
+def blas_idles_briefly(environ=None):
+    """True when ``OPENBLAS_THREAD_TIMEOUT`` in ``environ`` (default ``os.environ``) asks for a
+    spin of at most 2**20 cycles (it takes effect where it was set before NumPy was loaded)."""
+    env = os.environ if environ is None else environ
+    try:
+        return int(env.get(TIMEOUT_ENV, "")) <= _BRIEF_ENOUGH
+    except ValueError:
+        return False
+
+
+def _restart():
+    """Run this process's command line again with the current environment (never returns)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable] + list(sys.orig_argv[1:]))
+
+
+def configure_process(restart=False, host_memory=True):
+    """Make the process settings of the module docstring; returns a :class:`ProcessSettings`.
+
+    Idempotent. ``restart``: where NumPy was loaded before the variables could be set, start this
+    command line again with them (once; POSIX only); otherwise go on without them.
+    ``host_memory``: keep freed host memory (False leaves glibc's defaults, for a process that
+    does not train).
+
+    Raises:
+        ValueError: ``GPGAN_KEEP_HOST_MEMORY`` or ``GPGAN_NUM_THREADS`` is malformed.
+    """
+    added = process_environment()
+    loaded = blas_loaded()
+    os.environ.update(added)
+    if added and loaded and restart and os.name == "posix" and RESTARTED_ENV not in os.environ:
+        os.environ[RESTARTED_ENV] = "1"
+        _restart()
+    brief = blas_idles_briefly() and not (loaded and TIMEOUT_ENV in added)
+    kept = keep_freed_host_memory() if host_memory else False
+    return ProcessSettings(added, brief, get_num_threads(), kept)
