@@ -7,7 +7,7 @@ from gpgan.augment import make_augment
 from gpgan.data import is_toy, make_loader
 from gpgan.losses import make_loss, make_penalty
 from gpgan.models import make_conditional, make_model
-from gpgan.optim import EMA, Adam, CosineValue, make_schedule
+from gpgan.optim import EMA, SGD, Adam, CosineValue, RMSprop, make_schedule
 from gpgan.train.config import images_per_step, num_classes, schedule_images
 
 __all__ = ["Components", "build_components", "make_generator"]
@@ -60,7 +60,14 @@ class Components:
         return modules, optimizers, emas
 
 
-def _adam(params, section):
+def _optimizer(params, section):
+    """The optimizer optim.<who> describes (its type's options only; the schema refused the others)."""
+    kind = section["type"]
+    if kind == "sgd":
+        return SGD(params, lr=section["lr"], momentum=section["momentum"], nesterov=section["nesterov"])
+    if kind == "rmsprop":
+        return RMSprop(params, lr=section["lr"], alpha=section["alpha"], eps=section["eps"],
+                       momentum=section["momentum"], centered=section["centered"])
     return Adam(params, lr=section["lr"], betas=tuple(section["betas"]), eps=section["eps"])
 
 
@@ -126,8 +133,8 @@ def build_components(config, progress=True):
         critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
     else:
         critic = make_conditional("critic", mc["critic"], classes, **mc["critic_options"]).to(device)
-    g_opt = _adam(list(generator.parameters()), oc["generator"])
-    d_opt = _adam(list(critic.parameters()), oc["critic"])
+    g_opt = _optimizer(list(generator.parameters()), oc["generator"])
+    d_opt = _optimizer(list(critic.parameters()), oc["critic"])
     penalty = make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
                            **pc["options"])
     return Components(

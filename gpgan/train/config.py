@@ -13,7 +13,7 @@ __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
     "parse_override", "default_config", "diff_configs", "get_key", "config_reference_markdown",
     "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
-    "num_classes", "CONDITIONAL_PENALTIES",
+    "num_classes", "CONDITIONAL_PENALTIES", "OPTIMIZERS", "OPTIMIZER_OPTIONS",
 ]
 
 
@@ -54,18 +54,36 @@ def _data_names():
     return list(IMAGE_DATASETS) + sorted(TOY_DATASETS)
 
 
+#: optim.<who>.type: the optimizer classes a config can choose (gpgan.optim)
+OPTIMIZERS = ("adam", "sgd", "rmsprop")
+#: the optim.<who> keys each type reads; the others must keep their defaults (_check_optimizers)
+OPTIMIZER_OPTIONS = {
+    "adam": ("betas", "eps", "beta2_final"),
+    "sgd": ("momentum", "nesterov"),
+    "rmsprop": ("alpha", "eps", "momentum", "centered"),
+}
+
+
 def _optimizer_section(who, lr, betas):
     return {
-        "lr": Field("float", lr, f"Adam learning rate of the {who}", minimum=0, exclusive_min=True),
-        "betas": Field("floats", betas, f"Adam (beta1, beta2) of the {who}", length=2,
+        "type": Field("str", "adam", f"optimizer of the {who} (torch semantics): adam, sgd or rmsprop; an option "
+                      "that the type does not read must keep its default (an error otherwise)", choices=OPTIMIZERS),
+        "lr": Field("float", lr, f"learning rate of the {who}", minimum=0, exclusive_min=True),
+        "betas": Field("floats", betas, f"adam: (beta1, beta2) of the {who}", length=2,
                        minimum=0, maximum=1, exclusive_max=True),
-        "eps": Field("float", 1e-8, f"Adam epsilon of the {who}", minimum=0, exclusive_min=True),
+        "eps": Field("float", 1e-8, f"adam, rmsprop: epsilon of the {who}'s denominator", minimum=0,
+                     exclusive_min=True),
+        "momentum": Field("float", 0.0, f"sgd, rmsprop: momentum factor of the {who} (0: none)", minimum=0),
+        "nesterov": Field("bool", False, f"sgd: Nesterov momentum for the {who} (needs momentum > 0)"),
+        "alpha": Field("float", 0.99, f"rmsprop: smoothing constant of the {who}'s squared-gradient average",
+                       minimum=0, maximum=1, exclusive_max=True),
+        "centered": Field("bool", False, f"rmsprop: normalize the {who}'s steps by the estimated variance"),
         "schedule": Field("str", "constant", f"learning-rate schedule of the {who}: 'linear' decays to 0 over "
                           "train.steps generator steps; 'cosine' is R3GAN's cosine in images seen, to lr_final "
                           "(schedule section)", choices=["constant", "linear", "cosine"]),
         "lr_final": Field("float", None, f"schedule 'cosine': the {who}'s final learning rate; null: 0",
                           nullable=True, minimum=0),
-        "beta2_final": Field("float", None, f"schedule 'cosine': Adam's beta2 of the {who} follows the cosine "
+        "beta2_final": Field("float", None, f"adam, schedule 'cosine': Adam's beta2 of the {who} follows the cosine "
                              "from betas[1] to this (no warm-up); null: constant", nullable=True, minimum=0,
                              maximum=1, exclusive_max=True),
     }
@@ -331,6 +349,24 @@ def schedule_images(config):
     return float(total) if total is not None else float(config["train"]["steps"] * images_per_step(config))
 
 
+def _check_optimizers(config):
+    """Each optim.<who> option that its type does not read keeps its default: a value set for
+    another optimizer would otherwise be silently ignored."""
+    errors = []
+    for who in ("generator", "critic"):
+        section, fields = config["optim"][who], SCHEMA["optim"][who]
+        kind, own = section["type"], OPTIMIZER_OPTIONS[section["type"]]
+        for key in sorted(k for keys in OPTIMIZER_OPTIONS.values() for k in keys):
+            if key in own or section[key] == fields[key].default:
+                continue
+            readers = [t for t, keys in OPTIMIZER_OPTIONS.items() if key in keys]
+            errors.append(f"optim.{who}.{key} is set but optim.{who}.type is {kind!r}; it applies to "
+                          f"{' and '.join(readers)} only (leave it out, or at its default)")
+        if kind == "sgd" and section["nesterov"] and section["momentum"] <= 0:
+            errors.append(f"optim.{who}.nesterov needs optim.{who}.momentum > 0")
+    return errors
+
+
 def _check_schedules(config):
     """Cosine-only keys only with the cosine; a warm-up shorter than the schedule."""
     errors = []
@@ -394,8 +430,8 @@ def _check_pairing(config):
     return []
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing, _check_schedules,
-                                       _check_conditional, _check_precision, _check_augment])
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing, _check_optimizers,
+                                       _check_schedules, _check_conditional, _check_precision, _check_augment])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load
