@@ -280,3 +280,23 @@ def test_optimizer_config_errors():
     with pytest.raises(ConfigError, match="optim.critic.beta2_final is set but optim.critic.type is 'rmsprop'"):
         load_config(QUICKSTART, ["optim.critic.type=rmsprop", "optim.critic.schedule=cosine",
                                  "optim.critic.beta2_final=0.99"])
+
+
+def test_fault_codes_are_named_and_read_back(tmp_path):
+    """A NaN in the critic's weights makes the critic's loss non-finite at its first update: the
+    record on the device holds FaultCode.CRITIC_LOSS and read_fault names it; the update is gated."""
+    from gpgan.train.step import FAULTS, FaultCode
+    assert set(FAULTS) == set(FaultCode) - {FaultCode.NONE}
+    assert {owner for code, (what, owner) in FAULTS.items() if what == "gradient"} == {"critic", "generator"}
+    trainer = tiny_trainer(tmp_path)
+    assert trainer.step_fn.read_fault() is None
+    weight = next(iter(trainer.parts.critic.parameters()))
+    weight.data[...] = np.nan
+    others = [p.data.copy() for p in trainer.parts.generator.parameters()]
+    trainer.train_step()
+    assert int(trainer.step_fn.fault[2]) == FaultCode.CRITIC_LOSS
+    fault = trainer.step_fn.read_fault()
+    assert (fault.what, fault.owner, fault.step, fault.critic_step) == ("loss/critic", "critic", 1, 0)
+    assert np.isnan(fault.value)
+    for before, p in zip(others, trainer.parts.generator.parameters()):  # the gate closed: no update
+        np.testing.assert_array_equal(before, p.data)

@@ -22,6 +22,7 @@ applied through, so no non-finite update ever reaches the weights; the loop read
 its next read of the device (before logging, sampling, evaluating or saving) and stops the run,
 naming the step.
 """
+import enum
 from dataclasses import dataclass
 
 import numpy
@@ -32,11 +33,28 @@ from gpgan.backend import get_array_module
 from gpgan.backend.graph import CapturedStep, host_effect, host_number
 from gpgan.backend.precision import matmul_precision
 
-__all__ = ["TrainingStep", "StepResult", "Fault", "FAULTS"]
+__all__ = ["TrainingStep", "StepResult", "Fault", "FaultCode", "FAULTS"]
 
-#: what a fault code in :attr:`TrainingStep.fault` names, and whose parameters the count is of
-FAULTS = {1: ("loss/critic", "critic"), 2: ("penalty", "critic"), 3: ("gradient", "critic"),
-          4: ("loss/generator", "generator"), 5: ("gradient", "generator")}
+
+class FaultCode(enum.IntEnum):
+    """What went non-finite, as the fault record on the device stores it (0: nothing)."""
+
+    NONE = 0
+    CRITIC_LOSS = 1
+    PENALTY = 2
+    CRITIC_GRADIENT = 3
+    GENERATOR_LOSS = 4
+    GENERATOR_GRADIENT = 5
+
+
+#: what a fault code in :attr:`TrainingStep.fault` names, and whose parameters the count is of;
+#: a network's checks run in this order (the first failing one wins)
+FAULTS = {FaultCode.CRITIC_LOSS: ("loss/critic", "critic"), FaultCode.PENALTY: ("penalty", "critic"),
+          FaultCode.CRITIC_GRADIENT: ("gradient", "critic"),
+          FaultCode.GENERATOR_LOSS: ("loss/generator", "generator"),
+          FaultCode.GENERATOR_GRADIENT: ("gradient", "generator")}
+#: the gradient check of each network: its value is a count of bad parameters, not a loss
+_GRADIENT_FAULTS = {"critic": FaultCode.CRITIC_GRADIENT, "generator": FaultCode.GENERATOR_GRADIENT}
 # The fault record: (generator step, critic step or -1, code, value, bad parameters, parameters).
 _RECORD = 6
 
@@ -259,7 +277,7 @@ class TrainingStep:
         arrays, computed = self.reduce_gradients([None if g is None else g.data for g in grads], who, computed)
         # The loss and penalty checks of this update, in FAULTS' order (the first failing one wins).
         checks = [(code, computed[what]) for code, (what, owner) in FAULTS.items()
-                  if owner == who and what in computed]
+                  if owner == who and what in computed and code not in _GRADIENT_FAULTS.values()]
         gradients = [a for a in arrays if a is not None]
         xp = get_array_module(loss.data)
         if gradients:
@@ -268,7 +286,7 @@ class TrainingStep:
             for k, a in enumerate(gradients):  # not xp.stack: CuPy copies its list of pointers from the host
                 squared[k] = xp.vdot(a.ravel(), a.ravel())
             bad = (~xp.isfinite(squared)).sum()
-            checks = checks + [(3 if who == "critic" else 5, bad)]
+            checks = checks + [(_GRADIENT_FAULTS[who], bad)]
         else:
             bad = xp.zeros((), dtype=numpy.int64)
         gate = self._check(xp, critic_step, checks, bad, len(gradients))
@@ -281,17 +299,18 @@ class TrainingStep:
 
     def _check(self, xp, critic_step, checks, bad, n_params):
         """Record the first failing check (code, value) and return the updated gate."""
-        code = xp.zeros((), dtype=numpy.int64)
+        code = xp.zeros((), dtype=numpy.int64)  # FaultCode.NONE
         value = xp.zeros((), dtype=numpy.float64)
         for check_code, x in reversed(checks):  # the first failing check in list order wins
-            failed = (x > 0) if check_code in (3, 5) else ~xp.isfinite(x)
-            code = xp.where(failed, check_code, code)
-            if check_code not in (3, 5):
+            counts = check_code in _GRADIENT_FAULTS.values()  # a count of bad parameters, else a value
+            failed = (x > 0) if counts else ~xp.isfinite(x)
+            code = xp.where(failed, int(check_code), code)  # a plain int: the array libraries' scalar
+            if not counts:
                 value = xp.where(failed, x.astype(numpy.float64), value)
         record = xp.empty(_RECORD, dtype=numpy.float64)  # (filled in place: see _apply on xp.stack)
         for k, v in enumerate((self._step_number, critic_step, code, value, bad, n_params)):
             record[k] = v
-        failed = code > 0
+        failed = code != int(FaultCode.NONE)
         if self._ok is None:
             self.fault = xp.zeros(_RECORD, dtype=numpy.float64)
             self._ok = xp.ones((), dtype=bool)
@@ -306,9 +325,10 @@ class TrainingStep:
         if self.fault is None:
             return None
         record = [float(v) for v in numpy.asarray(gpgan.backend.to_device(self.fault, "cpu"))]
-        if record[2] == 0:
+        code = FaultCode(int(record[2]))
+        if code == FaultCode.NONE:
             return None
-        what, owner = FAULTS[int(record[2])]
+        what, owner = FAULTS[code]
         return Fault(step=int(record[0]), critic_step=int(record[1]), what=what, owner=owner, value=record[3],
                      bad=int(record[4]), parameters=int(record[5]))
 
