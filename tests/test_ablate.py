@@ -881,3 +881,21 @@ def test_ray_address_needs_the_ray_cluster(tmp_path, capsys):
     assert main([str(sweep), "--out", str(tmp_path / "o"), "--ray-address", "127.0.0.1:6379"]) == 2
     assert "--ray-address needs --cluster ray" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_studies_import_the_stop_contract_not_the_training_loop():
+    """gpgan.studies sets a trainer's GPGAN_STOP_WITH_PARENT through gpgan.train.interrupt (the
+    standard library only), which the loop reads back: importing the studies loads neither the
+    training loop nor a model."""
+    code = ("import sys, gpgan.studies, gpgan.studies.cluster, gpgan.studies.trainers; "
+            "print(sorted(m for m in sys.modules if m in ('gpgan.train.loop', 'gpgan.train.build') "
+            "or m.startswith('gpgan.models')))")
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "[]"
+    from gpgan.train.interrupt import PARENT_ENV, parent_to_watch, stop_with_parent
+    from gpgan.studies.trainers import _child_env
+    assert parent_to_watch(_child_env(None, 1)) == os.getpid()  # what a sweep's trainer watches
+    env = stop_with_parent({}, 4321)
+    assert env == {PARENT_ENV: "4321"} and parent_to_watch(env) == 4321
+    assert parent_to_watch({}) is None and parent_to_watch({PARENT_ENV: "x"}) is None

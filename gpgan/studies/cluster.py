@@ -23,7 +23,7 @@ import time
 
 from gpgan.studies.trainers import THREAD_VARS, gpgan_pythonpath, start_trainer, wait_for
 from gpgan.studies.sweep import SweepError
-from gpgan.train.loop import PARENT_ENV
+from gpgan.train.interrupt import stop_with_parent
 
 __all__ = ["RayTrainers", "ClusterError", "run_trainer_task", "ADDRESS_ENV"]
 
@@ -50,7 +50,7 @@ def run_trainer_task(cmd, env_overrides, logs, driver_python, grace=GRACE):
     env = dict(os.environ)
     env.update(env_overrides)
     env["PYTHONPATH"] = gpgan_pythonpath(env.get("PYTHONPATH", ""))
-    env[PARENT_ENV] = str(os.getpid())
+    stop_with_parent(env)
     # Ray raylets block SIGINT, and their workers inherit the mask (a trainer would too, and never
     # see the SIGINT that stops it with a checkpoint): start the trainer with SIGINT unblocked.
     mask = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})

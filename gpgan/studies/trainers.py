@@ -10,7 +10,7 @@ import time
 
 from gpgan.backend.core_share import BLAS_THREAD_VARS, cores_per_process
 from gpgan.kernels.process import process_environment
-from gpgan.train.loop import PARENT_ENV
+from gpgan.train.interrupt import stop_with_parent
 
 __all__ = ["THREAD_VARS", "LocalTrainers", "start_trainer", "wait_for", "gpgan_pythonpath"]
 
@@ -77,7 +77,7 @@ def _child_env(device, jobs):
         env["CUDA_VISIBLE_DEVICES"] = str(device)
     # Outside the terminal's process group, a trainer would outlive a gpgan-ablate killed outright;
     # with this it notices and stops as on SIGTERM, saving a checkpoint (gpgan.train.loop).
-    env[PARENT_ENV] = str(os.getpid())
+    stop_with_parent(env)
     return env
 
 

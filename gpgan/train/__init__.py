@@ -2,7 +2,8 @@
 (:mod:`~gpgan.train.run`), building components from a config (:mod:`~gpgan.train.build`), each
 step's inputs (:mod:`~gpgan.train.feed`), the step's maths on the device (:mod:`~gpgan.train.step`),
 logging, samples and evaluation (:mod:`~gpgan.train.monitor`), the loop (:mod:`~gpgan.train.loop`),
-starting, resuming and forking runs (:mod:`~gpgan.train.launch`), and one run over several
+starting, resuming and forking runs (:mod:`~gpgan.train.launch`), how a run is asked to stop
+(:mod:`~gpgan.train.interrupt`), and one run over several
 processes (:mod:`~gpgan.train.parallel`, on :mod:`gpgan.parallel`'s communicators).
 
 Names are imported on first use, so that ``python -m gpgan.train.config`` (which prints the

@@ -30,16 +30,11 @@ from gpgan.metrics import is_better
 from gpgan.train.build import build_components
 from gpgan.train.evaluation import ImageMetrics
 from gpgan.train.feed import InputFeed
+from gpgan.train.interrupt import install_signal_handlers, parent_to_watch
 from gpgan.train.monitor import Monitor
 from gpgan.train.step import TrainingStep
 
-__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "RunWriteError", "PARENT_ENV"]
-
-# When set to a process id, training stops as on SIGTERM (checkpoint, exit 130) once that process
-# is no longer this one's parent. gpgan-ablate sets it: its trainers run in sessions of their own,
-# so nothing else would stop them if gpgan-ablate were killed outright.
-PARENT_ENV = "GPGAN_STOP_WITH_PARENT"
-
+__all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "RunWriteError"]
 
 class TrainingInterrupted(Exception):
     """Raised after a checkpoint was saved because of Ctrl-C, SIGTERM or ``train.stop_after``."""
@@ -221,9 +216,8 @@ class Trainer:
         tc, total = self.tc, self.tc["steps"]
         every = lambda n, step: n and step % n == 0  # noqa: E731
         self.monitor.open(self.step)
-        handlers = _install_signal_handlers(self._on_signal)
-        parent = os.environ.get(PARENT_ENV, "")
-        self._parent_pid = int(parent) if parent.isdigit() else None
+        handlers = install_signal_handlers(self._on_signal)
+        self._parent_pid = parent_to_watch()
         bar = tqdm(total=total, initial=self.step, disable=True if self.quiet else None, unit="step",
                    dynamic_ncols=True, desc=os.path.basename(self.run.path))
         try:
@@ -290,17 +284,6 @@ def _progress(record, evaluation):
         if key.startswith("eval/"):
             shown[key.split("/", 1)[-1]] = f"{value:.3g}" if isinstance(value, float) else str(value)
     return shown
-
-
-def _install_signal_handlers(handler):
-    """Route SIGINT and SIGTERM to ``handler``; returns the previous handlers (none off the main thread)."""
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, handler)
-        except ValueError:  # not the main thread
-            pass
-    return previous
 
 
 def _augment_state(path, meta):
