@@ -12,6 +12,7 @@ from gpgan.augment import diffaugment as da
 from gpgan.augment.ada import N_NORMAL, N_UNIFORM, _N, _U, color_matrix, geometric_matrix
 from gpgan.autograd import Variable, gradcheck, gradgradcheck
 from gpgan.train.config import ConfigError, default_config, validate_config
+from helpers import ROOT, write_cifar_fixture
 
 
 def images(shape=(3, 3, 6, 6), seed=0, dtype=np.float64):
@@ -349,7 +350,6 @@ def test_r1_points_of_the_training_step(tmp_path, points):
     from gpgan.train.config import load_config
     from gpgan.train.loop import Trainer
     from gpgan.train.run import RunFolder
-    from test_cli_train import ROOT, write_cifar_fixture
 
     write_cifar_fixture(tmp_path / "cifar")
     config = load_config(os.path.join(ROOT, "configs", "r1_cifar.yaml"), [
@@ -396,7 +396,6 @@ def test_rpgan_with_an_augmentation_augments_the_generator_steps_reals_and_r1r2_
     from gpgan.train.config import load_config
     from gpgan.train.loop import Trainer
     from gpgan.train.run import RunFolder
-    from test_cli_train import ROOT, write_cifar_fixture
 
     write_cifar_fixture(tmp_path / "cifar")
     config = load_config(os.path.join(ROOT, "configs", "r1_cifar.yaml"), [

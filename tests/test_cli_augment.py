@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpgan.checkpoint import read_meta
-from test_cli_train import ROOT, TINY_DCGAN, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
+from helpers import ROOT, TINY_DCGAN, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
 
 CONFIG = os.path.join(ROOT, "configs", "r1_cifar.yaml")
 # p moves by 4 images / (0.04 * 1000) = 0.1 at each adjustment, every minibatch, from 0.5: visible in 6 steps.

@@ -14,52 +14,13 @@ import time
 import numpy as np
 import pytest
 import yaml
+from helpers import (QUICKSTART, ROOT, TINY, TINY_DCGAN, assert_same_weights, final_arrays, gpgan_train, metrics,
+    sets, write_cifar_fixture)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")
-
-# The quickstart made tiny: small MLPs, few steps, frequent logs / checkpoints / evaluations.
-TINY = ["model.generator_options.width=16", "model.critic_options.width=16", "train.batch_size=32",
-        "train.log_interval=2", "train.checkpoint_interval=4", "train.sample_interval=6",
-        "train.eval_interval=6", "train.eval_samples=200"]
 # Exercise every random stream on resume: the penalty's interpolation coefficients, lazy
 # regularization over critic steps, several critic steps per generator step, a linear schedule.
 RANDOM_PENALTY = ["loss=wgan", "penalty.type=wgan_gp", "penalty.weight=1", "penalty.interval=3",
                   "train.critic_steps=2", "optim.critic.schedule=linear", "optim.generator.schedule=constant"]
-
-
-def gpgan_train(*args, cwd=None, check=None):
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=ROOT)
-    proc = subprocess.run([sys.executable, "-m", "gpgan.cli.train", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
-    if check is not None:
-        assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return proc
-
-
-def sets(items):
-    return [a for item in items for a in ("--set", item)]
-
-
-def metrics(run_dir):
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        records = [json.loads(line) for line in f]
-    return [{k: v for k, v in r.items() if k != "time_per_step"} for r in records]
-
-
-def final_arrays(run_dir):
-    ckpts = sorted(os.listdir(os.path.join(run_dir, "checkpoints")))
-    with np.load(os.path.join(run_dir, "checkpoints", ckpts[-1]), allow_pickle=False) as f:
-        return ckpts[-1], {k: f[k] for k in f.files if k != "__meta__"}
-
-
-def assert_same_weights(a, b):
-    name_a, arrays_a = final_arrays(a)
-    name_b, arrays_b = final_arrays(b)
-    assert name_a == name_b and arrays_a.keys() == arrays_b.keys()
-    assert any(k.startswith("module/generator/") for k in arrays_a)
-    for k in arrays_a:
-        np.testing.assert_array_equal(arrays_a[k], arrays_b[k], err_msg=k)
 
 
 @pytest.fixture(scope="module")
@@ -257,20 +218,6 @@ def test_overflowing_gradients_stop_the_run(tmp_path):
     run = tmp_path / "quickstart" / "overflow"
     assert not (run / "final.json").exists()
     assert_checkpoints_finite(run)
-
-
-def write_cifar_fixture(folder, per_batch=4):
-    rng = np.random.default_rng(0)
-    os.makedirs(folder, exist_ok=True)
-    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
-        with open(os.path.join(folder, name), "wb") as f:
-            pickle.dump({b"data": rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8),
-                         b"labels": [0] * per_batch}, f, protocol=2)
-
-
-TINY_DCGAN = ["model.generator_options.width=2", "model.generator_options.latent_dim=8",
-              "model.critic_options.width=2", "train.batch_size=4", "train.n_samples=4",
-              "train.log_interval=1", "train.sample_interval=2", "train.checkpoint_interval=2", "data.hflip=true"]
 
 
 def test_cifar_fixture_with_tiny_dcgan(tmp_path):

@@ -21,7 +21,7 @@ from gpgan.backend import threads
 from gpgan.kernels import switches as compiled
 from gpgan.kernels.cpu import passes as _split
 from naive_helpers import first_order_grads as _first_order_grads, pair, values_and_grads as _values_and_grads
-from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
+from helpers import CONVT_CASES, CONV_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout
 
 numba_kernels = pytest.importorskip("gpgan.kernels.cpu.numba_kernels", reason="needs Numba")
 
@@ -92,7 +92,7 @@ DTYPES = [np.float32, np.float64]
 def test_conv2d_identical_with_and_without_kernels(case, dtype, counted, thread_split, rng):
     N, C, H, W, O, k, s, p, d, g = case
     kH, kW = pair(k)
-    x = _in_layout(rng.standard_normal((N, C, H, W)).astype(dtype), "channels_last")
+    x = in_layout(rng.standard_normal((N, C, H, W)).astype(dtype), "channels_last")
     w = rng.standard_normal((O, C // g, kH, kW)).astype(dtype)
     b = rng.standard_normal(O).astype(dtype)
     calls = _both_paths(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b], counted)
@@ -119,7 +119,7 @@ def test_conv_transpose2d_identical_with_and_without_kernels(case, dtype, counte
 def test_few_output_channels_identical_with_and_without_kernels(case, layout, counted, rng):
     N, C, H, W, O, k, p, d = case
     kH, kW = pair(k)
-    x = _in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
+    x = in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
     w = rng.standard_normal((O, C, kH, kW)).astype(np.float32)
     calls = _both_paths(lambda *v: F.conv2d(*v, padding=p, dilation=d), [x, w], counted)
     assert calls["window_columns"] > 0
@@ -165,7 +165,7 @@ def test_batch_norm_kernels_agree_with_numpy(shape, layout, affine, dtype, count
     scale = np.exp(rng.standard_normal(C)).reshape((1, C) + (1,) * (len(shape) - 2))
     x = (50.0 + scale * rng.standard_normal(shape)).astype(dtype)
     if len(shape) == 4:
-        x = _in_layout(x, layout)
+        x = in_layout(x, layout)
     params = [rng.standard_normal(C).astype(dtype), rng.standard_normal(C).astype(dtype)] if affine else []
     fn = _batch_norm_net if affine else (lambda x: _batch_norm_net(x, None, None))
     compiled.set_compiled_kernels(False)
@@ -188,7 +188,7 @@ def test_batch_norm_kernels_same_bits_for_any_layout_and_thread_count(counted, m
     w, b = rng.standard_normal(8).astype(np.float32), rng.standard_normal(8).astype(np.float32)
     cropped = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)))[:, :, 1:-1, 1:-1]
     results, before = [], threads.get_num_threads()
-    for array in (_in_layout(x, "channels_last"), cropped, x):
+    for array in (in_layout(x, "channels_last"), cropped, x):
         for n in (1, 3):
             threads.set_num_threads(n)
             monkeypatch.setattr(threads, "MIN_BYTES_PER_THREAD", 0)
@@ -206,7 +206,7 @@ def test_channel_sums_agree_with_numpy_for_any_thread_count(dtype, counted, monk
     # (N, C) output gradient, recorded (differentiable) and not. The kernel sums in float64 over
     # fixed row blocks: NumPy's value to the dtype's rounding, the same bits on one thread or three;
     # an NCHW activation (channels not innermost) stays with NumPy.
-    x = _in_layout(rng.standard_normal((6, 5, 4, 3)).astype(dtype) + 2, "channels_last")
+    x = in_layout(rng.standard_normal((6, 5, 4, 3)).astype(dtype) + 2, "channels_last")
     rows = rng.standard_normal((37, 7)).astype(dtype) + 2
     w4, b4 = rng.standard_normal((5, 5, 1, 1)).astype(dtype), rng.standard_normal(5).astype(dtype)
     w2, b2 = rng.standard_normal((7, 7)).astype(dtype), rng.standard_normal(7).astype(dtype)
@@ -288,7 +288,7 @@ def test_relu_family_identical_with_and_without_kernels(activation, layout, dtyp
     # the gradient reaching the activation and the activation's input differ in layout.
     x = rng.standard_normal((5, 4, 3, 6)).astype(dtype)
     x.reshape(-1)[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30]
-    x = _in_layout(x, layout)
+    x = in_layout(x, layout)
     w = rng.standard_normal((4, 4, 1, 1)).astype(dtype)
 
     def net(x, w):

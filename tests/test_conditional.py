@@ -11,8 +11,7 @@ from gpgan.models import make_conditional
 from gpgan.train.config import ConfigError, load_config
 from gpgan.train.loop import Trainer
 from gpgan.train.run import RunFolder
-from test_data import write_cifar
-from test_trainer import QUICKSTART
+from helpers import QUICKSTART, write_cifar
 
 TINY = {"widths": [16, 16, 16], "blocks": [1, 1, 1], "group_size": 16}
 

@@ -21,24 +21,7 @@ from gpgan.data import (
     safe_extract,
 )
 from gpgan.data.cifar import TEST_FILES, TRAIN_FILES
-
-
-def write_cifar(folder, per_batch=6, seed=0, protocol=2):
-    """Official-format batches (dict with bytes keys, uint8 (N, 3072)); returns (train, test) arrays."""
-    rng = np.random.default_rng(seed)
-    os.makedirs(folder, exist_ok=True)
-    out = {}
-    for name in TRAIN_FILES + TEST_FILES:
-        data = rng.integers(0, 256, size=(per_batch, 3072), dtype=np.uint8)
-        labels = [int(v) for v in rng.integers(0, 10, size=per_batch)]
-        with open(os.path.join(folder, name), "wb") as f:
-            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
-                         b"filenames": [b"x.png"] * per_batch}, f, protocol=protocol)
-        out[name] = (data, np.array(labels))
-    train = np.concatenate([out[n][0] for n in TRAIN_FILES]).reshape(-1, 3, 32, 32)
-    test = out["test_batch"][0].reshape(-1, 3, 32, 32)
-    labels = np.concatenate([out[n][1] for n in TRAIN_FILES])
-    return train, test, labels
+from helpers import write_cifar
 
 
 @pytest.mark.parametrize("protocol", [2, pickle.DEFAULT_PROTOCOL])

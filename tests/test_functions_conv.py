@@ -6,6 +6,7 @@ import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
 from naive_helpers import pair
+from helpers import CONVT_CASES, CONV_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout
 
 
 def naive_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
@@ -55,16 +56,6 @@ def naive_conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, 
     return y
 
 
-CONV_CASES = [
-    # (N, C, H, W, O, k, stride, padding, dilation, groups)
-    (2, 3, 5, 5, 2, 3, 1, 0, 1, 1),
-    (2, 2, 6, 5, 4, 3, 2, 1, 1, 2),
-    (1, 3, 7, 6, 2, (2, 3), (2, 1), (1, 2), (2, 1), 1),
-    (2, 4, 5, 7, 2, 2, 1, 1, 2, 2),
-    (2, 3, 4, 5, 2, 1, 1, 1, 1, 1),    # 1x1 with padding: the padded input is the columns
-]
-
-
 @pytest.mark.parametrize("case", CONV_CASES)
 def test_conv2d_forward_matches_naive(case, rng):
     N, C, H, W, O, k, s, p, d, g = case
@@ -85,25 +76,6 @@ def test_conv2d_output_size_formula(rng):
         y = F.conv2d(x, w, stride=s, padding=p, dilation=d)
         assert y.shape[2:] == ((11 + 2 * p - d * (k - 1) - 1) // s + 1, (9 + 2 * p - d * (k - 1) - 1) // s + 1)
         assert y.dtype == np.float32
-
-
-CONVT_CASES = [
-    # (N, Cin, H, W, Cout, k, stride, padding, output_padding, groups, dilation)
-    (2, 3, 3, 3, 2, 3, 1, 0, 0, 1, 1),
-    (2, 2, 3, 4, 4, 3, 2, 1, 1, 2, 1),
-    (1, 2, 3, 3, 3, (2, 3), (2, 3), (0, 1), (1, 2), 1, 1),
-    (2, 4, 3, 2, 2, 2, 1, 1, 1, 2, 2),   # output_padding >= stride, allowed below dilation
-    # whole stride blocks of the kernel, a partial last block, kernels smaller than the stride,
-    # and dilation with stride.
-    (2, 3, 4, 4, 2, 4, 2, 1, 0, 1, 1),   # DCGAN's k4 s2 p1
-    (1, 2, 3, 3, 2, 1, 2, 0, 1, 1, 1),   # k1 s2
-    (1, 2, 3, 2, 2, (5, 2), (2, 3), (2, 0), (1, 2), 1, 1),  # k5 s2 (partial block), k2 s3
-    (1, 2, 3, 3, 2, 3, 2, 1, 1, 1, 2),   # dilation 2 with stride 2
-    # fewer input than output channels: the gather (sub-pixel) kernel runs
-    (2, 2, 4, 5, 5, 3, 1, 1, 0, 1, 1),   # stride 1
-    (1, 2, 3, 3, 4, 4, 2, 1, 1, 1, 1),   # k4 s2 p1, output_padding
-    (1, 2, 3, 2, 6, (3, 2), (3, 2), (1, 0), (2, 1), 2, 1),  # groups, stride 3
-]
 
 
 @pytest.mark.parametrize("case", CONVT_CASES)
@@ -211,22 +183,13 @@ def test_input_gradient_alone_computes_no_weight_gradient(rng, monkeypatch):
 
 
 # -- the kernels behind the public functions ----------------------------------------------------
-def _in_layout(x, layout):
-    """The values of ``x`` (N, C, H, W) in NCHW, channels-last (NHWC) or (C, N, H, W) memory."""
-    if layout == "channels_last":
-        return np.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)
-    if layout == "cnhw":
-        return np.ascontiguousarray(x.transpose(1, 0, 2, 3)).transpose(1, 0, 2, 3)
-    return np.ascontiguousarray(x)
-
-
 @pytest.mark.parametrize("layout", ["nchw", "channels_last", "cnhw"])
 def test_conv_family_reads_every_memory_layout(layout, rng):
     x = rng.standard_normal((2, 4, 7, 6))
     w = rng.standard_normal((6, 2, 3, 3))
     y_ref = naive_conv2d(x, w, None, 2, 1, 1, 2)
     gy = rng.standard_normal(y_ref.shape)
-    xl, gyl = _in_layout(x, layout), _in_layout(gy, layout)
+    xl, gyl = in_layout(x, layout), in_layout(gy, layout)
     assert (layout == "nchw") == xl.flags.c_contiguous
     y = F.conv2d(gpgan.Variable(xl), gpgan.Variable(w), stride=2, padding=1, groups=2)
     np.testing.assert_allclose(y.data, y_ref, rtol=1e-10, atol=1e-10)
@@ -239,24 +202,6 @@ def test_conv_family_reads_every_memory_layout(layout, rng):
 
 
 # Transposed convolutions for the two kernels, each called directly: strides 1 to 3, paddings,
-# output paddings, odd sizes, groups, dilation, and kernels smaller than the stride (output
-# phases that no tap reaches).
-KERNEL_CASES = [
-    # (N, Cin, H, W, Cout, k, stride, padding, output_padding, groups, dilation)
-    (2, 3, 4, 4, 5, 4, 2, 1, 0, 1, 1),          # DCGAN's k4 s2 p1
-    (1, 2, 3, 5, 3, 4, 2, 1, 1, 1, 1),          # odd width, output_padding
-    (1, 2, 3, 3, 2, 3, 1, 1, 0, 1, 1),          # stride 1: the flipped-kernel convolution
-    (1, 2, 4, 3, 3, 3, 1, 2, 0, 1, 1),          # stride 1, padding k - 1: no padding left
-    (1, 2, 3, 4, 2, (3, 5), (3, 2), (1, 2), (2, 1), 1, 1),
-    (1, 2, 3, 3, 2, 1, 2, 0, 1, 1, 1),          # k1 s2: a phase without taps
-    (1, 2, 2, 3, 2, (2, 1), (3, 3), (0, 1), (2, 0), 1, 1),   # k < stride on both axes
-    (2, 4, 3, 3, 6, 4, 2, 1, 1, 2, 1),          # groups
-    (1, 2, 3, 3, 2, 3, 2, 1, 1, 1, 2),          # dilation 2, stride 2
-    (1, 3, 3, 2, 2, 3, 3, 2, 1, 1, 2),          # dilation 2, stride 3 (taps of a phase 2 apart)
-    (1, 4, 5, 5, 17, 3, 2, 0, 0, 1, 1),         # 17 output channels: the channels-last scatter
-]
-
-
 @pytest.mark.parametrize("kernel", ["_conv_transpose2d_gather", "_conv_transpose2d_scatter"])
 @pytest.mark.parametrize("case", KERNEL_CASES)
 def test_transposed_convolution_kernels_match_naive(kernel, case, rng):
@@ -268,21 +213,9 @@ def test_transposed_convolution_kernels_match_naive(kernel, case, rng):
     w = rng.standard_normal((Cin, Cout // g, k[0], k[1]))
     ref = naive_conv_transpose2d(x, w, None, s, p, op, g, d)
     for layout in ("nchw", "channels_last"):
-        y = getattr(conv_module, kernel)(np, _in_layout(x, layout), w, s, p, d, g, ref.shape[2:])
+        y = getattr(conv_module, kernel)(np, in_layout(x, layout), w, s, p, d, g, ref.shape[2:])
         assert y.shape == ref.shape
         np.testing.assert_allclose(y, ref, rtol=1e-10, atol=1e-10)
-
-
-# Stride-1 convolutions with few output channels run on the other kernel (the scatter form for
-# conv2d, the windows of grad_output for its weight gradient); the last case's padding exceeds
-# dilation * (k - 1), where that identity does not hold and the direct kernels run.
-FEW_OUTPUTS_CASES = [
-    # (N, C, H, W, O, k, padding, dilation)
-    (2, 5, 6, 5, 2, 3, 1, 1),
-    (1, 7, 5, 6, 3, (3, 2), (2, 0), 1),
-    (2, 5, 7, 6, 2, 3, 1, 2),
-    (1, 5, 4, 4, 2, 3, 3, 1),
-]
 
 
 @pytest.mark.parametrize("case", FEW_OUTPUTS_CASES)

@@ -7,9 +7,9 @@ import sys
 import textwrap
 
 import pytest
-from test_cli_train import QUICKSTART, ROOT
 
 from gpgan.backend import host_memory
+from helpers import QUICKSTART, ROOT
 
 glibc_only = pytest.mark.skipif(host_memory._glibc() is None, reason="glibc's mallopt is needed")
 

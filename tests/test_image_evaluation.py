@@ -12,8 +12,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from PIL import Image
-from test_cli_train import ROOT, assert_same_weights, metrics, sets, write_cifar_fixture
-from test_metrics_images import PixelNetwork
 
 from gpgan.checkpoint import read_meta
 from gpgan.cli import eval as eval_cli
@@ -25,6 +23,7 @@ from gpgan.metrics import inception
 from gpgan.metrics.inception import InceptionV3, random_state_dict, weights_digest
 from gpgan.train.run import RunFolder
 from gpgan.train.sampling import generate, load_generator
+from helpers import PixelNetwork, ROOT, assert_same_weights, metrics, sets, write_cifar_fixture
 
 R1_CIFAR = os.path.join(ROOT, "configs", "r1_cifar.yaml")
 # A tiny DCGAN that moves fast (lr 0.05, EMA 0.5), so that its two evaluations differ.

@@ -12,44 +12,7 @@ import gpgan
 import gpgan.functions as F
 import gpgan.nn as nn
 from gpgan.autograd import gradgradcheck
-
-
-def away_from(rng, shape, points, gap=0.1):
-    """Random normal values kept at least ``gap`` away from every kink in ``points``."""
-    x = rng.standard_normal(shape) * 2.0
-    for p in points:
-        close = np.abs(x - p) < gap
-        x[close] = p + np.where(x[close] >= p, gap, -gap) * 2
-    return x
-
-
-def distinct(rng, shape, gap=0.1):
-    """Values at least ``gap`` apart (a max-pooling window holds no tie), in random positions."""
-    n = int(np.prod(shape))
-    return (rng.permutation(n).reshape(shape) - n / 2) * gap
-
-
-def separated_pair(rng, shape, gap=0.1):
-    """Two arrays whose entries differ by at least ``gap`` (maximum and minimum have no tie)."""
-    a = rng.standard_normal(shape)
-    b = a + rng.choice([-1.0, 1.0], shape) * rng.uniform(gap, 1.0, shape)
-    return a, b
-
-
-# name -> (function of its inputs, inputs away from the kinks). Every input is differentiable,
-# and the function reaches each of them only through its mask in the first derivative.
-MASKED = {
-    "relu": (F.relu, lambda rng: [away_from(rng, (3, 4), [0.0])]),
-    "leaky_relu": (lambda x: F.leaky_relu(x, 0.2), lambda rng: [away_from(rng, (3, 4), [0.0])]),
-    "leaky_relu_negative_slope": (lambda x: F.leaky_relu(x, -0.3), lambda rng: [away_from(rng, (3, 4), [0.0])]),
-    "abs": (F.abs, lambda rng: [away_from(rng, (3, 4), [0.0])]),
-    "clip": (lambda x: F.clip(x, -0.5, 1.0), lambda rng: [away_from(rng, (3, 4), [-0.5, 1.0])]),
-    "clip_max_only": (lambda x: F.clip(x, max=0.2), lambda rng: [away_from(rng, (3, 4), [0.2])]),
-    "maximum": (F.maximum, lambda rng: list(separated_pair(rng, (3, 4)))),
-    "minimum": (F.minimum, lambda rng: list(separated_pair(rng, (3, 4)))),
-    # overlapping, padded windows: an input can win several windows or none
-    "max_pool2d": (lambda x: F.max_pool2d(x, 3, 2, 1), lambda rng: [distinct(rng, (2, 2, 5, 6))]),
-}
+from helpers import MASKED
 
 
 @pytest.mark.parametrize("name", sorted(MASKED))

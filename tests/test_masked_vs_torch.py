@@ -8,7 +8,7 @@ import pytest
 
 import gpgan
 import gpgan.functions as F
-from test_masked_second_order import MASKED
+from helpers import MASKED
 
 torch = pytest.importorskip("torch")
 

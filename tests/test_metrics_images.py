@@ -21,22 +21,7 @@ from gpgan.metrics.reference import (
     statistics_path,
 )
 from gpgan.metrics.scores import feature_statistics, frechet_distance, inception_score, kid, precision_recall
-
-
-class PixelNetwork:
-    """Features from the pixels: the reference logic does not need the real network."""
-
-    weights_id = "feedbeef" * 8
-    dtype = np.float32
-    has_classifier = True
-
-    def __init__(self):
-        self.seen = 0
-
-    def features(self, images, batch_size=50, progress=False):
-        self.seen += len(images)
-        pool3 = images.reshape(len(images), -1)[:, :8].astype(np.float64) / 255
-        return {"pool3": pool3, "logits": pool3 @ np.arange(24.0).reshape(8, 3) / 10}
+from helpers import PixelNetwork
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ import gpgan.kernels
 from gpgan.kernels import switches as compiled
 from gpgan.kernels.cpu import onednn
 from naive_helpers import pair, values_and_grads as _values_and_grads
-from test_functions_conv import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, _in_layout
+from helpers import CONVT_CASES, CONV_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout
 
 pytestmark = pytest.mark.skipif(not compiled.onednn_switch._installed(), reason="needs onednn-cpu-gomp")
 
@@ -73,7 +73,7 @@ def _assert_close(own, dnn):
 def test_conv2d_matches_own_kernels(case, layout, executed, rng):
     N, C, H, W, O, k, s, p, d, g = case
     kH, kW = pair(k)
-    x = _in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
+    x = in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
     w = rng.standard_normal((O, C // g, kH, kW)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
     own, dnn, runs = _both(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b], executed)

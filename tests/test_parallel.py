@@ -17,8 +17,6 @@ import time
 import numpy as np
 import pytest
 
-from test_cli_train import metrics, sets
-
 from gpgan.data import make_loader
 from gpgan.losses import make_penalty
 from gpgan.parallel import LocalCommunicator, connect
@@ -26,6 +24,7 @@ from gpgan.parallel.nccl import pick_gpu
 from gpgan.train.config import ConfigError, load_config
 from gpgan.train.feed import InputFeed
 from gpgan.train.parallel import DataParallelStep, ShardedFeed, check_divisible
+from helpers import metrics, sets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")

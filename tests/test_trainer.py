@@ -1,15 +1,13 @@
 """gpgan.train.Trainer in process: lazy regularization applies the penalty on every
 ``penalty.interval``-th critic step only, counted over the whole run (across generator steps)."""
-import os
-
 import numpy as np
 import pytest
 
 from gpgan.train.config import load_config
 from gpgan.train.run import RunFolder
 from gpgan.train.loop import Trainer
+from helpers import QUICKSTART
 
-QUICKSTART = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "quickstart.yaml")
 
 
 def tiny_trainer(tmp_path, *overrides):

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import yaml
 from PIL import Image
-from test_cli_train import QUICKSTART, ROOT, TINY, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
 
 from gpgan.cli import ablate as ablate_cli
 from gpgan.cli import sample as sample_cli
+from helpers import QUICKSTART, ROOT, TINY, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
 
 SMALL = TINY + ["train.steps=8", "train.checkpoint_interval=2", "train.log_interval=1",
                 "train.eval_interval=2", "train.sample_interval=2"]
