@@ -49,8 +49,16 @@ def executed(monkeypatch):
     compiled.onednn_switch.set(before)
 
 
-def _both(fn, arrays, executed):
-    """(gpgan's own results, oneDNN's results, number of oneDNN executions)."""
+@pytest.fixture
+def switch():
+    """Restores the oneDNN switch after the test."""
+    before = compiled.onednn_switch.enabled()
+    yield compiled.onednn_switch
+    compiled.onednn_switch.set(before)
+
+
+def _both(fn, arrays, executed=None):
+    """(gpgan's own results, oneDNN's results, number of oneDNN executions, or None uncounted)."""
     compiled.onednn_switch.set(False)
     own = _values_and_grads(fn, arrays)
     assert not executed
@@ -58,7 +66,22 @@ def _both(fn, arrays, executed):
     dnn = _values_and_grads(fn, arrays)
     for a, b in zip(own, dnn):
         assert a.dtype == b.dtype and a.shape == b.shape
-    return own, dnn, len(executed)
+    return own, dnn, None if executed is None else len(executed)
+
+
+def _out_size(size, k, s, p, d):
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def _convolved_on_onednn(x, w, s, p, d, g):
+    """Whether gpgan.kernels' dispatch of ``conv2d(x, w)`` (the public one gpgan.functions asks)
+    gives a result, i.e. oneDNN takes it (switch on), and gives none with the switch off."""
+    (s, p, d), (kH, kW) = [pair(v) for v in (s, p, d)], w.shape[2:]
+    out_hw = (_out_size(x.shape[2], kH, s[0], p[0], d[0]), _out_size(x.shape[3], kW, s[1], p[1], d[1]))
+    compiled.onednn_switch.set(False)
+    assert gpgan.kernels.conv2d(np, x, w, s, p, d, g, out_hw) is None
+    compiled.onednn_switch.set(True)
+    return gpgan.kernels.conv2d(np, x, w, s, p, d, g, out_hw) is not None
 
 
 def _assert_close(own, dnn):
@@ -70,18 +93,18 @@ def _assert_close(own, dnn):
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
 @pytest.mark.parametrize("case", CONV_CASES + [(3, 3, 9, 8, 5, 4, 2, 1, 1, 1), (2, 6, 5, 5, 2, 3, 1, 1, 1, 1)])
-def test_conv2d_matches_own_kernels(case, layout, executed, rng):
+def test_conv2d_matches_own_kernels(case, layout, switch, rng):
     N, C, H, W, O, k, s, p, d, g = case
     kH, kW = pair(k)
     x = in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
     w = rng.standard_normal((O, C // g, kH, kW)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
-    own, dnn, runs = _both(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b], executed)
+    own, dnn, _ = _both(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b])
     if g == 1:
-        assert runs > 0
+        assert _convolved_on_onednn(x, w, s, p, d, g)
         _assert_close(own, dnn)
     else:  # grouped: gpgan's own kernels, bit for bit
-        assert runs == 0
+        assert not _convolved_on_onednn(x, w, s, p, d, g)
         for a, b in zip(own, dnn):
             np.testing.assert_array_equal(a, b)
 
@@ -103,13 +126,13 @@ def test_conv_transpose2d_matches_own_kernels(case, executed, rng):
 
 
 @pytest.mark.parametrize("case", FEW_OUTPUTS_CASES)
-def test_few_output_channels_match_own_kernels(case, executed, rng):
+def test_few_output_channels_match_own_kernels(case, switch, rng):
     N, C, H, W, O, k, p, d = case
     kH, kW = pair(k)
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
     w = rng.standard_normal((O, C, kH, kW)).astype(np.float32)
-    own, dnn, runs = _both(lambda *v: F.conv2d(*v, padding=p, dilation=d), [x, w], executed)
-    assert runs > 0
+    own, dnn, _ = _both(lambda *v: F.conv2d(*v, padding=p, dilation=d), [x, w])
+    assert _convolved_on_onednn(x, w, 1, p, d, 1)
     _assert_close(own, dnn)
 
 
@@ -131,26 +154,28 @@ def test_dcgan_critic_layers_match_own_kernels(executed, rng):
     _assert_close(own, dnn)
 
 
-def test_float64_runs_own_kernels(executed, rng):
+def test_float64_runs_own_kernels(switch, rng):
     x = rng.standard_normal((2, 3, 6, 6))
     w = rng.standard_normal((4, 3, 3, 3))
-    own, dnn, runs = _both(lambda *v: F.conv2d(*v, padding=1), [x, w], executed)
-    assert runs == 0
+    own, dnn, _ = _both(lambda *v: F.conv2d(*v, padding=1), [x, w])
+    assert not _convolved_on_onednn(x, w, 1, 1, 1, 1)
+    assert _convolved_on_onednn(x.astype(np.float32), w.astype(np.float32), 1, 1, 1, 1)  # float32 would run there
     for a, b in zip(own, dnn):
         np.testing.assert_array_equal(a, b)
 
 
-def test_a_geometry_onednn_cannot_express_runs_own_kernels(executed, rng):
+def test_a_geometry_onednn_cannot_express_runs_own_kernels(switch, rng):
     # 8 rows, k3 s2 p0: 3 outputs, and the 8th row is read by no window. In the weight gradient
     # (x and gy given) that needs a right padding of -1, which oneDNN does not take.
     x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
     gy = rng.standard_normal((2, 4, 3, 3)).astype(np.float32)
+    switch.set(True)
     assert onednn.conv_backward_weights(x, gy, (3, 3), (2, 2), (0, 0), (1, 1)) is None
+    assert gpgan.kernels.conv2d_grad_weight(np, x, gy, (3, 3), (2, 2), (0, 0), (1, 1), 1) is None
     compiled.onednn_switch.set(False)
     own = F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2).data
     compiled.onednn_switch.set(True)
     np.testing.assert_array_equal(F.conv2d_grad_weight(gpgan.Variable(x), gpgan.Variable(gy), 3, stride=2).data, own)
-    assert not executed
 
 
 def test_kernels_are_onednn_s_jit_ones():
