@@ -37,6 +37,10 @@ import time
 import xml.etree.ElementTree as ElementTree
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from gpgan.files import atomic_write  # noqa: E402
+from gpgan.train.manifest import git_commit  # noqa: E402
 
 # Seconds per stage at --budget 1; the whole check then stays under 8 minutes.
 LIMITS = {"tests": 130, "bench_graph": 40, "bench_eager": 40, "train": 60, "samples": 20, "fid": 45}
@@ -156,11 +160,6 @@ def training_summary(run_dir, steps):
     return summary
 
 
-def fid_score(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description="One prepared check of gpgan's CUDA path.")
     parser.add_argument("--out", default="gpu_check", help="output folder (created; default gpu_check)")
@@ -183,7 +182,8 @@ def main(argv=None):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
                PYTHONUNBUFFERED="1")
     limit = {k: int(v * args.budget) for k, v in LIMITS.items()}
-    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": git_commit(),
+    commit, dirty = git_commit(ROOT)
+    summary = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "commit": commit, "dirty": dirty,
                "environment": environment(), "stages": {}}
     print(f"[gpu_check] {json.dumps(summary['environment'])}", flush=True)
 
@@ -243,7 +243,8 @@ def main(argv=None):
             extra = {}
             scores = sorted(f for f in os.listdir(run_dir) if f.startswith("eval_")) if os.path.isdir(run_dir) else []
             if scores:
-                extra["scores"] = fid_score(os.path.join(run_dir, scores[-1]))
+                with open(os.path.join(run_dir, scores[-1]), encoding="utf-8") as f:
+                    extra["scores"] = json.load(f)
             elif status != "passed":
                 extra["reason"] = last_line(os.path.join(out, f"fid{suffix}.log"))
             record(f"fid{suffix}", status, seconds, **extra)
@@ -254,14 +255,6 @@ def main(argv=None):
     return 0 if all(s["status"] == "passed" for s in summary["stages"].values()) else 1
 
 
-def git_commit():
-    try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
-                              cwd=ROOT).stdout.strip()
-    except OSError:
-        return None
-
-
 def last_line(path):
     with open(path, encoding="utf-8", errors="replace") as f:
         lines = [line.strip() for line in f if line.strip()]
@@ -269,17 +262,14 @@ def last_line(path):
 
 
 def write_summary(out, summary):
-    tmp = os.path.join(out, "summary.json.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=1)
-    os.replace(tmp, os.path.join(out, "summary.json"))
+    atomic_write(os.path.join(out, "summary.json"), json.dumps(summary, indent=1))
 
 
 def print_table(summary):
     print("\n== gpu_check summary ==")
     env = summary["environment"]
     print(f"GPU {env.get('gpu')} | CuPy {env.get('cupy')} (CUDA runtime {env.get('cuda_runtime')}) | "
-          f"torch {env.get('torch')} | commit {str(summary.get('commit'))[:10]}")
+          f"torch {env.get('torch')} | commit {str(summary.get('commit'))[:10]}{' (dirty)' if summary.get('dirty') else ''}")
     for name, stage in summary["stages"].items():
         line = f"{name:12s} {stage['status']:24s} {stage['seconds']:6.0f} s"
         if "counts" in stage:

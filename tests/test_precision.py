@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import gpgan
-import gpgan.functions as F
 from gpgan.backend.precision import get_matmul_precision, matmul_precision
 from gpgan.losses.penalties import R1
 from gpgan.models import make_model
