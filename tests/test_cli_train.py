@@ -399,3 +399,41 @@ def test_malicious_cifar_batch_is_a_one_line_error(tmp_path):
     assert "Traceback" not in proc.stderr
     assert "data_batch_3: refused to unpickle" in proc.stderr and "system" in proc.stderr
     assert not (tmp_path / "pwned_by_pickle").exists()
+
+
+def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(tmp_path):
+    """train.patience: the run ends finished at the first evaluation that completes `patience`
+    evaluations in a row without a better best metric (found here from its own metrics.jsonl),
+    with a checkpoint there and final.json saying why; interrupted before that step and resumed,
+    it stops at the same step with the same records (the count is in the checkpoint)."""
+    patience = 3
+    args = [QUICKSTART, *sets(TINY + ["train.steps=400", "train.eval_interval=2", "train.best_metric=eval/modes",
+                                      f"train.patience={patience}"]), "--out", str(tmp_path), "--quiet"]
+    gpgan_train(*args, "--name", "a", check=0)
+    run = tmp_path / "quickstart" / "a"
+    best, since, expected = None, 0, None
+    for record in metrics(run):
+        if "eval/modes" not in record:
+            continue
+        if best is None or record["eval/modes"] > best:
+            best, since = record["eval/modes"], 0
+        else:
+            since += 1
+        if since == patience:
+            expected = record["step"]
+            break
+    assert expected is not None and expected < 400  # an integer count of modes stalls within 200 evaluations
+    final = json.loads((run / "final.json").read_text())
+    assert final["status"] == "finished" and final["steps"] == expected
+    assert "stopped early" in final["stop"] and "eval/modes" in final["stop"] and final["best"]["eval/modes"] == best
+    assert metrics(run)[-1]["step"] == expected
+    assert (run / "checkpoints" / f"ckpt_{expected:06d}.npz").exists()
+    proc = gpgan_train("--resume", str(run), "--quiet", check=0)
+    assert "already finished (stopped early" in proc.stderr and "train.patience" in proc.stderr
+
+    gpgan_train(*args, "--name", "b", "--set", f"train.stop_after={expected - 1}", check=130)
+    resumed = tmp_path / "quickstart" / "b"
+    gpgan_train("--resume", str(resumed), "--quiet", check=0)
+    assert metrics(resumed) == metrics(run)
+    assert json.loads((resumed / "final.json").read_text())["stop"] == final["stop"]
+    assert_same_weights(resumed, run)

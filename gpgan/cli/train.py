@@ -24,7 +24,7 @@ examples:
   gpgan-train --resume experiments/quickstart/run1/checkpoints/ckpt_002000.npz --name fork
 
 On resume the config comes from the run folder; only train.steps (to grow the run),
-{volatile} may differ (via --set, --device, or a CONFIG that differs only
+train.patience, {volatile} may differ (via --set, --device, or a CONFIG that differs only
 there). metrics.jsonl is cut back to the checkpoint's step, and the run continues exactly as the
 uninterrupted run would have. Resuming from a checkpoint file starts a new run folder from it
 (beside the original, or under --out), leaving the original untouched. Run

@@ -171,6 +171,9 @@ SCHEMA = {
                              "evaluation so far, by the metric's direction); null: eval/fid on images when "
                              "eval.metrics has fid, eval/reverse_kl on toy data",
                              nullable=True, choices=_eval_metric_names),
+        "patience": Field("int", 0, "stop early when train.best_metric has not improved in this many evaluations "
+                          "in a row (0: never): the run ends finished at that step, with a checkpoint, and "
+                          "final.json says why", minimum=0),
         "n_samples": Field("int", 64, "images in each sample grid (points in each scatter plot: "
                            "eval_samples)", minimum=1),
         "stop_after": Field("int", None, "stop as if interrupted (checkpoint, exit 130) after this "
@@ -241,8 +244,9 @@ SCHEMA = {
 #: Keys that say where a run trains and where it pauses, not what it computes: a run folder and a
 #: config that differ only here describe the same run (a sweep skips or resumes it).
 VOLATILE_KEYS = ("train.stop_after", "train.cuda_graph", "device")
-#: Keys a resumed run may change: the volatile ones and train.steps (only up).
-RESUMABLE_CHANGES = ("train.steps",) + VOLATILE_KEYS
+#: Keys a resumed run may change: the volatile ones, train.steps (only up) and train.patience (both
+#: say only when the run ends).
+RESUMABLE_CHANGES = ("train.steps", "train.patience") + VOLATILE_KEYS
 
 
 def _check_model_options(config):

@@ -10,7 +10,7 @@ and every step that one process may fail runs through ``comm.on_root`` or ``comm
 a failure reaches every process (none waits for one that gave up).
 
 Resuming takes the config from the run folder. Only ``train.steps`` (to extend a run; it may
-only grow), ``train.stop_after``, ``train.cuda_graph`` and ``device`` may differ
+only grow), ``train.patience``, ``train.stop_after``, ``train.cuda_graph`` and ``device`` may differ
 (:data:`~gpgan.train.config.RESUMABLE_CHANGES`); any other difference is refused, naming the
 changed keys. The newest checkpoint that reads back whole is used; damaged newer ones are set
 aside (renamed ``*.damaged``) and named.
@@ -117,7 +117,8 @@ def resume_config(run, config_path=None, overrides=()):
     else:
         base = apply_overrides(saved, [("train.stop_after", None)])
         requested = validate_config(apply_overrides(base, overrides), source="the run's config.yaml + --set")
-    changed = [d for d in run.config_differences(requested, ignore=VOLATILE_KEYS) if d[0] != "train.steps"]
+    changed = [d for d in run.config_differences(requested, ignore=VOLATILE_KEYS)
+               if d[0] not in ("train.steps", "train.patience")]
     if changed:
         details = "; ".join(f"{k}: run has {old!r}, requested {new!r}" for k, old, new in changed)
         raise ConfigError(f"cannot resume with a changed config ({details}). Only "
@@ -163,9 +164,10 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
     run = _open_run(run_dir)
     saved = run.read_config()
     config = resume_config(run, config_path, overrides)
-    if run.is_finished() and config["train"]["steps"] == saved["train"]["steps"]:
-        return Launch(None, run, [f"{run.path} already finished its {saved['train']['steps']} steps; "
-                                  "pass --set train.steps=N (larger) to continue it"])
+    same_end = all(config["train"][k] == saved["train"][k] for k in ("steps", "patience"))
+    if run.is_finished() and same_end:
+        return Launch(None, run, [f"{run.path} already finished ({run.read_final().get('stop') or 'all its steps'}); "
+                                  "pass --set train.steps=N (larger) or --set train.patience=N to continue it"])
     trainer = make_trainer(config, run, quiet, comm)
     step, path, notes = comm.on_root(lambda: _pick_checkpoint(run))
     if path is not None:

@@ -99,6 +99,7 @@ class Trainer:
         computes_fid = self.image_metrics is not None and "fid" in self.image_metrics.names
         self.best_metric = tc["best_metric"] or ("eval/fid" if computes_fid else "eval/reverse_kl")
         self.best_value = None  # the best evaluation of best_metric so far (checkpoints/best.npz)
+        self.evals_since_best = 0  # evaluations in a row that did not beat best_value (train.patience)
         self.wall_time = 0.0
         self.last = {}          # the latest value of each step output (device scalars or floats)
         self._last_batch = None
@@ -142,7 +143,8 @@ class Trainer:
         path = self.run.checkpoint_path(self.step) if periodic else path
         meta = {"step": self.step, "data": self.parts.loader.state_dict(), "wall_time_s": self.wall_time,
                 "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__,
-                "best": {"metric": self.best_metric, "value": self.best_value}}
+                "best": {"metric": self.best_metric, "value": self.best_value,
+                         "evals_since": self.evals_since_best}}
         if self.parts.augment is not None:  # ADA's p and its adaptation's sums (floats, exact in JSON)
             meta["augment"] = self.parts.augment.state_dict()
         modules, optimizers, emas, rngs = self._state()
@@ -162,15 +164,29 @@ class Trainer:
         self.wall_time = float(meta.get("wall_time_s", 0.0))
         self.last = dict(meta.get("last", {}))
         best = meta.get("best") or {}
-        self.best_value = best.get("value") if best.get("metric") == self.best_metric else None
+        same = best.get("metric") == self.best_metric
+        self.best_value = best.get("value") if same else None
+        self.evals_since_best = int(best.get("evals_since", 0)) if same else 0
         return self.step
 
     def _keep_best(self, evaluation):
         """Save checkpoints/best.npz when ``evaluation`` beats the best value of the best metric."""
         value = evaluation.get(self.best_metric)
-        if value is not None and is_better(self.best_metric, value, self.best_value):
-            self.best_value = value
+        if value is None:
+            return
+        if is_better(self.best_metric, value, self.best_value):
+            self.best_value, self.evals_since_best = value, 0
             self.save_checkpoint(self.run.best_checkpoint_path)
+        else:
+            self.evals_since_best += 1
+
+    def _patience_spent(self):
+        """Why the run stops early (train.patience evaluations without a better best metric), or None."""
+        patience = self.tc["patience"]
+        if not patience or self.evals_since_best < patience:
+            return None
+        return (f"stopped early: {self.best_metric} did not improve on {self.best_value:.6g} in {patience} "
+                f"evaluations (train.patience)")
 
     # -- stops --------------------------------------------------------------------------------
     def _raise_on_fault(self):
@@ -244,10 +260,12 @@ class Trainer:
             sample = every(tc["sample_interval"], step)
             stop = self._stop_reason(step, last)
             checkpoint = last or stop or every(tc["checkpoint_interval"], step)
-            if log or sample or checkpoint:
+            if log or sample or checkpoint or evaluate:
                 self._raise_on_fault()  # before anything reads the weights or losses
             evaluation = self.monitor.evaluate(step) if evaluate else {}
             self._keep_best(evaluation)
+            early = self._patience_spent() if evaluate and not last else None
+            checkpoint = checkpoint or early
             if log:
                 now = time.perf_counter()
                 record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
@@ -263,13 +281,18 @@ class Trainer:
                 path = self.save_checkpoint()
                 if stop:
                     raise TrainingInterrupted(step, path, stop)
+            if early:
+                break
         self.monitor.write_samples(self.step, final=True)
         self.wall_time += time.perf_counter() - started
-        return self._write_final()
+        return self._write_final(early)
 
-    def _write_final(self):
-        """Write final.json (from metrics.jsonl) and return its summary."""
+    def _write_final(self, stop=None):
+        """Write final.json (from metrics.jsonl; ``stop``: why it ended before train.steps) and
+        return its summary."""
         summary = Monitor.summary(self.run.read_metrics(), self.step, self.wall_time)
+        if stop:
+            summary["stop"] = stop
         self.run.write_final(summary)
         return summary
 

@@ -183,5 +183,9 @@ class DataParallelTrainer(Trainer):
             return super().save_checkpoint(path)
         return self.run.checkpoint_path(self.step) if path is None else path
 
-    def _write_final(self):
-        return self.comm.on_root(super()._write_final)
+    def _patience_spent(self):
+        """Rank 0's verdict (it alone evaluates) on every process, so that all stop at one step."""
+        return self.comm.broadcast_object(super()._patience_spent())
+
+    def _write_final(self, stop=None):
+        return self.comm.on_root(lambda: super(DataParallelTrainer, self)._write_final(stop))
