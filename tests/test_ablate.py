@@ -831,6 +831,26 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
     assert "train.steps: run has 18, sweep asks 15" in capsys.readouterr().err
 
 
+def test_a_run_that_stopped_early_is_finished_for_a_longer_sweep(tmp_path, real_trainer, capsys):
+    """A run that train.patience ended is done: raising the sweep's train.steps skips it (more
+    steps would stop it again at its next evaluation) and extends the one that ran its steps."""
+    short = REAL_TINY.replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]")
+    short = short.replace("train.steps: 12", "train.steps: 12\n  train.eval_interval: 2\n  train.patience: 1000")
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(short)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0, capsys.readouterr()
+    stopped = next(out.glob("runs/*/*seed-0"))
+    final = json.loads((stopped / "final.json").read_text())  # as train.patience would have written it
+    (stopped / "final.json").write_text(json.dumps({**final, "stop": "stopped early: eval/reverse_kl did not improve"}))
+    capsys.readouterr()
+    sweep.write_text(short.replace("train.steps: 12", "train.steps: 18"))
+    assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "skip     type-r1__weight-1.0__seed-0" in plan, plan
+    assert "extend   type-r1__weight-1.0__seed-1 (to 18 steps)" in plan, plan
+
+
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     # weight 1e38 overflows the critic's gradients at step 1 (exit 1); stop_after makes the other
     # runs stop at step 6 with a checkpoint (exit 130), so the second sweep must resume them.
