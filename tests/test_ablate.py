@@ -835,7 +835,7 @@ def test_a_run_that_stopped_early_is_finished_for_a_longer_sweep(tmp_path, real_
     """A run that train.patience ended is done: raising the sweep's train.steps skips it (more
     steps would stop it again at its next evaluation) and extends the one that ran its steps."""
     short = REAL_TINY.replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]")
-    short = short.replace("train.steps: 12", "train.steps: 12\n  train.eval_interval: 2\n  train.patience: 1000")
+    short = short.replace("train.steps: 12", "train.steps: 12\n  train.patience: 1000")
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(short)
     out = tmp_path / "out"
