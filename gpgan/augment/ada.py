@@ -32,7 +32,10 @@ training step never reads the device for them.
 minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by ``sign(r_t - target) * images /
 (speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``: from 0 to 1 in 500k images, as
 the reference). ``p``, ``r_t`` and the partial sums are the state (:meth:`state_dict`) that a
-checkpoint keeps, so a resumed run continues with the same ``p``.
+checkpoint keeps, so a resumed run continues with the same ``p``. A data-parallel run sums each
+minibatch's counts (:meth:`ADA.count`: signs and images, whole numbers) over its processes before
+:meth:`ADA.adapt` adds them, as stylegan2-ada-pytorch all-reduces its sign statistics: every
+process then holds the same ``p``, the one process would hold on the global batch.
 """
 import math
 
@@ -247,14 +250,25 @@ class ADA:
             value = host_effect(lambda: host_number(self.scheduled_p(step()), numpy.float64))
             self.p[...] = value
 
-    def observe(self, d_real):
-        """Count the signs of the critic's outputs on one real minibatch (adaptive mode) and adjust
-        p after every ``interval`` minibatches. On the device, in place: nothing is read back."""
+    def count(self, d_real):
+        """This process's counts of one real minibatch (adaptive mode; None in the others): a
+        (2,) float64 device array, the sum of the signs of the critic's outputs ``d_real`` and
+        the number of images. Whole numbers, so that processes can add theirs up exactly."""
         if self.mode != "adaptive":
-            return
+            return None
         xp = get_array_module(d_real)
-        self.signs += xp.sign(d_real).astype(numpy.float64).sum()
-        self.images += d_real.shape[0]
+        counts = xp.empty(2, dtype=numpy.float64)  # filled in place: xp.stack would copy from the host
+        counts[0] = xp.sign(d_real).astype(numpy.float64).sum()
+        counts[1] = d_real.shape[0]
+        return counts
+
+    def adapt(self, counts):
+        """Add one minibatch's ``counts`` (:meth:`count`'s, or their sum over the processes of a
+        data-parallel run: then every process adjusts the same p) and adjust p after every
+        ``interval`` minibatches. On the device, in place: nothing is read back."""
+        xp = get_array_module(counts)
+        self.signs += counts[0]
+        self.images += counts[1]
         self.batches += 1
         due = self.batches >= self.interval
         rt = self.signs / xp.maximum(self.images, 1)
@@ -263,6 +277,12 @@ class ADA:
         self.rt[...] = xp.where(due, rt, self.rt)
         for total in (self.signs, self.images, self.batches):
             total[...] = xp.where(due, 0, total)
+
+    def observe(self, d_real):
+        """:meth:`count` and :meth:`adapt` in one process (adaptive mode; nothing otherwise)."""
+        counts = self.count(d_real)
+        if counts is not None:
+            self.adapt(counts)
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self):
