@@ -149,6 +149,17 @@ class Sweep:
         return os.path.splitext(os.path.basename(self.path))[0]
 
     @property
+    def varied_keys(self):
+        """Config keys that variants or ``adjust`` rules set, in file order (first mention): they
+        differ between runs, but no axis column shows them (a variant's name stands for its
+        bundle), so results.csv has a column for each with every run's resolved value."""
+        keys = []
+        bundles = [settings for bundle in self.variants.values() for settings in bundle.values()]
+        for settings in bundles + [settings for _, settings in self.adjust]:
+            keys += [k for k in settings if k not in keys]
+        return keys
+
+    @property
     def setting_axes(self):
         """Axes that define a setting (all but the seed axis)."""
         return [k for k in self.axes if k != self.seed_axis]
