@@ -18,7 +18,7 @@ from gpgan.studies.runner import find_run_dir, logs_dir
 from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config, yaml_scalar
 from gpgan.train.run import RunFolder
 
-__all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns"]
+__all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns", "metric_value"]
 
 STATUSES = ("finished", "failed", "interrupted", "unfinished", "not run")
 
@@ -61,6 +61,12 @@ def _number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def metric_value(mapping, name):
+    """The number ``mapping`` holds for metric ``name`` (spelled with or without 'eval/'), or None
+    (absent, not a number, or ``mapping`` not a dict)."""
+    return _lookup(mapping, name)
 
 
 def _lookup(mapping, name):
