@@ -549,7 +549,7 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
     assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |  |\n" in report  # final (with wall time)
     assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |\n" in report  # best
     assert ("**real data**: the real-data floor, cifar10:test (1,017 images) against cifar10:train (5,085 images) "
-            "(`floors/real.json`, written by `gpgan-eval real`)") in report
+            "([real.json](../floors/real.json), written by `gpgan-eval real`)") in report  # linked from the report
     assert "eval/modes (final, mean ± std over seeds); dashed: real data (30):" in report
     assert "non-finite means left out; dashed: real data (0.25)):" in report
     assert sorted(drawn) == [("eval-high_quality.png", []), ("eval-modes.png", [("real data", 30.0)]),
@@ -563,6 +563,9 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
         p.unlink()
     assert main([str(sweep_path), "--out", str(out), "--report-only"]) == 0
     assert {name: (out / name).read_bytes() for name in files} == files
+    elsewhere = tmp_path / "reports" / "study"
+    assert main([str(sweep_path), "--out", str(out), "--report-only", "--report-dir", str(elsewhere)]) == 0
+    assert "([real.json](../../floors/real.json), written by" in (elsewhere / "REPORT.md").read_text()
 
     # A run's own config.yaml says what it trained with (here: edited after the sweep planned it).
     spec = next(s for s in expand_runs(sweep) if s.values["setting"] == "r1")

@@ -153,10 +153,12 @@ def _real_row(sweep, metrics, trailing=0):
     return label + [f"{floor['images']:,} images"] + cells + [""] * trailing
 
 
-def _real_line(sweep):
-    floor = sweep.reference_scores
+def _real_line(sweep, report_dir):
+    """What the real data's row is, with a link to its file (relative to the report folder)."""
+    floor, path = sweep.reference_scores, sweep.reference_scores_path
+    link = os.path.relpath(os.path.realpath(path), os.path.realpath(report_dir)).replace(os.sep, "/")
     return (f"**{REAL_LABEL}**: the real-data floor, {floor['source']} against {floor['reference']} "
-            f"(`{sweep.reference_scores_text}`, written by `gpgan-eval real`): how far real images are from the "
+            f"([{os.path.basename(path)}]({link}), written by `gpgan-eval real`): how far real images are from the "
             "reference by the same metrics; dashed lines in the figures.")
 
 
@@ -342,7 +344,7 @@ def _alt_text(caption):
     return head + ")" * (head.count("(") - head.count(")"))
 
 
-def _markdown(sweep, records, stats, panels, metrics, figures):
+def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     total = len(records)
     count = {}
     for rec in records:
@@ -385,7 +387,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
         final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
         trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics])
-    real = [] if sweep.reference_scores is None else ["", _real_line(sweep)]
+    real = [] if sweep.reference_scores is None else ["", _real_line(sweep, report_dir)]
     if sweep.reference_scores is not None:
         final_rows.append(_real_row(sweep, metrics, trailing=1))
         best_rows.append(_real_row(sweep, metrics))
@@ -463,7 +465,7 @@ def write_report(sweep, out_dir, report_dir=None):
     stats = summarize(sweep, records, metrics)
     panels = _panels(sweep, stats)
     figures = _figures(sweep, report_dir, panels, metrics)
-    text = _markdown(sweep, records, stats, panels, metrics, figures)
+    text = _markdown(sweep, records, stats, panels, metrics, figures, report_dir)
     with open(os.path.join(report_dir, "REPORT.md"), "w", encoding="utf-8") as fh:
         fh.write(text)
     return records

@@ -152,7 +152,7 @@ class Sweep:
     notes: str = None            # Markdown placed in REPORT.md under "Findings"
     adjust: list = field(default_factory=list)       # [({axis: [values]}, {dotted key: value})]
     reference_scores: dict = None    # what gpgan.metrics.real_scores.read_real_scores read, or None
-    reference_scores_text: str = None  # ``reference_scores`` exactly as written in the file (for the report)
+    reference_scores_path: str = None  # that file (resolved against the sweep file's folder)
 
     @property
     def stem(self):
@@ -488,7 +488,9 @@ def parse_sweep(raw, path):
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
         out=out, title=title, base_text=base_text,
         variants=variants, notes=notes, adjust=adjust,
-        reference_scores=reference_scores, reference_scores_text=raw.get("reference_scores"),
+        reference_scores=reference_scores,
+        reference_scores_path=None if reference_scores is None else os.path.join(os.path.dirname(path),
+                                                                                 raw["reference_scores"]),
     )
     _check_config_keys(sweep)
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
