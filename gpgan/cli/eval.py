@@ -247,6 +247,8 @@ def _stats(parser, args):
 
 # -- gpgan-eval real --------------------------------------------------------------------------------
 def _real_metric_names(parser, args):
+    """The metrics of ``gpgan-eval real``: --metrics, else fid, kid and pr (fid alone against a
+    statistics file); a bad SOURCE, --ref or --metrics ends the command (exit 2)."""
     from gpgan.metrics import check_metrics, needs_features, parse_reference
 
     kinds = {}
@@ -269,8 +271,7 @@ def _real_metric_names(parser, args):
         parser.error(f"--metrics {args.metrics}: the Inception Score rates images alone, not against a "
                      f"reference; accepted here: {', '.join(REAL_METRICS)}")
     if kind == "statistics" and needs_features(names):
-        parser.error(f"--metrics {args.metrics}: kid and pr compare features, but --ref {args.ref} is a statistics "
-                     "file (mu and sigma only); give a data set (cifar10:train) or a folder of images")
+        parser.error(_no_features(args.metrics, args.ref))
     return names
 
 
@@ -320,9 +321,14 @@ def _metric_names(parser, args, spec):
     except ValueError as exc:
         parser.error(f"--metrics {args.metrics!r}: {exc}")
     if kind == "statistics" and needs_features(names):
-        parser.error(f"--metrics {args.metrics}: kid and pr compare features, but --ref {spec} is a statistics "
-                     "file (mu and sigma only); give a data set (cifar10:train) or a folder of images")
+        parser.error(_no_features(args.metrics, spec))
     return names
+
+
+def _no_features(metrics, spec):
+    """The error for kid or pr (``metrics``, as given) against the statistics file ``spec``."""
+    return (f"--metrics {metrics}: kid and pr compare features, but --ref {spec} is a statistics file (mu and "
+            "sigma only); give a data set (cifar10:train) or a folder of images")
 
 
 def _reference(args, config):

@@ -132,14 +132,10 @@ def _panel_slug(sweep, pv):
 REAL_LABEL = "real data"
 
 
-def _real_value(sweep, metric):
-    """The ``reference_scores`` file's value of ``metric``, or None (no file, or not in it)."""
-    return None if sweep.reference_scores is None else metric_value(sweep.reference_scores["scores"], metric)
-
-
 def _real_references(sweep, metric):
-    """A figure's reference lines for ``metric``: the real data's value, when there is one."""
-    value = _real_value(sweep, metric)
+    """A figure's reference lines for ``metric``: the value of the ``reference_scores`` file,
+    when there is one and it holds that metric."""
+    value = None if sweep.reference_scores is None else metric_value(sweep.reference_scores["scores"], metric)
     return [] if value is None else [(REAL_LABEL, value)]
 
 

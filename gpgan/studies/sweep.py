@@ -480,17 +480,14 @@ def parse_sweep(raw, path):
     if notes is not None and not isinstance(notes, str):
         raise _err(path, "notes", f"must be Markdown text (a string), got {type(notes).__name__}")
 
-    metrics = _parse_metrics(path, raw.get("metrics"))
-    reference_scores = _parse_reference_scores(path, raw.get("reference_scores"))
+    reference_scores, reference_scores_path = _parse_reference_scores(path, raw.get("reference_scores"))
 
     sweep = Sweep(
-        path=path, base=base, axes=axes, fixed=fixed, metrics=metrics,
+        path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
         out=out, title=title, base_text=base_text,
         variants=variants, notes=notes, adjust=adjust,
-        reference_scores=reference_scores,
-        reference_scores_path=None if reference_scores is None else os.path.join(os.path.dirname(path),
-                                                                                 raw["reference_scores"]),
+        reference_scores=reference_scores, reference_scores_path=reference_scores_path,
     )
     _check_config_keys(sweep)
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
@@ -501,10 +498,11 @@ def parse_sweep(raw, path):
 
 
 def _parse_reference_scores(path, text):
-    """The record of ``reference_scores:`` (a ``gpgan-eval real --out`` file, relative to the
-    sweep file), checked now so that a report never fails on it; None when the key is absent."""
+    """``(record, path)`` of ``reference_scores:`` (a ``gpgan-eval real --out`` file, relative to
+    the sweep file), checked now so that a report never fails on it; ``(None, None)`` when the key
+    is absent."""
     if text is None:
-        return None
+        return None, None
     if not isinstance(text, str) or not text:
         raise _err(path, "reference_scores", f"must be the path of a JSON file that `gpgan-eval real ... --out FILE` "
                                              f"wrote (relative to the sweep file), got {text!r}")
@@ -513,7 +511,7 @@ def _parse_reference_scores(path, text):
         raise _err(path, "reference_scores", f"{file} (relative to the sweep file) does not exist; "
                                              "`gpgan-eval real SOURCE --ref REF --out FILE` writes it")
     try:
-        return read_real_scores(file)
+        return read_real_scores(file), file
     except ValueError as exc:
         raise _err(path, "reference_scores", str(exc)) from None
 
