@@ -84,6 +84,7 @@ from gpgan.backend import (  # noqa: E402
     get_num_threads,
     to_device,
 )
+from gpgan.backend import mechanisms  # noqa: E402
 from gpgan.backend.graph import CapturedStep  # noqa: E402
 from gpgan.kernels import compiled_kernels_version, configure_process, onednn_version  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
@@ -528,6 +529,14 @@ def onednn_description():
     return f"oneDNN {version} convolutions and products" if version else "no oneDNN"
 
 
+def switch_states(args):
+    """What ran, for scripts/ab_mechanisms.py to check: the accelerators' versions (None: not used),
+    the process settings and the mechanisms turned off (gpgan.backend.mechanisms)."""
+    return {"numba": compiled_kernels_version(), "onednn": onednn_version(),
+            "blas_idles_briefly": args.process.blas_idles_briefly, "host_memory_kept": args.process.host_memory_kept,
+            "threads": get_num_threads(), "mechanisms_off": mechanisms.off.names()}
+
+
 def bench_device(args, device, torch):
     works = {name: _workload(name, args, args.dtype, device) for name in workload_names(args)}
     if device == "cuda":
@@ -541,8 +550,10 @@ def bench_device(args, device, torch):
                    f"{'short' if args.process.blas_idles_briefly else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host "
                    f"memory {'kept' if args.process.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
+        if mechanisms.off.names():
+            machine += f"; turned off for this benchmark: {', '.join(mechanisms.off.names())} ({mechanisms.ENV})"
     report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
-              "steps": args.steps, "warmup": args.warmup, "workloads": {},
+              "steps": args.steps, "warmup": args.warmup, "workloads": {}, "switches": switch_states(args),
               "augment": {"type": args.augment, "p": args.augment_p, "through": args.augment_through}}
     if args.augment != "none":
         print(f"  augment: {args.augment}" + (f" at p = {args.augment_p:g}" if args.augment == "ada" else "")
@@ -704,9 +715,19 @@ def main(argv=None):
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--no-memory", action="store_true", help="skip the resident-memory child processes")
     parser.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead measurement")
+    parser.add_argument("--without", default="", metavar="NAMES",
+                        help="benchmarks only: turn these CPU speed mechanisms off (comma-separated, of "
+                             f"{', '.join(mechanisms.MECHANISMS)}; gpgan.backend.mechanisms, as {mechanisms.ENV})")
     parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.without:  # before the first step; in the environment too, for the resident-memory children
+        try:
+            names = mechanisms.parse(",".join([os.environ.get(mechanisms.ENV, ""), args.without]))
+        except ValueError as exc:
+            parser.error(f"--without: {str(exc).partition(': ')[2]}")
+        os.environ[mechanisms.ENV] = ",".join(names)
+        mechanisms.set_off(names)
     # As gpgan-train does (restarting with OpenBLAS's settings); host memory kept for PyTorch's buffers alike.
     args.process = configure_process(restart=argv is None)
     if args.memory_child:
