@@ -58,6 +58,10 @@ Freed host memory is kept for reuse in the process, as gpgan's trainer keeps it
 (:mod:`gpgan.backend.host_memory`; ``GPGAN_KEEP_HOST_MEMORY=0`` leaves glibc's defaults); the
 policy is process-wide, so PyTorch's buffers, in the same process, are kept alike.
 
+``--without NAMES`` turns CPU speed mechanisms off for a benchmark (gpgan.backend.mechanisms, the
+same as ``GPGAN_BENCH_WITHOUT``; never for training); the report's ``switches`` say which ran.
+scripts/ab_mechanisms.py runs this script with each mechanism on and off.
+
 Also reported on the CPU: the engine's own cost per function call, from 200,000 additions of
 one-element float32 Variables (recorded, under no_grad, and NumPy's bare ``a + b``).
 """
@@ -552,7 +556,8 @@ def bench_device(args, device, torch):
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
         if mechanisms.off.names():
             machine += f"; turned off for this benchmark: {', '.join(mechanisms.off.names())} ({mechanisms.ENV})"
-    report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
+    report = {"device": device, "machine": machine, "python": sys.executable,
+              "gpgan": os.path.dirname(os.path.abspath(gpgan.__file__)), "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {}, "switches": switch_states(args),
               "augment": {"type": args.augment, "p": args.augment_p, "through": args.augment_through}}
     if args.augment != "none":
