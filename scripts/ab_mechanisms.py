@@ -9,11 +9,13 @@ differs from arm A by the mechanism's switch alone: its own variable where it ha
 (``GPGAN_NUMBA``, ``GPGAN_ONEDNN``, ``GPGAN_KEEP_HOST_MEMORY``, ``OPENBLAS_THREAD_TIMEOUT``), else
 ``GPGAN_BENCH_WITHOUT`` (:mod:`gpgan.backend.mechanisms`). A mechanism that acts only where another
 is off (gpgan's compiled im2col / col2im, where oneDNN does not run) is measured with that one off
-in both arms, and the table says so.
+in both arms, and the table says so; ``--base-env`` sets more in both arms of every mechanism (to
+measure, say, the Python-thread passes as an install without Numba and oneDNN runs them).
 
 With ``--torch`` each run also times PyTorch's step, interleaved with gpgan's in the same
 process (bench_engine's turns), and the gains are taken from the ratio gpgan / PyTorch of each
-run, which cancels most of the host's drift between runs; ``--python`` runs the benchmarks with
+run, which cancels most of the host's drift between runs (not for the kept host memory, a policy of
+the whole process that PyTorch's steps share); ``--python`` runs the benchmarks with
 another interpreter (a venv with PyTorch), with gpgan from this checkout and, where that
 interpreter lacks them, Numba and oneDNN from this interpreter's site-packages (appended after its
 own, ``--no-host-site`` to leave them out). A run whose arm A lacks the library its mechanism needs
@@ -59,8 +61,10 @@ sys.path.insert(0, ROOT)
 from gpgan.backend import mechanisms as switches  # noqa: E402  (the standard library only)
 
 #: ``off``: the environment of arm B; ``base``: of both arms; ``needs``: the library arm A must have
-#: run ("numba", "onednn" or None); ``carries``: the correctness it carries ("" for none found).
-Mechanism = namedtuple("Mechanism", "name off base needs carries what")
+#: run ("numba", "onednn" or None); ``carries``: the correctness it carries ("" for none found);
+#: ``process_wide``: it changes PyTorch's steps too (same process), so the gain comes from gpgan's
+#: times even with ``--torch``.
+Mechanism = namedtuple("Mechanism", "name off base needs carries what process_wide", defaults=(False,))
 
 _NEEDS = {"onednn_products": "onednn", "onednn_convolutions": "onednn", "fused_linear": "onednn",
           "fused_addend": "onednn", "product_runner": "onednn", "bound_memory": "onednn", "numba_passes": "numba",
@@ -76,10 +80,13 @@ MECHANISMS = [
     Mechanism("openblas_spin", {"OPENBLAS_THREAD_TIMEOUT": "28"}, {}, None, "",
               "OpenBLAS's workers idle briefly after a GEMM (2**4 or 2**20 cycles; off: its default 2**28)"),
     Mechanism("host_memory", {"GPGAN_KEEP_HOST_MEMORY": "0"}, {}, None, "",
-              "freed host memory kept for the next step (glibc mallopt)"),
+              "freed host memory kept for the next step (glibc mallopt)", True),
 ] + [Mechanism(name, {switches.ENV: name}, _BASE.get(name, {}), _NEEDS.get(name), "", entry[0])
      for name, entry in switches.MECHANISMS.items()]
 BY_NAME = {m.name: m for m in MECHANISMS}
+#: What bench_engine's report (``switches``) says in arm B of the mechanisms with a switch of their own.
+_OFF_STATE = {"numba": ("numba", None), "onednn": ("onednn", None), "host_memory": ("host_memory_kept", False),
+              "openblas_spin": ("blas_idles_briefly", False)}
 DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
 
 
@@ -93,12 +100,14 @@ def run_order(repeats):
     return pattern[:2 * repeats] if repeats % 2 == 0 else pattern[:2 * repeats - 2] + ["A", "B"]
 
 
-def arm_environment(mechanism, arm, environ):
+def arm_environment(mechanism, arm, environ, base=None):
     """The environment of ``arm`` ("A" on, "B" off) for ``mechanism``: ``environ`` without any
-    switch the study sets, then the base and, for B, the switch. A ``GPGAN_BENCH_WITHOUT`` of
-    ``environ`` is kept (the mechanisms it names are off in both arms) and added to in arm B."""
+    switch the study sets, then ``base`` (``--base-env``, both arms of every mechanism), the
+    mechanism's own base and, for B, its switch. A ``GPGAN_BENCH_WITHOUT`` of ``environ`` or
+    ``base`` is kept (the mechanisms it names are off in both arms) and added to in arm B."""
     env = {k: v for k, v in environ.items() if k not in ("GPGAN_NUMBA", "GPGAN_ONEDNN", "GPGAN_KEEP_HOST_MEMORY",
                                                           "OPENBLAS_THREAD_TIMEOUT", "GPGAN_PROCESS_CONFIGURED")}
+    env.update(base or {})
     env.update(mechanism.base)
     if arm == "B":
         for key, value in mechanism.off.items():
@@ -125,15 +134,15 @@ def run_times(report, workload, steps):
     return g, t, g_clean and t_clean
 
 
-def compare(on_runs, off_runs):
+def compare(on_runs, off_runs, use_ratio=True):
     """One workload's A/B comparison from the arms' runs, each ``(gpgan ms, torch ms or None,
-    clean)``, in run order. Where every run has PyTorch's time, the gains come from the ratios
-    gpgan / PyTorch (each run's own), else from gpgan's times. Returns a dict: ``on_ms``,
+    clean)``, in run order. Where every run has PyTorch's time (and ``use_ratio``), the gains come
+    from the ratios gpgan / PyTorch (each run's own), else from gpgan's times. Returns a dict: ``on_ms``,
     ``off_ms`` (medians over the runs), ``gain`` (``off / on - 1`` of the medians of what the
     gains come from), ``pair_gains`` (run k of A against run k of B), ``low``/``high`` (their
     extremes), ``basis`` ("ratio to PyTorch" or "gpgan ms"), ``ratio_on``/``ratio_off`` (or None),
     ``clean`` (every run's steps were clean)."""
-    with_torch = all(r[1] for r in on_runs + off_runs)
+    with_torch = use_ratio and all(r[1] for r in on_runs + off_runs)
     value = (lambda r: r[0] / r[1]) if with_torch else (lambda r: r[0])
     on_v, off_v = [value(r) for r in on_runs], [value(r) for r in off_runs]
     pairs = [b / a - 1 for a, b in zip(on_v, off_v)]
@@ -233,6 +242,10 @@ def check_arm(mechanism, arm, report):
         return f"the run imported gpgan from {report.get('gpgan')}, not this checkout"
     if arm == "A" and mechanism.needs and not states.get(mechanism.needs):
         return f"arm A ran without {mechanism.needs} (not installed for {report['python']}?)"
+    if arm == "B" and mechanism.name in _OFF_STATE:
+        key, value = _OFF_STATE[mechanism.name]
+        if states.get(key) != value:
+            return f"arm B ran with {mechanism.name} on ({key}: {states.get(key)})"
     off = set(states.get("mechanisms_off", []))
     if arm == "B" and mechanism.name in switches.MECHANISMS and mechanism.name not in off:
         return f"arm B ran with {mechanism.name} on"
@@ -246,7 +259,7 @@ def run_once(args, mechanism, arm, sites, bench):
     load = wait_for_quiet(bench, args.quiet_load, args.max_wait) if args.max_wait > 0 else None
     with tempfile.TemporaryDirectory(prefix="ab_mechanisms_") as tmp:
         path = os.path.join(tmp, "run.json")
-        env = arm_environment(mechanism, arm, os.environ)
+        env = arm_environment(mechanism, arm, os.environ, args.base_env)
         env["PYTHONPATH"] = os.pathsep.join([ROOT] + [p for p in [env.get("PYTHONPATH")] if p])
         result = subprocess.run(bench_command(args, path, sites), env=env, capture_output=True, text=True,
                                 check=False)
@@ -273,10 +286,12 @@ def measure(args, mechanism, sites, bench, log):
         log(f"  {mechanism.name} {k + 1}/{2 * args.repeats} {arm} ({'on' if arm == 'A' else 'off'}): {times} ms "
             f"({time.perf_counter() - t0:.0f} s)")
     rows = {w: compare([run_times(r, w, args.steps) for r in runs["A"]],
-                       [run_times(r, w, args.steps) for r in runs["B"]]) for w in args.workloads}
+                       [run_times(r, w, args.steps) for r in runs["B"]], not mechanism.process_wide)
+            for w in args.workloads}
     carries = args.carries.get(mechanism.name, mechanism.carries)
-    note = f" (both arms with {', '.join(f'{k}={v}' for k, v in mechanism.base.items())})" if mechanism.base else ""
-    return {"what": mechanism.what, "off": mechanism.off, "base": mechanism.base, "carries": carries,
+    both = dict(args.base_env, **mechanism.base)
+    note = f" (both arms with {', '.join(f'{k}={v}' for k, v in both.items())})" if both else ""
+    return {"what": mechanism.what, "off": mechanism.off, "base": both, "carries": carries,
             "rows": rows, "verdict": verdict(list(rows.values()), args.threshold, carries), "note": note,
             "runs": {arm: [{"switches": r["switches"], "load_before": r["load_before"], "machine": r["machine"],
                             "torch": r.get("torch"),
@@ -306,6 +321,9 @@ def parse_args(argv):
                         help="the interpreter of the runs (a venv with PyTorch for --torch); default this one")
     parser.add_argument("--no-host-site", action="store_true",
                         help="with --python: do not add this interpreter's Numba and oneDNN site-packages")
+    parser.add_argument("--base-env", default="", metavar="NAME=VALUE,...",
+                        help="set in both arms of every mechanism, e.g. GPGAN_NUMBA=0,GPGAN_ONEDNN=0 to measure "
+                             "split_passes as a plain install runs it")
     parser.add_argument("--threshold", type=float, default=0.05, help="the gain a mechanism must reach (0.05)")
     parser.add_argument("--carries", default="", metavar="NAME=WHY,...",
                         help="mechanisms that carry correctness (kept whatever they gain), e.g. "
@@ -337,11 +355,18 @@ def parse_args(argv):
             parser.error(f"--carries: unknown mechanism {name!r}; accepted: {', '.join(BY_NAME)}")
         carries[name] = why or "correctness"
     args.carries = carries
+    base = {}
+    for item in filter(None, (i.strip() for i in args.base_env.split(","))):
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            parser.error(f"--base-env: {item!r} is not NAME=VALUE")
+        base[name] = value
+    args.base_env = base
     return args, parser
 
 
 def main(argv=None):
-    args, _ = parse_args(argv)
+    args, parser = parse_args(argv)
     if args.list:
         for m in MECHANISMS:
             base = f"; both arms {m.base}" if m.base else ""
@@ -353,11 +378,15 @@ def main(argv=None):
     if args.dry_run:
         for name in args.mechanisms:
             for arm in run_order(args.repeats):
-                env = arm_environment(BY_NAME[name], arm, {})
+                env = arm_environment(BY_NAME[name], arm, {}, args.base_env)
                 print(f"{name} {arm}: {' '.join(f'{k}={v}' for k, v in env.items())} "
                       f"{' '.join(bench_command(args, 'RUN.json', sites))}")
         return 0
     bench = _bench_module()
+    unknown = [w for w in args.workloads if w not in bench.WORKLOADS]
+    if unknown or not args.workloads:
+        parser.error(f"--workloads: unknown {', '.join(unknown) or '(none given)'}; accepted: "
+                     f"{', '.join(bench.WORKLOADS)}")
     results, failures = {}, {}
     start = time.perf_counter()
     for name in args.mechanisms:

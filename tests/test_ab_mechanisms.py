@@ -53,6 +53,10 @@ def test_arm_b_differs_from_arm_a_by_the_switch_alone(ab):
     kept = {"GPGAN_BENCH_WITHOUT": "split_passes"}
     assert ab.arm_environment(fused, "A", kept)["GPGAN_BENCH_WITHOUT"] == "split_passes"
     assert ab.arm_environment(fused, "B", kept)["GPGAN_BENCH_WITHOUT"] == "split_passes,fused_linear"
+    base = {"GPGAN_NUMBA": "0", "GPGAN_ONEDNN": "0"}  # --base-env: both arms of every mechanism
+    split = ab.BY_NAME["split_passes"]
+    assert ab.arm_environment(split, "A", {}, base) == base
+    assert ab.arm_environment(split, "B", {}, base) == dict(base, GPGAN_BENCH_WITHOUT="split_passes")
 
 
 def test_a_run_counts_its_clean_median_only_with_all_its_clean_steps(ab):
@@ -80,6 +84,10 @@ def test_with_pytorch_the_gain_comes_from_each_runs_ratio(ab):
     assert r["basis"] == "ratio to PyTorch"
     assert r["gain"] == pytest.approx(0.05)
     assert (r["ratio_on"], r["ratio_off"]) == pytest.approx((1.0, 1.05))
+    # a process-wide mechanism (the host memory policy) changes PyTorch's steps too: gpgan's times
+    runs = ([(100.0, 100.0, True)], [(126.0, 120.0, True)])
+    assert ab.compare(*runs, use_ratio=False)["gain"] == pytest.approx(0.26)
+    assert ab.BY_NAME["host_memory"].process_wide and not ab.BY_NAME["fused_linear"].process_wide
 
 
 def test_verdict_rule(ab):
@@ -116,8 +124,30 @@ def test_command_line_errors_name_what_is_accepted(ab, capsys):
     with pytest.raises(SystemExit):
         ab.parse_args(["--carries", "nope=why"])
     assert "--carries: unknown mechanism 'nope'" in capsys.readouterr().err
-    args, _ = ab.parse_args(["--mechanisms", "product_runner", "--carries", "product_runner=thread safety"])
+    with pytest.raises(SystemExit):
+        ab.parse_args(["--base-env", "GPGAN_NUMBA"])
+    assert "--base-env: 'GPGAN_NUMBA' is not NAME=VALUE" in capsys.readouterr().err
+    args, _ = ab.parse_args(["--mechanisms", "product_runner", "--carries", "product_runner=thread safety",
+                             "--base-env", "GPGAN_NUM_THREADS=1"])
     assert args.mechanisms == ["product_runner"] and args.carries == {"product_runner": "thread safety"}
+    assert args.base_env == {"GPGAN_NUM_THREADS": "1"}
+
+
+def test_a_run_that_does_not_measure_the_mechanism_is_refused(ab):
+    gpgan_dir = os.path.join(ROOT, "gpgan")
+    states = {"numba": "0.68", "onednn": "2023.2", "blas_idles_briefly": True, "host_memory_kept": True,
+              "mechanisms_off": []}
+
+    def report(**changes):
+        return {"gpgan": gpgan_dir, "python": "python", "switches": dict(states, **changes)}
+
+    assert ab.check_arm(ab.BY_NAME["fused_linear"], "A", report()) is None
+    assert "without onednn" in ab.check_arm(ab.BY_NAME["fused_linear"], "A", report(onednn=None))
+    assert "with fused_linear on" in ab.check_arm(ab.BY_NAME["fused_linear"], "B", report())
+    assert ab.check_arm(ab.BY_NAME["fused_linear"], "B", report(mechanisms_off=["fused_linear"])) is None
+    assert "arm B ran with numba on" in ab.check_arm(ab.BY_NAME["numba"], "B", report())
+    assert ab.check_arm(ab.BY_NAME["openblas_spin"], "B", report(blas_idles_briefly=False)) is None
+    assert "not this checkout" in ab.check_arm(ab.BY_NAME["host_memory"], "A", dict(report(), gpgan="/elsewhere"))
 
 
 def test_dry_run_prints_each_runs_environment_and_command(ab, capsys):
