@@ -47,8 +47,8 @@ def window_columns(xp, x, pads, origin, out_hw, taps, tap_step, s, groups):
     Output pixel (h, w)'s tap (a, b) reads the padded input at ``origin + (h*s + a*tap_step)`` per
     axis, as :func:`gpgan.functions.conv._windows` does.
     """
-    kernels = cpu_kernels(xp, x.dtype) if groups == 1 and not off.numba_conv_copies else None
-    if kernels is None:
+    kernels = cpu_kernels(xp, x.dtype) if groups == 1 else None
+    if kernels is None or off.numba_conv_copies:
         return None
     N, C = x.shape[:2]
     col = xp.empty((N,) + tuple(out_hw) + tuple(taps) + (C,), dtype=x.dtype)
@@ -65,8 +65,8 @@ def window_columns(xp, x, pads, origin, out_hw, taps, tap_step, s, groups):
 def col2im_planes(xp, cols, out_hw, s, p, d):
     """The transposed convolution's col2im of channels-first ``cols`` (kH, kW, Cog, N, H, W):
     the (N, Cog, Ho, Wo) output (its memory (Cog, N, Ho, Wo)) in one Numba pass, or None."""
-    kernels = None if off.numba_conv_copies else cpu_kernels(xp, cols.dtype)
-    if kernels is None:
+    kernels = cpu_kernels(xp, cols.dtype)
+    if kernels is None or off.numba_conv_copies:
         return None
     Cog, N = cols.shape[2], cols.shape[3]
     y = xp.empty((Cog, N) + tuple(out_hw), dtype=cols.dtype)
@@ -77,8 +77,8 @@ def col2im_planes(xp, cols, out_hw, s, p, d):
 def col2im_channels_last(xp, cols, out_hw, s, p, d):
     """The transposed convolution's col2im of channels-last ``cols`` (G, N, H, W, kH, kW, Cog):
     the (N, Cog, Ho, Wo) output (channels-last) in one Numba pass, or None (one group only)."""
-    kernels = cpu_kernels(xp, cols.dtype) if cols.shape[0] == 1 and not off.numba_conv_copies else None
-    if kernels is None:
+    kernels = cpu_kernels(xp, cols.dtype) if cols.shape[0] == 1 else None
+    if kernels is None or off.numba_conv_copies:
         return None
     N, Cog = cols.shape[1], cols.shape[6]
     y = xp.empty((N,) + tuple(out_hw) + (Cog,), dtype=cols.dtype)

@@ -97,10 +97,10 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     into the first's: one copy costs a fraction of NumPy's passes over mismatched strides.
     """
     first = arrays[0]
-    if xp.__name__ != "numpy" or off.numba_passes:
+    if xp.__name__ != "numpy":
         return None  # no compiled kernels for CuPy arrays
     kernels = kernels_for(xp, first)  # first: the cheap test that small arrays fail
-    if kernels is None:
+    if kernels is None or off.numba_passes:  # (off: Numba still loads, as it would)
         return None
     flat_first = flat_view(first)
     if flat_first is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
