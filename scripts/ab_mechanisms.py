@@ -10,7 +10,9 @@ differs from arm A by the mechanism's switch alone: its own variable where it ha
 ``GPGAN_BENCH_WITHOUT`` (:mod:`gpgan.backend.mechanisms`). A mechanism that acts only where another
 is off (gpgan's compiled im2col / col2im, where oneDNN does not run) is measured with that one off
 in both arms, and the table says so; ``--base-env`` sets more in both arms of every mechanism (to
-measure, say, the Python-thread passes as an install without Numba and oneDNN runs them).
+measure, say, the Python-thread passes as an install without Numba and oneDNN runs them), and
+``a+b`` in ``--mechanisms`` turns a and b off together (one built on the other, as the compiled
+product call on the bound memory objects: ``product_runner+bound_memory``).
 
 With ``--torch`` each run also times PyTorch's step, interleaved with gpgan's in the same
 process (bench_engine's turns), and the gains are taken from the ratio gpgan / PyTorch of each
@@ -88,6 +90,22 @@ BY_NAME = {m.name: m for m in MECHANISMS}
 _OFF_STATE = {"numba": ("numba", None), "onednn": ("onednn", None), "host_memory": ("host_memory_kept", False),
               "openblas_spin": ("blas_idles_briefly", False)}
 DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
+
+
+def combined(names):
+    """The mechanism ``a+b+...``: arm B turns all of them off (for mechanisms built on one another,
+    as the compiled product call on the bound memory objects); a single name is itself."""
+    parts = [BY_NAME[n] for n in names]
+    if len(parts) == 1:
+        return parts[0]
+    off, base = {}, {}
+    for m in parts:
+        base.update(m.base)
+        for key, value in m.off.items():
+            off[key] = ",".join(v for v in (off.get(key), value) if v) if key == switches.ENV else value
+    needs = tuple(dict.fromkeys(m.needs for m in parts if m.needs))
+    return Mechanism("+".join(names), off, base, needs, "", "; ".join(m.what for m in parts),
+                     any(m.process_wide for m in parts))
 
 
 # -- pure parts (tests/test_ab_mechanisms.py) --------------------------------------------------------
@@ -240,17 +258,19 @@ def check_arm(mechanism, arm, report):
     states = report["switches"]
     if os.path.realpath(report.get("gpgan", ROOT)) != os.path.realpath(os.path.join(ROOT, "gpgan")):
         return f"the run imported gpgan from {report.get('gpgan')}, not this checkout"
-    if arm == "A" and mechanism.needs and not states.get(mechanism.needs):
-        return f"arm A ran without {mechanism.needs} (not installed for {report['python']}?)"
-    if arm == "B" and mechanism.name in _OFF_STATE:
-        key, value = _OFF_STATE[mechanism.name]
-        if states.get(key) != value:
-            return f"arm B ran with {mechanism.name} on ({key}: {states.get(key)})"
+    needs = mechanism.needs if isinstance(mechanism.needs, tuple) else (mechanism.needs,)
+    for library in filter(None, needs):
+        if arm == "A" and not states.get(library):
+            return f"arm A ran without {library} (not installed for {report['python']}?)"
+    parts = mechanism.name.split("+")
     off = set(states.get("mechanisms_off", []))
-    if arm == "B" and mechanism.name in switches.MECHANISMS and mechanism.name not in off:
-        return f"arm B ran with {mechanism.name} on"
-    if arm == "A" and mechanism.name in off:
-        return f"arm A ran with {mechanism.name} off"
+    for name in parts:
+        if arm == "B" and name in _OFF_STATE and states.get(_OFF_STATE[name][0]) != _OFF_STATE[name][1]:
+            return f"arm B ran with {name} on ({_OFF_STATE[name][0]}: {states.get(_OFF_STATE[name][0])})"
+        if arm == "B" and name in switches.MECHANISMS and name not in off:
+            return f"arm B ran with {name} on"
+        if arm == "A" and name in off:
+            return f"arm A ran with {name} off"
     return None
 
 
@@ -288,7 +308,8 @@ def measure(args, mechanism, sites, bench, log):
     rows = {w: compare([run_times(r, w, args.steps) for r in runs["A"]],
                        [run_times(r, w, args.steps) for r in runs["B"]], not mechanism.process_wide)
             for w in args.workloads}
-    carries = args.carries.get(mechanism.name, mechanism.carries)
+    carries = args.carries.get(mechanism.name, mechanism.carries) or ", ".join(
+        args.carries[n] for n in mechanism.name.split("+") if n in args.carries)
     both = dict(args.base_env, **mechanism.base)
     note = f" (both arms with {', '.join(f'{k}={v}' for k, v in both.items())})" if both else ""
     return {"what": mechanism.what, "off": mechanism.off, "base": both, "carries": carries,
@@ -306,7 +327,8 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=__doc__.split("\n", 2)[2])
-    parser.add_argument("--mechanisms", default="all", help="comma-separated (default: all; --list names them)")
+    parser.add_argument("--mechanisms", default="all",
+                        help="comma-separated (default: all; --list names them); a+b turns a and b off together")
     parser.add_argument("--list", action="store_true", help="list the mechanisms and their switches, and exit")
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                         help="bench_engine's workloads (default: %(default)s)")
@@ -340,7 +362,7 @@ def parse_args(argv):
         return args, parser
     names = list(BY_NAME) if args.mechanisms.strip() == "all" else [n.strip() for n in args.mechanisms.split(",")
                                                                       if n.strip()]
-    unknown = [n for n in names if n not in BY_NAME]
+    unknown = [n for n in names if any(part not in BY_NAME for part in n.split("+"))]
     if unknown or not names:
         parser.error(f"--mechanisms: unknown {', '.join(unknown) or '(none given)'}; accepted: all, "
                      f"{', '.join(BY_NAME)}")
@@ -378,7 +400,7 @@ def main(argv=None):
     if args.dry_run:
         for name in args.mechanisms:
             for arm in run_order(args.repeats):
-                env = arm_environment(BY_NAME[name], arm, {}, args.base_env)
+                env = arm_environment(combined(name.split("+")), arm, {}, args.base_env)
                 print(f"{name} {arm}: {' '.join(f'{k}={v}' for k, v in env.items())} "
                       f"{' '.join(bench_command(args, 'RUN.json', sites))}")
         return 0
@@ -391,7 +413,7 @@ def main(argv=None):
     start = time.perf_counter()
     for name in args.mechanisms:
         try:
-            results[name] = measure(args, BY_NAME[name], sites, bench, log)
+            results[name] = measure(args, combined(name.split("+")), sites, bench, log)
         except RuntimeError as exc:
             failures[name] = str(exc)
             log(f"  {exc}")

@@ -59,6 +59,22 @@ def test_arm_b_differs_from_arm_a_by_the_switch_alone(ab):
     assert ab.arm_environment(split, "B", {}, base) == dict(base, GPGAN_BENCH_WITHOUT="split_passes")
 
 
+def test_mechanisms_built_on_one_another_go_off_together(ab):
+    both = ab.combined(["product_runner", "bound_memory"])
+    assert both.name == "product_runner+bound_memory" and both.needs == ("onednn",)
+    assert ab.arm_environment(both, "B", {}) == {"GPGAN_BENCH_WITHOUT": "product_runner,bound_memory"}
+    mixed = ab.combined(["numba_conv_copies", "numba"])
+    assert ab.arm_environment(mixed, "A", {}) == {"GPGAN_ONEDNN": "0"}
+    assert ab.arm_environment(mixed, "B", {}) == {"GPGAN_ONEDNN": "0", "GPGAN_NUMBA": "0",
+                                                  "GPGAN_BENCH_WITHOUT": "numba_conv_copies"}
+    assert ab.combined(["numba"]) is ab.BY_NAME["numba"]
+    states = {"gpgan": os.path.join(ROOT, "gpgan"), "python": "python",
+              "switches": {"numba": "0.68", "onednn": "2023.2", "mechanisms_off": ["product_runner"]}}
+    assert "arm B ran with bound_memory on" in ab.check_arm(both, "B", states)
+    args, _ = ab.parse_args(["--mechanisms", "product_runner+bound_memory,numba"])
+    assert args.mechanisms == ["product_runner+bound_memory", "numba"]
+
+
 def test_a_run_counts_its_clean_median_only_with_all_its_clean_steps(ab):
     summary = {"median_ms": 12.0, "clean_median_ms": 10.0, "clean_steps": 15}
     assert ab.step_ms(summary, 15) == (10.0, True)
