@@ -558,7 +558,7 @@ def bench_device(args, device, torch):
             machine += f"; turned off for this benchmark: {', '.join(mechanisms.off.names())} ({mechanisms.ENV})"
     report = {"device": device, "machine": machine, "python": sys.executable,
               "gpgan": os.path.dirname(os.path.abspath(gpgan.__file__)), "dtype": args.dtype,
-              "steps": args.steps, "warmup": args.warmup, "workloads": {}, "switches": switch_states(args),
+              "steps": args.steps, "warmup": args.warmup, "workloads": {},
               "augment": {"type": args.augment, "p": args.augment_p, "through": args.augment_through}}
     if args.augment != "none":
         print(f"  augment: {args.augment}" + (f" at p = {args.augment_p:g}" if args.augment == "ada" else "")
@@ -643,6 +643,7 @@ def bench_device(args, device, torch):
         print(f"\n  cProfile of {args.steps} gpgan {name} steps (top {args.profile_top} by own time; on CUDA the "
               "host side, which bounds it):")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
+    report["switches"] = switch_states(args)  # after the steps: a library that failed to load is off by now
     return report
 
 
