@@ -58,6 +58,10 @@ Freed host memory is kept for reuse in the process, as gpgan's trainer keeps it
 (:mod:`gpgan.backend.host_memory`; ``GPGAN_KEEP_HOST_MEMORY=0`` leaves glibc's defaults); the
 policy is process-wide, so PyTorch's buffers, in the same process, are kept alike.
 
+``--without NAMES`` turns CPU speed mechanisms off for a benchmark (gpgan.backend.mechanisms, the
+same as ``GPGAN_BENCH_WITHOUT``; never for training); the report's ``switches`` say which ran.
+scripts/ab_mechanisms.py runs this script with each mechanism on and off.
+
 Also reported on the CPU: the engine's own cost per function call, from 200,000 additions of
 one-element float32 Variables (recorded, under no_grad, and NumPy's bare ``a + b``).
 """
@@ -84,6 +88,7 @@ from gpgan.backend import (  # noqa: E402
     get_num_threads,
     to_device,
 )
+from gpgan.backend import mechanisms  # noqa: E402
 from gpgan.backend.graph import CapturedStep  # noqa: E402
 from gpgan.kernels import compiled_kernels_version, configure_process, onednn_version  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
@@ -528,6 +533,14 @@ def onednn_description():
     return f"oneDNN {version} convolutions and products" if version else "no oneDNN"
 
 
+def switch_states(args):
+    """What ran, for scripts/ab_mechanisms.py to check: the accelerators' versions (None: not used),
+    the process settings and the mechanisms turned off (gpgan.backend.mechanisms)."""
+    return {"numba": compiled_kernels_version(), "onednn": onednn_version(),
+            "blas_idles_briefly": args.process.blas_idles_briefly, "host_memory_kept": args.process.host_memory_kept,
+            "threads": get_num_threads(), "mechanisms_off": mechanisms.off.names()}
+
+
 def bench_device(args, device, torch):
     works = {name: _workload(name, args, args.dtype, device) for name in workload_names(args)}
     if device == "cuda":
@@ -541,7 +554,10 @@ def bench_device(args, device, torch):
                    f"{'short' if args.process.blas_idles_briefly else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host "
                    f"memory {'kept' if args.process.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
-    report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
+        if mechanisms.off.names():
+            machine += f"; turned off for this benchmark: {', '.join(mechanisms.off.names())} ({mechanisms.ENV})"
+    report = {"device": device, "machine": machine, "python": sys.executable,
+              "gpgan": os.path.dirname(os.path.abspath(gpgan.__file__)), "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {},
               "augment": {"type": args.augment, "p": args.augment_p, "through": args.augment_through}}
     if args.augment != "none":
@@ -627,6 +643,7 @@ def bench_device(args, device, torch):
         print(f"\n  cProfile of {args.steps} gpgan {name} steps (top {args.profile_top} by own time; on CUDA the "
               "host side, which bounds it):")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
+    report["switches"] = switch_states(args)  # after the steps: a library that failed to load is off by now
     return report
 
 
@@ -704,9 +721,19 @@ def main(argv=None):
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--no-memory", action="store_true", help="skip the resident-memory child processes")
     parser.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead measurement")
+    parser.add_argument("--without", default="", metavar="NAMES",
+                        help="benchmarks only: turn these CPU speed mechanisms off (comma-separated, of "
+                             f"{', '.join(mechanisms.MECHANISMS)}; gpgan.backend.mechanisms, as {mechanisms.ENV})")
     parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.without:  # before the first step; in the environment too, for the resident-memory children
+        try:
+            names = mechanisms.parse(",".join([os.environ.get(mechanisms.ENV, ""), args.without]))
+        except ValueError as exc:
+            parser.error(f"--without: {str(exc).partition(': ')[2]}")
+        os.environ[mechanisms.ENV] = ",".join(names)
+        mechanisms.set_off(names)
     # As gpgan-train does (restarting with OpenBLAS's settings); host memory kept for PyTorch's buffers alike.
     args.process = configure_process(restart=argv is None)
     if args.memory_child:

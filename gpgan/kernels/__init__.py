@@ -19,6 +19,9 @@ here and only here:
 * cuBLAS called directly on CUDA (:mod:`.cuda.cublas`), so that a step with products can be
   captured as a CUDA graph.
 
+Each CPU mechanism without a switch of its own above can be turned off for a benchmark
+(:mod:`gpgan.backend.mechanisms`, ``GPGAN_BENCH_WITHOUT``; ``scripts/ab_mechanisms.py``).
+
 The process settings these kernels run best under (BLAS threads and idle spin, OpenMP threads,
 host memory policy) are one explicit call, :func:`gpgan.kernels.process.configure_process`.
 

@@ -7,6 +7,7 @@ portable NumPy / CuPy form. oneDNN agrees with that form to float32 rounding, th
 bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
 (N, C, H, W) in any memory layout, results channels-last in memory.
 """
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import over_batch
 from gpgan.kernels.cpu.select import cpu_kernels, onednn_convolutions
 
@@ -47,7 +48,7 @@ def window_columns(xp, x, pads, origin, out_hw, taps, tap_step, s, groups):
     axis, as :func:`gpgan.functions.conv._windows` does.
     """
     kernels = cpu_kernels(xp, x.dtype) if groups == 1 else None
-    if kernels is None:
+    if kernels is None or off.numba_conv_copies:
         return None
     N, C = x.shape[:2]
     col = xp.empty((N,) + tuple(out_hw) + tuple(taps) + (C,), dtype=x.dtype)
@@ -65,7 +66,7 @@ def col2im_planes(xp, cols, out_hw, s, p, d):
     """The transposed convolution's col2im of channels-first ``cols`` (kH, kW, Cog, N, H, W):
     the (N, Cog, Ho, Wo) output (its memory (Cog, N, Ho, Wo)) in one Numba pass, or None."""
     kernels = cpu_kernels(xp, cols.dtype)
-    if kernels is None:
+    if kernels is None or off.numba_conv_copies:
         return None
     Cog, N = cols.shape[2], cols.shape[3]
     y = xp.empty((Cog, N) + tuple(out_hw), dtype=cols.dtype)
@@ -77,7 +78,7 @@ def col2im_channels_last(xp, cols, out_hw, s, p, d):
     """The transposed convolution's col2im of channels-last ``cols`` (G, N, H, W, kH, kW, Cog):
     the (N, Cog, Ho, Wo) output (channels-last) in one Numba pass, or None (one group only)."""
     kernels = cpu_kernels(xp, cols.dtype) if cols.shape[0] == 1 else None
-    if kernels is None:
+    if kernels is None or off.numba_conv_copies:
         return None
     N, Cog = cols.shape[1], cols.shape[6]
     y = xp.empty((N,) + tuple(out_hw) + (Cog,), dtype=cols.dtype)

@@ -5,6 +5,7 @@ as a CUDA graph."""
 import numpy
 
 from gpgan.backend.array_module import get_array_module
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import kernels_for
 from gpgan.kernels.cpu.select import onednn_products
 
@@ -24,7 +25,7 @@ def matmul(a, b):
 def _blas_operand(x):
     """``x`` as NumPy's matmul can hand it to BLAS: a broadcast operand (a zero stride, as the
     gradient of a sum is) made contiguous; NumPy runs its own, much slower loop for one."""
-    return numpy.ascontiguousarray(x) if 0 in x.strides and x.size > 1 else x
+    return numpy.ascontiguousarray(x) if 0 in x.strides and x.size > 1 and not off.blas_operand else x
 
 
 def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
@@ -34,6 +35,9 @@ def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
     else (the caller adds the bias, rectifies and adds). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,)
     or None, ``addend`` (M, N) C-contiguous or None -> a new (M, N) array. The one test of which
     products oneDNN takes: :func:`matmul` asks it too."""
+    if ((off.fused_linear and (bias is not None or negative_slope is not None))
+            or (off.fused_addend and addend is not None)):
+        return None  # a mechanism turned off for a benchmark (gpgan.backend.mechanisms)
     dnn = onednn_products(a, b)
     return None if dnn is None else dnn.matmul(a, b, bias, negative_slope, addend)
 
@@ -42,7 +46,7 @@ def outer(a, b):
     """``a * b`` for ``a`` (M, 1) and ``b`` (1, N) arrays of one dtype, as one compiled pass split
     over the threads where the Numba kernels take the (M, N) output; None otherwise (the caller
     multiplies: the same products)."""
-    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray and a.dtype == b.dtype:
+    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray and a.dtype == b.dtype and not off.numba_passes:
         out = numpy.empty((a.shape[0], b.shape[1]), a.dtype)
         kernels = kernels_for(numpy, out)
         if kernels is not None:

@@ -35,6 +35,7 @@ from collections import OrderedDict
 
 import numpy
 
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.switches import ONEDNN_DISTRIBUTION, ONEDNN_ENV, numba_switch
 from gpgan.kernels.switches import onednn_switch
 
@@ -417,7 +418,7 @@ class _Primitive:
                 if self.prim is None:
                     self.prim = self.lib.primitive(self.pd)
         bound = getattr(self.bound, "arguments", None)
-        if bound is None or not bound.fits(args):
+        if bound is None or not bound.fits(args) or off.bound_memory:
             bound = self.bound.arguments = _BoundArguments(self.lib, args)
         return bound
 
@@ -641,14 +642,14 @@ class _Product(_Descs):
 
     def __call__(self, a, b, bias, addend):
         c = numpy.empty(self.shape, numpy.float32)
-        run = _product_runner(self.lib) if numba_switch.enabled() else None
+        run = _product_runner(self.lib) if numba_switch.enabled() and not off.product_runner else None
         if run is None:
             self.op(self.arguments(a, b, c, bias, addend))
             return c
         op = self.op
         scratchpad = numpy.empty(op.scratchpad_size, numpy.uint8)
         # A product's arguments are the same kind at every call: a thread's first call binds them.
-        bound = getattr(op.bound, "arguments", None) if op.prim is not None else None
+        bound = getattr(op.bound, "arguments", None) if op.prim is not None and not off.bound_memory else None
         if bound is None:
             bound = op.bind(self.arguments(a, b, c, bias, addend) + [(_ARG_SCRATCHPAD, (op.scratchpad, scratchpad))])
         self.lib.execute_product(run, op.prim, bound, a, b, c, bias, addend, scratchpad)
