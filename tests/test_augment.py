@@ -11,6 +11,7 @@ from gpgan.augment import ADA, DiffAugment, make_augment
 from gpgan.augment import diffaugment as da
 from gpgan.augment.ada import N_NORMAL, N_UNIFORM, _N, _U, color_matrix, geometric_matrix
 from gpgan.autograd import Variable, gradcheck, gradgradcheck
+from gpgan.optim import CosineValue
 from gpgan.train.config import ConfigError, default_config, validate_config
 from helpers import ROOT, write_cifar_fixture
 
@@ -276,6 +277,49 @@ def test_fixed_and_linear_p_and_state_round_trip():
     assert b.state_dict() == a.state_dict()
 
 
+def _cosine_p(images, p0, p_end, total, warmup):
+    """R3GAN's aug_scheduler written out: linear from 0 to p0 over the warm-up, then the half
+    cosine from p0 to p_end, then p_end."""
+    if images > total:
+        return p_end
+    if images < warmup:
+        return p0 * images / warmup
+    u = (images - warmup) / (total - warmup)
+    return p_end + (p0 - p_end) * (1 + math.cos(math.pi * u)) / 2
+
+
+@pytest.mark.parametrize("p0, warmup", [(0.0, 0.0), (0.1, 512e3)])
+def test_cosine_p_follows_the_schedule_in_images(p0, warmup):
+    """p_mode cosine: p for the step after ``step`` steps of 512 images is the cosine over 20M images
+    (R3GAN's CIFAR-10 numbers) at step * 512 images: at 0, in the warm-up, at its end, in the middle,
+    at the end and past it."""
+    from gpgan.optim import CosineValue
+
+    curve = CosineValue(p0, 0.55, total_images=2e7, warmup_images=warmup, images_per_step=512)
+    ada = ADA(p=p0, mode="cosine", p_end=0.55, p_curve=curve)
+    steps = [0, 500, 1000, 19531, 20031, 30000, 39062, 39063, 39064, 100000]
+    for step in steps:
+        ada.begin_step(lambda: step)
+        expected = _cosine_p(step * 512, p0, 0.55, 2e7, warmup)
+        assert ada.state_dict()["p"] == pytest.approx(expected, rel=1e-12, abs=1e-15), step
+    if warmup == 0:
+        ada.begin_step(lambda: 19531.25)  # 10M images, halfway: the mean of the ends
+        assert ada.state_dict()["p"] == pytest.approx(0.275, rel=1e-12)
+    else:
+        ada.begin_step(lambda: 500)  # halfway through the warm-up: half of p0
+        assert ada.state_dict()["p"] == pytest.approx(0.05, rel=1e-12)
+    ada.begin_step(lambda: 39063)  # 20,000,256 images: past the end, p_end exactly
+    assert ada.state_dict()["p"] == 0.55
+    # p follows the step count alone: a restored state at any p is overwritten by the next step's
+    other = ADA(p=p0, mode="cosine", p_end=0.55, p_curve=curve)
+    other.load_state_dict({**ada.state_dict(), "p": 0.9})
+    other.begin_step(lambda: 1000)
+    ada.begin_step(lambda: 1000)
+    assert other.state_dict()["p"] == ada.state_dict()["p"]
+    with pytest.raises(ValueError, match="p_curve"):
+        ADA(p=0.0, mode="cosine", p_end=0.55)
+
+
 # -- config --------------------------------------------------------------------------------------
 def config(**augment):
     c = default_config()
@@ -290,10 +334,22 @@ def test_make_augment_from_config():
     assert isinstance(make_augment(validate_config(config(type="diffaugment"))["augment"]), DiffAugment)
     ada = make_augment(validate_config(config(type="ada", p_mode="linear", p_end=0.55, ramp_steps=100))["augment"])
     assert isinstance(ada, ADA) and ada.mode == "linear"
+    cosine = validate_config(config(type="ada", p_mode="cosine", p=0.2, p_end=0.55))["augment"]
+    curve = CosineValue(0.2, 0.55, total_images=100)
+    ada = make_augment(cosine, p_curve=curve)
+    assert isinstance(ada, ADA) and ada.mode == "cosine" and ada.scheduled_p(50) == curve.value_at(50)
 
 
 @pytest.mark.parametrize("augment, penalty, data, expected", [
     ({"type": "ada", "p_mode": "linear"}, "r1", "cifar10", "augment.p_mode 'linear' needs augment.p_end"),
+    ({"type": "ada", "p_mode": "cosine"}, "r1", "cifar10", "augment.p_mode 'cosine' needs augment.p_end"),
+    ({"type": "ada", "p_mode": "cosine", "p_end": 0.5, "ramp_steps": 10}, "r1", "cifar10",
+     "augment.ramp_steps is set but augment.p_mode is 'cosine'; it applies to p_mode linear only"),
+    ({"type": "ada", "p_mode": "fixed", "p_end": 0.5}, "r1", "cifar10",
+     "augment.p_end is set but augment.p_mode is 'fixed'; it applies to p_mode linear and cosine only"),
+    ({"type": "ada", "p_mode": "cosine", "p_end": 0.5, "target": 0.7}, "r1", "cifar10",
+     "augment.target is set but augment.p_mode is 'cosine'; it applies to p_mode adaptive only"),
+    ({"type": "ada", "p_mode": "cos"}, "r1", "cifar10", "augment.p_mode"),
     ({"type": "diffaugment", "penalty_points": "unaugmented"}, "wgan_gp", "cifar10",
      "augment.penalty_points 'unaugmented' needs a penalty on the real or generated images"),
     ({"type": "diffaugment"}, "r1", "grid25", "augment.type 'diffaugment' augments images"),

@@ -28,8 +28,9 @@ uniform and normal numbers per image (whether or not an op happens); the gates `
 matrices are computed on the device from them and from ``p``, which lives on the device, so a
 training step never reads the device for them.
 
-``p``: fixed, a linear ramp over generator steps, or adaptive: every ``interval`` critic
-minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by ``sign(r_t - target) * images /
+``p``: fixed, a linear ramp over generator steps, a curve in images seen (``cosine``: R3GAN's
+cosine from ``p`` to ``p_end``, whose values the caller's ``p_curve`` gives), or adaptive: every
+``interval`` critic minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by ``sign(r_t - target) * images /
 (speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``: from 0 to 1 in 500k images, as
 the reference). ``p``, ``r_t`` and the partial sums are the state (:meth:`state_dict`) that a
 checkpoint keeps, so a resumed run continues with the same ``p``.
@@ -43,9 +44,11 @@ from gpgan.autograd import Variable
 from gpgan.backend import constant_array, get_array_module, to_device
 from gpgan.backend.graph import host_effect, host_number
 
-__all__ = ["ADA", "P_MODES", "N_UNIFORM", "N_NORMAL"]
+__all__ = ["ADA", "P_MODES", "SCHEDULED_MODES", "N_UNIFORM", "N_NORMAL"]
 
-P_MODES = ("adaptive", "fixed", "linear")
+P_MODES = ("adaptive", "fixed", "linear", "cosine")
+#: the modes in which p follows the step count (set by :meth:`ADA.begin_step`, nothing to adapt)
+SCHEDULED_MODES = ("linear", "cosine")
 
 # Columns of the per-image random numbers (draw order); each op has its own, used or not.
 _U = {name: k for k, name in enumerate((
@@ -196,26 +199,31 @@ class ADA:
     """The 'bgc' pipeline with probability ``p`` (see the module docstring).
 
     Args:
-        p: the initial (adaptive), constant (fixed) or starting (linear) probability.
-        mode: "adaptive", "fixed" or "linear".
+        p: the initial (adaptive), constant (fixed) or starting (linear, cosine) probability.
+        mode: "adaptive", "fixed", "linear" or "cosine".
         target: r_t's target (adaptive).
         interval: critic minibatches between adjustments (adaptive).
         speed_kimg: thousands of images over which p may go from 0 to 1 (adaptive).
         p_end, ramp_steps: linear: p goes from ``p`` to ``p_end`` over ``ramp_steps`` generator steps.
+        p_curve: cosine: an object whose ``value_at(step)`` is p after ``step`` generator steps
+            (the trainer passes a :class:`gpgan.optim.CosineValue` from ``p`` to ``p_end`` over the
+            schedule section's images, the curve of the learning rates and the penalty weight).
         device: where ``p`` and the adaptation's sums live.
     """
 
     name = "ada"
 
     def __init__(self, p=0.0, mode="adaptive", target=0.6, interval=4, speed_kimg=500.0, p_end=None,
-                 ramp_steps=None, device="cpu"):
+                 ramp_steps=None, p_curve=None, device="cpu"):
         if mode not in P_MODES:
             raise ValueError(f"ADA: unknown p mode {mode!r}; accepted: {', '.join(P_MODES)}")
         if mode == "linear" and (p_end is None or not ramp_steps):
             raise ValueError("ADA: the linear p mode needs p_end and ramp_steps >= 1")
+        if mode == "cosine" and p_curve is None:
+            raise ValueError("ADA: the cosine p mode needs p_curve (p after a number of generator steps)")
         self.mode, self.p0, self.target = mode, float(p), float(target)
         self.interval, self.speed_kimg = int(interval), float(speed_kimg)
-        self.p_end, self.ramp_steps = p_end, ramp_steps
+        self.p_end, self.ramp_steps, self.p_curve = p_end, ramp_steps, p_curve
         self.device = device
         self.load_state_dict({"p": self.p0, "rt": math.nan, "signs": 0.0, "images": 0.0, "batches": 0.0})
 
@@ -235,15 +243,18 @@ class ADA:
 
     # -- p --------------------------------------------------------------------------------------
     def scheduled_p(self, step):
-        """p at generator step ``step`` (steps done) for the fixed and linear modes."""
+        """p for the generator step that follows ``step`` steps, in the fixed, linear and cosine modes."""
+        if self.mode == "cosine":
+            return self.p_curve.value_at(step)
         if self.mode != "linear":
             return self.p0
         return self.p0 + (self.p_end - self.p0) * min(step / self.ramp_steps, 1.0)
 
     def begin_step(self, step):
-        """Set p for the generator step that follows ``step`` steps (linear mode); in a captured
-        step the value is taken again before each replay."""
-        if self.mode == "linear":
+        """Set p for the generator step that follows ``step()`` steps (linear and cosine modes): p
+        follows the step count alone, so a resumed run takes it up exactly. In a captured step the
+        value is taken again before each replay (a host effect writes it into the device's p)."""
+        if self.mode in SCHEDULED_MODES:
             value = host_effect(lambda: host_number(self.scheduled_p(step()), numpy.float64))
             self.p[...] = value
 
@@ -282,7 +293,7 @@ class ADA:
 
     def log_values(self):
         """``augment/p`` and ``augment/rt`` (device scalars; r_t is NaN before the first adjustment
-        and in the fixed and linear modes)."""
+        and in the modes that do not adapt p)."""
         return {"augment/p": self.p, "augment/rt": self.rt}
 
     def __repr__(self):

@@ -53,7 +53,7 @@ def check_augment(config, size):
     ac = config["augment"]
     if size > 1 and ac["type"] == "ada" and ac["p_mode"] == "adaptive":
         raise ConfigError(f"augment.p_mode 'adaptive' is not supported over {size} processes yet; use "
-                          "augment.p_mode: fixed or linear, or train in one process")
+                          "augment.p_mode: fixed, linear or cosine, or train in one process")
 
 
 class ShardedFeed:
