@@ -147,13 +147,67 @@ def test_ada_color_closed_forms():
     np.testing.assert_allclose(hue, x[:, [2, 0, 1]], rtol=1e-12, atol=1e-14)
 
 
-def test_ada_derivatives_first_and_second_order():
+@pytest.mark.parametrize("options", [{}, {"color_multiplier": 0.5, "cutout_multiplier": 1.0}],
+                         ids=["bgc", "r3gan"])
+def test_ada_derivatives_first_and_second_order(options):
     x = images((2, 3, 5, 6))
-    aug = ADA(p=0.9, mode="fixed")
+    aug = ADA(p=0.9, mode="fixed", **options)
     draws = aug.draw(np.random.default_rng(5), x)
+    if options:  # both images cut (gates open), at centres that leave some pixels
+        draws["cutout"][:] = [[0.1, 0.3, 0.6], [0.5, 0.9, 0.2]]
     fn = lambda v: F.sin(aug(v, draws)) * 2  # noqa: E731
     assert gradcheck(fn, (x,))
     assert gradgradcheck(fn, (x,))
+
+
+def test_ada_cutout_closed_form():
+    """stylegan2-ada's cutout (R3GAN's cutout=1): a pixel (i, j) is zeroed when its centre lies
+    within half of CUTOUT_SIZE of the image's centre point on both axes, with probability
+    cutout_multiplier x p; the other ops' gates closed here."""
+    x = images((3, 3, 6, 8)) + 5.0  # no pixel 0 by chance
+    c = np.array([[0.2, 0.5, 0.5], [0.2, 0.05, 0.9], [0.7, 0.5, 0.5]])  # the third gate closed at p 0.6
+    aug = ADA(p=0.6, mode="fixed", cutout_multiplier=1.0)
+    draws = {**only(3, []), "cutout": c}
+    out = aug(x, draws).data
+    expected = x.copy()
+    for n in range(2):
+        for i in range(6):
+            for j in range(8):
+                if abs((j + 0.5) / 8 - c[n, 1]) < 0.25 and abs((i + 0.5) / 6 - c[n, 2]) < 0.25:
+                    expected[n, :, i, j] = 0
+    np.testing.assert_array_equal(out, expected)
+    assert (out[0] == 0).sum() == 3 * 2 * 4 and (out[1] == 0).sum() == 3 * 2 * 2  # channels x rows x columns
+    # the multiplier scales the gate: at 0.3 x 0.6 = 0.18 < 0.2 nothing is cut
+    np.testing.assert_array_equal(ADA(p=0.6, mode="fixed", cutout_multiplier=0.3)(x, draws).data, x)
+
+
+def test_ada_color_multiplier_scales_the_colour_ops_probability():
+    """color_multiplier 0.5 at p = 0.8: the colour ops act as at p = 0.4, the geometric ones as at 0.8."""
+    x = images((4, 3, 6, 6))
+    draws = ADA(p=0.8).draw(np.random.default_rng(9), x)
+    half = ADA(p=0.8, mode="fixed", color_multiplier=0.5)
+    geometric = [k for k in _U if k.endswith("_gate") and k[:-5] in (
+        "xflip", "rot90", "xint", "scale", "rotate1", "aniso", "rotate2", "xfrac")]
+    colour_only = {**draws, "uniform": draws["uniform"].copy()}
+    colour_only["uniform"][:, [_U[k] for k in geometric]] = 1.0  # geometric gates closed
+    np.testing.assert_array_equal(half(x, colour_only).data, ADA(p=0.4, mode="fixed")(x, colour_only).data)
+    geometry_only = {**draws, "uniform": draws["uniform"].copy()}
+    colour_gates = [k for k in _U if k.endswith("_gate") and k not in geometric]
+    geometry_only["uniform"][:, [_U[k] for k in colour_gates]] = 1.0
+    np.testing.assert_array_equal(half(x, geometry_only).data, ADA(p=0.8, mode="fixed")(x, geometry_only).data)
+    gates = draws["uniform"][:, [_U[k] for k in colour_gates]]
+    assert ((gates >= 0.4) & (gates < 0.8)).any()  # some op that p 0.8 would apply and 0.4 does not
+
+
+def test_ada_without_cutout_draws_what_bgc_always_drew():
+    x = images((5, 3, 4, 4))
+    rng, ref = np.random.default_rng(3), np.random.default_rng(3)
+    draws = ADA(color_multiplier=0.5).draw(rng, x)
+    assert set(draws) == {"uniform", "normal"}
+    np.testing.assert_array_equal(draws["uniform"], ref.random((5, N_UNIFORM)))
+    np.testing.assert_array_equal(draws["normal"], ref.standard_normal((5, N_NORMAL)))
+    assert rng.random() == ref.random()
+    assert ADA(cutout_multiplier=1.0).draw(np.random.default_rng(3), x)["cutout"].shape == (5, 3)
 
 
 def test_ada_grayscale_images():
@@ -368,13 +422,14 @@ def test_bad_augment_configs(augment, penalty, data, expected):
 
 # -- CUDA: the same numbers as the CPU, to second order ------------------------------------------------
 @pytest.mark.cuda
-@pytest.mark.parametrize("kind", ["diffaugment", "ada"])
+@pytest.mark.parametrize("kind", ["diffaugment", "ada", "ada_r3gan"])
 def test_cuda_matches_cpu_first_and_second_order(kind):
     from gpgan.backend import to_device
 
     host = images((4, 3, 8, 8), seed=7)
-    aug_cpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed")
-    aug_gpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", device="cuda")
+    options = {"color_multiplier": 0.5, "cutout_multiplier": 1.0} if kind == "ada_r3gan" else {}
+    aug_cpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", **options)
+    aug_gpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", device="cuda", **options)
     draws = aug_cpu.draw(np.random.default_rng(8), host)
     results = {}
     for device, aug in (("cpu", aug_cpu), ("cuda", aug_gpu)):

@@ -55,8 +55,10 @@ def test_ada_run_resumes_exactly(tmp_path):
 
 # R3GAN's schedules at a tiny scale: 2 critic steps of 4 reals = 8 images per generator step; the
 # cosine over 40 images after a 12-image warm-up (not a whole number of steps), so 7 steps reach
-# past its end. p goes from 0.1 to 0.6 as the learning rates and the penalty weight decay.
+# past its end. p goes from 0.1 to 0.6 as the learning rates and the penalty weight decay; R3GAN's
+# pipe: the colour ops at p / 2, cutout at p.
 COSINE = ["augment.type=ada", "augment.p_mode=cosine", "augment.p=0.1", "augment.p_end=0.6",
+          "augment.color_multiplier=0.5", "augment.cutout_multiplier=1",
           "augment.penalty_points=unaugmented", "loss=rpgan", "penalty.type=r1r2", "penalty.weight=0.05",
           "penalty.weight_final=0.005", "schedule.total_images=40", "schedule.warmup_images=12",
           "optim.critic.schedule=cosine", "optim.critic.lr_final=5e-5", "optim.generator.schedule=cosine",

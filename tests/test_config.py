@@ -287,6 +287,7 @@ def test_r3gan_cifar_has_the_published_hyperparameters():
     a = c["augment"]
     assert (a["type"], a["p_mode"], a["p"], a["p_end"], a["penalty_points"]) == ("ada", "cosine", 0.0, 0.55,
                                                                                   "unaugmented")
+    assert (a["color_multiplier"], a["cutout_multiplier"]) == (0.5, 1.0)  # train.py's AugmentPipe options
     assert c["schedule"]["warmup_images"] == 0
     small = load_config(os.path.join(ROOT, "configs", "r3gan_cifar_cpu.yaml"))
     assert small["device"] == "cpu" and small["loss"] == "rpgan" and small["schedule"]["total_images"] is None

@@ -33,5 +33,6 @@ def make_augment(section, device="cpu", p_curve=None):
     if kind == "ada":
         return ADA(p=section["p"], mode=section["p_mode"], target=section["target"], interval=section["interval"],
                    speed_kimg=section["speed_kimg"], p_end=section["p_end"], ramp_steps=section["ramp_steps"],
-                   p_curve=p_curve, device=device)
+                   p_curve=p_curve, color_multiplier=section["color_multiplier"],
+                   cutout_multiplier=section["cutout_multiplier"], device=device)
     raise ValueError(f"make_augment: unknown augment type {kind!r}; accepted: {', '.join(AUGMENTS)}")

@@ -14,6 +14,13 @@ colour         brightness ``+N(0, 0.2^2)``; contrast ``x 2^N(0, 0.5^2)``; luma f
                ``U(-180, 180)`` degrees about the luma axis; saturation ``x 2^N(0, 1)``
 =============  ===============================================================================
 
+Two probability multipliers (the reference's per-op multipliers, which R3GAN sets away from
+'bgc''s): ``color_multiplier`` (default 1) scales the colour ops' probability to
+``color_multiplier * p`` (R3GAN: 0.5), and ``cutout_multiplier`` (default 0: off, as 'bgc') adds,
+after the colour ops, the reference's cutout with probability ``cutout_multiplier * p``: the pixels
+whose centre lies within a square of half the image's side (``CUTOUT_SIZE``), centred at a uniform
+point of the image, are set to 0 (R3GAN: 1).
+
 The geometric ops are composed into one inverse 3x3 matrix per image that maps each output pixel
 (centred pixel coordinates) to its source, which :func:`~gpgan.functions.bilinear_sample` reads
 with mirrored padding (the reference pads with ``mode='reflect'`` by at most the image's size less
@@ -24,7 +31,8 @@ images are not upsampled 2x around the resampling with its wavelet low-pass filt
 anti-aliasing step): the bilinear sample is taken on the images themselves.
 
 Random numbers: :meth:`ADA.draw` draws on the CPU, with the run's generator, a fixed number of
-uniform and normal numbers per image (whether or not an op happens); the gates ``u < p`` and the
+uniform and normal numbers per image (whether or not an op happens; with cutout, three more
+uniforms per image after them, so a pipeline without it draws what it always drew); the gates ``u < p`` and the
 matrices are computed on the device from them and from ``p``, which lives on the device, so a
 training step never reads the device for them.
 
@@ -44,7 +52,7 @@ from gpgan.autograd import Variable
 from gpgan.backend import constant_array, get_array_module, to_device
 from gpgan.backend.graph import host_effect, host_number
 
-__all__ = ["ADA", "P_MODES", "SCHEDULED_MODES", "N_UNIFORM", "N_NORMAL"]
+__all__ = ["ADA", "P_MODES", "SCHEDULED_MODES", "N_UNIFORM", "N_NORMAL", "CUTOUT_SIZE", "cutout_mask"]
 
 P_MODES = ("adaptive", "fixed", "linear", "cosine")
 #: the modes in which p follows the step count (set by :meth:`ADA.begin_step`, nothing to adapt)
@@ -62,6 +70,8 @@ N_UNIFORM, N_NORMAL = len(_U), len(_N)
 # The reference's 'bgc' ranges.
 XINT_MAX, SCALE_STD, ROTATE_MAX, ANISO_STD, XFRAC_STD = 0.125, 0.2, 1.0, 0.2, 0.125
 BRIGHTNESS_STD, CONTRAST_STD, HUE_MAX, SATURATION_STD = 0.2, 0.5, 1.0, 1.0
+#: the side of cutout's square, a fraction of the image's (the reference's cutout_size)
+CUTOUT_SIZE = 0.5
 
 
 # -- per-image matrices (xp arrays, float64) ------------------------------------------------------
@@ -166,6 +176,18 @@ def scale3d(xp, c):
     return _matrices(xp, [[c, 0, 0, 0], [0, c, 0, 0], [0, 0, c, 0], [0, 0, 0, 1]])
 
 
+def cutout_mask(xp, c, p, hw):
+    """(N, H, W) float64: 0 inside each image's cutout square, 1 elsewhere, from its uniforms ``c``
+    (N, 3: the gate, the centre's x and y in [0, 1)) and the cutout's probability ``p`` (0-d). A
+    pixel (i, j) is cut when both ``|(j + 0.5) / W - cx|`` and ``|(i + 0.5) / H - cy|`` are below
+    half the square's side; a closed gate makes the side 0, which cuts nothing."""
+    H, W = hw
+    size = (c[:, 0] < p).astype(numpy.float64) * CUTOUT_SIZE
+    keep_x = xp.abs((xp.arange(W, dtype=numpy.float64) + 0.5) / W - c[:, 1:2]) >= size[:, None] / 2
+    keep_y = xp.abs((xp.arange(H, dtype=numpy.float64) + 0.5) / H - c[:, 2:3]) >= size[:, None] / 2
+    return xp.logical_or(keep_x[:, None, :], keep_y[:, :, None]).astype(numpy.float64)
+
+
 def apply_geometric(x, G):
     """``x`` (Variable, N, C, H, W) resampled through ``G`` (N, 3, 3), mirrored padding."""
     xp = get_array_module(G)
@@ -205,6 +227,9 @@ class ADA:
         interval: critic minibatches between adjustments (adaptive).
         speed_kimg: thousands of images over which p may go from 0 to 1 (adaptive).
         p_end, ramp_steps: linear: p goes from ``p`` to ``p_end`` over ``ramp_steps`` generator steps.
+        color_multiplier: the colour ops happen with probability ``color_multiplier * p``.
+        cutout_multiplier: cutout happens with probability ``cutout_multiplier * p`` (0: never,
+            and no numbers are drawn for it).
         p_curve: cosine: an object whose ``value_at(step)`` is p after ``step`` generator steps
             (the trainer passes a :class:`gpgan.optim.CosineValue` from ``p`` to ``p_end`` over the
             schedule section's images, the curve of the learning rates and the penalty weight).
@@ -214,7 +239,7 @@ class ADA:
     name = "ada"
 
     def __init__(self, p=0.0, mode="adaptive", target=0.6, interval=4, speed_kimg=500.0, p_end=None,
-                 ramp_steps=None, p_curve=None, device="cpu"):
+                 ramp_steps=None, p_curve=None, color_multiplier=1.0, cutout_multiplier=0.0, device="cpu"):
         if mode not in P_MODES:
             raise ValueError(f"ADA: unknown p mode {mode!r}; accepted: {', '.join(P_MODES)}")
         if mode == "linear" and (p_end is None or not ramp_steps):
@@ -224,14 +249,19 @@ class ADA:
         self.mode, self.p0, self.target = mode, float(p), float(target)
         self.interval, self.speed_kimg = int(interval), float(speed_kimg)
         self.p_end, self.ramp_steps, self.p_curve = p_end, ramp_steps, p_curve
+        self.color_multiplier, self.cutout_multiplier = float(color_multiplier), float(cutout_multiplier)
         self.device = device
         self.load_state_dict({"p": self.p0, "rt": math.nan, "signs": 0.0, "images": 0.0, "batches": 0.0})
 
     # -- random numbers and the pipeline ----------------------------------------------------------
     def draw(self, rng, x):
-        """``{"uniform": (N, N_UNIFORM), "normal": (N, N_NORMAL)}`` float64, drawn on the CPU."""
+        """``{"uniform": (N, N_UNIFORM), "normal": (N, N_NORMAL)}`` float64, drawn on the CPU, and
+        with cutout ``"cutout"``: (N, 3) uniforms drawn after them."""
         n = x.shape[0]
-        return {"uniform": rng.random((n, N_UNIFORM)), "normal": rng.standard_normal((n, N_NORMAL))}
+        draws = {"uniform": rng.random((n, N_UNIFORM)), "normal": rng.standard_normal((n, N_NORMAL))}
+        if self.cutout_multiplier > 0:
+            draws["cutout"] = rng.random((n, 3))
+        return draws
 
     def __call__(self, x, draws):
         """``x`` (Variable or array, N, C, H, W) augmented with ``draws`` at the current ``p``."""
@@ -239,7 +269,12 @@ class ADA:
         xp = get_array_module(draws["uniform"])
         u, z = draws["uniform"], draws["normal"]
         x = apply_geometric(x, geometric_matrix(xp, u, z, self.p, tuple(x.shape[2:])))
-        return apply_color(x, color_matrix(xp, u, z, self.p))
+        p_color = self.p if self.color_multiplier == 1 else self.p * self.color_multiplier
+        x = apply_color(x, color_matrix(xp, u, z, p_color))
+        if self.cutout_multiplier > 0:
+            mask = cutout_mask(xp, draws["cutout"], self.p * self.cutout_multiplier, tuple(x.shape[2:]))
+            x = x * mask[:, None].astype(x.dtype)
+        return x
 
     # -- p --------------------------------------------------------------------------------------
     def scheduled_p(self, step):
@@ -297,4 +332,5 @@ class ADA:
         return {"augment/p": self.p, "augment/rt": self.rt}
 
     def __repr__(self):
-        return f"ADA(mode={self.mode!r}, p={self.p0:g})"
+        return (f"ADA(mode={self.mode!r}, p={self.p0:g}, color_multiplier={self.color_multiplier:g}, "
+                f"cutout_multiplier={self.cutout_multiplier:g})")

@@ -222,6 +222,12 @@ SCHEMA = {
         "p_end": Field("float", None, "ada, linear and cosine: the final p (R3GAN's CIFAR-10: 0.55)", nullable=True, minimum=0, maximum=1),
         "ramp_steps": Field("int", None, "ada, linear: generator steps of the ramp from p to p_end",
                             nullable=True, minimum=1),
+        "color_multiplier": Field("float", 1.0, "ada: the colour ops (brightness, contrast, luma flip, hue, "
+                                  "saturation) happen with probability color_multiplier x p ('bgc': 1; R3GAN: 0.5)",
+                                  minimum=0, maximum=1),
+        "cutout_multiplier": Field("float", 0.0, "ada: cutout (a square of half the image's side set to 0, "
+                                   "stylegan2-ada's) happens with probability cutout_multiplier x p, after the "
+                                   "other ops ('bgc': 0, none; R3GAN: 1)", minimum=0, maximum=1),
     },
     "eval": {
         "metrics": Field("strs", [], "image data: the metrics of each evaluation (train.eval_interval): fid, kid, "
