@@ -10,7 +10,8 @@ has them as no-ops.
 from gpgan.augment.ada import ADA, P_MODES, SCHEDULED_MODES
 from gpgan.augment.diffaugment import DIFFAUGMENT_OPS, DiffAugment
 
-__all__ = ["ADA", "DiffAugment", "AUGMENTS", "DIFFAUGMENT_OPS", "P_MODES", "SCHEDULED_MODES", "PENALTY_POINTS", "make_augment"]
+__all__ = ["ADA", "DiffAugment", "AUGMENTS", "DIFFAUGMENT_OPS", "P_MODES", "SCHEDULED_MODES", "PENALTY_POINTS",
+           "make_augment"]
 
 AUGMENTS = ("none", "diffaugment", "ada")
 #: where a gradient penalty on real (or generated) images differentiates the critic: at the

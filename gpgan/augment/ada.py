@@ -32,15 +32,15 @@ anti-aliasing step): the bilinear sample is taken on the images themselves.
 
 Random numbers: :meth:`ADA.draw` draws on the CPU, with the run's generator, a fixed number of
 uniform and normal numbers per image (whether or not an op happens; with cutout, three more
-uniforms per image after them, so a pipeline without it draws what it always drew); the gates ``u < p`` and the
-matrices are computed on the device from them and from ``p``, which lives on the device, so a
-training step never reads the device for them.
+uniforms per image after them, so a pipeline without it draws what it always drew); the gates
+``u < p`` and the matrices are computed on the device from them and from ``p``, which lives on the
+device, so a training step never reads the device for them.
 
 ``p``: fixed, a linear ramp over generator steps, a curve in images seen (``cosine``: R3GAN's
 cosine from ``p`` to ``p_end``, whose values the caller's ``p_curve`` gives), or adaptive: every
-``interval`` critic minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by ``sign(r_t - target) * images /
-(speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``: from 0 to 1 in 500k images, as
-the reference). ``p``, ``r_t`` and the partial sums are the state (:meth:`state_dict`) that a
+``interval`` critic minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by
+``sign(r_t - target) * images / (speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``:
+from 0 to 1 in 500k images, as the reference). ``p``, ``r_t`` and the partial sums are the state (:meth:`state_dict`) that a
 checkpoint keeps, so a resumed run continues with the same ``p``.
 """
 import math

@@ -182,8 +182,8 @@ SCHEMA = {
     "schedule": {
         "total_images": Field("float", None, "length in images seen of the cosine schedules (optim.*.schedule "
                               "'cosine', penalty.weight_final, train.ema.half_life_ramp, augment.p_mode "
-                              "'cosine'); images seen = generator "
-                              "steps x train.batch_size x train.critic_steps; null: the whole run", nullable=True,
+                              "'cosine'); images seen = generator steps x train.batch_size x train.critic_steps; "
+                              "null: the whole run", nullable=True,
                               minimum=0, exclusive_min=True),
         "warmup_images": Field("float", 0, "the cosine's warm-up of the learning rates, the penalty weight and "
                                "ADA's cosine p: linear from 0 over these images", minimum=0),
@@ -219,7 +219,8 @@ SCHEMA = {
         "interval": Field("int", 4, "ada, adaptive: critic minibatches between adjustments of p", minimum=1),
         "speed_kimg": Field("float", 500.0, "ada, adaptive: thousands of real images over which p can go "
                             "from 0 to 1", minimum=0, exclusive_min=True),
-        "p_end": Field("float", None, "ada, linear and cosine: the final p (R3GAN's CIFAR-10: 0.55)", nullable=True, minimum=0, maximum=1),
+        "p_end": Field("float", None, "ada, linear and cosine: the final p (R3GAN's CIFAR-10: 0.55)", nullable=True,
+                       minimum=0, maximum=1),
         "ramp_steps": Field("int", None, "ada, linear: generator steps of the ramp from p to p_end",
                             nullable=True, minimum=1),
         "color_multiplier": Field("float", 1.0, "ada: the colour ops (brightness, contrast, luma flip, hue, "
