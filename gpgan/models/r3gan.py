@@ -124,7 +124,12 @@ class ResidualBlock(nn.Module):
 
 
 def _check_stages(name, widths, blocks, expansion, group_size):
-    widths, blocks = [int(w) for w in widths], [int(b) for b in blocks]
+    for option, values in (("widths", widths), ("blocks", blocks)):
+        if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in values):
+            raise ValueError(f"{name}: {option} must be a list of whole numbers, one per stage from 4x4 up "
+                             f"(e.g. [768, 768, 768, 768], in --set as ...{option}=[16,16,16,16]), got {values!r}")
+    widths, blocks = list(widths), list(blocks)
     if not widths or len(widths) != len(blocks):
         raise ValueError(f"{name}: widths and blocks need one entry per stage (4x4 first), got "
                          f"{len(widths)} widths and {len(blocks)} blocks")
