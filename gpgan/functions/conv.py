@@ -19,8 +19,8 @@ Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-la
 the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
 are split over the cores (:func:`gpgan.kernels.over_batch`). Where an accelerator takes them
 (:mod:`gpgan.kernels.convolution`), col2im and padded im2col run as compiled single passes
-(Numba, with the same results bit for bit) and whole convolutions on oneDNN (float32, one group;
-to float32 rounding), each asked once at the top of the kernel below that it replaces, which runs
+(Numba, with the same results bit for bit; one group) and whole convolutions on oneDNN (float32,
+any groups; to float32 rounding), each asked once at the top of the kernel below that it replaces, which runs
 when it declines. A convolution is im2col (a copy of a
 strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
 GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
