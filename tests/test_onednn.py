@@ -177,6 +177,26 @@ def test_dcgan_critic_layers_match_own_kernels(executed, rng):
     _assert_close(own, dnn)
 
 
+def test_r3gan_critic_r1_matches_own_kernels(executed, rng):
+    # R3GAN's critic (grouped 3x3 in groups of 16, depthwise resampling, the depthwise 4x4 to 1x1)
+    # at two stages of widths 32 and 16, through an R1-like double backward: values, the input
+    # gradient and the weights' gradients of its squared norm.
+    import gpgan.nn as nn
+    from gpgan.models import make_model
+
+    critic = make_model("r3gan_critic", widths=[32, 16], blocks=[1, 1], group_size=16, rng=rng)
+    names = [n for n, _ in critic.named_parameters()]
+    weights = [(0.3 * rng.standard_normal(p.shape)).astype(np.float32) for _, p in critic.named_parameters()]
+    x = rng.uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32)
+
+    def logits(x, *w):
+        return nn.functional_call(critic, dict(zip(names, w)), x)
+
+    own, dnn, runs = _both(logits, [x] + weights, executed)
+    assert runs > 0
+    _assert_close(own, dnn)
+
+
 def test_float64_runs_own_kernels(switch, rng):
     x = rng.standard_normal((2, 3, 6, 6))
     w = rng.standard_normal((4, 3, 3, 3))
