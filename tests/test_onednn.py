@@ -4,8 +4,9 @@ Every convolution geometry of test_functions_conv, and the grouped and depthwise
 networks, runs twice in float32, on oneDNN and on gpgan's own kernels: values and first- and
 second-order gradients must agree to float32 rounding, and oneDNN must have run every case
 (forward, data and weight gradients, asked through gpgan.kernels' public dispatch). What oneDNN
-does not take (float64, a geometry it cannot express) must run gpgan's own kernels, bit for bit. The switch, its environment variable,
-a library that fails to load, and what a run records are checked too.
+does not take (float64, a geometry it cannot express) must run gpgan's own kernels, bit for bit.
+The switch, its environment variable, a library that fails to load, and what a run records are
+checked too.
 """
 import os
 import subprocess
@@ -228,7 +229,8 @@ def test_kernels_are_onednn_s_jit_ones():
     assert names is not None and len(names) == 3
     assert all(name and not name.startswith("ref") for name in names), names
     # R3GAN's grouped 3x3 (groups of 16 channels) and depthwise resampling and 4x4 to 1x1.
-    for x, w, s, p, out, g in [((4, 32, 16, 16), (32, 16, 3, 3), 1, 1, 16, 2), ((4, 32, 16, 16), (32, 1, 4, 4), 2, 1, 8, 32),
+    for x, w, s, p, out, g in [((4, 32, 16, 16), (32, 16, 3, 3), 1, 1, 16, 2),
+                               ((4, 32, 16, 16), (32, 1, 4, 4), 2, 1, 8, 32),
                                ((4, 32, 4, 4), (32, 1, 4, 4), 1, 0, 1, 32)]:
         names = onednn.implementation_names(x, w, (s, s), (p, p), (1, 1), (out, out), g)
         assert names is not None and all(name and not name.startswith("ref") for name in names), (x, w, g, names)

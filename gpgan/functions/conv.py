@@ -15,21 +15,21 @@ weight and its weight gradient is ``Conv2dGradWeight``; ``ConvTranspose2d``'s in
 are ``ConvTranspose2d(gy, ggW)`` for ``x`` and ``Conv2d(x, ggW)`` for ``gy``. Each backward
 computes only the gradients asked for (an R1 penalty's image gradient computes no weight gradient).
 
-Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory;
-the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
-are split over the cores (:func:`gpgan.kernels.over_batch`). Where an accelerator takes them
-(:mod:`gpgan.kernels.convolution`), col2im and padded im2col run as compiled single passes
-(Numba, with the same results bit for bit; one group) and whole convolutions on oneDNN (float32,
-any groups; to float32 rounding), each asked once at the top of the kernel below that it replaces, which runs
-when it declines. A convolution is im2col (a copy of a
-strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
-GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
-scatter form (one GEMM to ``kH*kW*Cout`` values per input pixel, then col2im adds; used when
-``Cin > Cout``) and the gather form (the sub-pixel decomposition: each of the ``sH*sW`` output
-phases is a stride-1 correlation of the input with the kernel taps that reach it, one window copy
-and one GEMM each, no adds). With stride 1 a convolution equals a transposed convolution with the
-flipped kernel, so a convolution with few output channels (an image-producing layer) and its
-weight gradient run on the data-lighter side too.
+Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory; the
+kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds are
+split over the cores (:func:`gpgan.kernels.over_batch`). Where an accelerator takes them
+(:mod:`gpgan.kernels.convolution`), col2im and padded im2col run as compiled single passes (Numba,
+with the same results bit for bit; one group) and whole convolutions on oneDNN (float32, any
+groups; to float32 rounding), each asked once at the top of the kernel below that it replaces,
+which runs when it declines. A convolution is im2col (a copy of a strided view of the padded
+channels-last input, so it moves runs of contiguous channels) and one GEMM. A transposed
+convolution has two kernels, and the one that moves less data runs: the scatter form (one GEMM to
+``kH*kW*Cout`` values per input pixel, then col2im adds; used when ``Cin > Cout``) and the gather
+form (the sub-pixel decomposition: each of the ``sH*sW`` output phases is a stride-1 correlation of
+the input with the kernel taps that reach it, one window copy and one GEMM each, no adds). With
+stride 1 a convolution equals a transposed convolution with the flipped kernel, so a convolution
+with few output channels (an image-producing layer) and its weight gradient run on the data-lighter
+side too.
 """
 from gpgan.autograd import FunctionNode
 from gpgan import kernels

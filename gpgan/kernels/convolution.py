@@ -3,9 +3,8 @@ passes of gpgan's own im2col / col2im kernels (:mod:`gpgan.functions.conv`).
 
 Each function returns None, computing nothing, where no accelerator takes the arrays (CuPy arrays,
 another dtype, the library off or not installed; for the Numba passes, grouped convolutions); the
-caller then runs its
-portable NumPy / CuPy form. oneDNN agrees with that form to float32 rounding, the Numba passes
-bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
+caller then runs its portable NumPy / CuPy form. oneDNN agrees with that form to float32
+rounding, the Numba passes bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
 (N, C, H, W) in any memory layout, results channels-last in memory.
 """
 from gpgan.kernels.cpu.passes import over_batch
