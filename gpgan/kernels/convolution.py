@@ -2,9 +2,9 @@
 passes of gpgan's own im2col / col2im kernels (:mod:`gpgan.functions.conv`).
 
 Each function returns None, computing nothing, where no accelerator takes the arrays (CuPy arrays,
-another dtype, the library off or not installed, grouped convolutions); the caller then runs its
-portable NumPy / CuPy form. oneDNN agrees with that form to float32 rounding, the Numba passes
-bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
+another dtype, the library off or not installed; for the Numba passes, grouped convolutions); the
+caller then runs its portable NumPy / CuPy form. oneDNN agrees with that form to float32
+rounding, the Numba passes bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
 (N, C, H, W) in any memory layout, results channels-last in memory.
 """
 from gpgan.backend.mechanisms import off
@@ -18,21 +18,21 @@ __all__ = ["conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns",
 def conv2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv2d(x, w)`` (N, O, *out_hw) on oneDNN, or None."""
     dnn = onednn_convolutions(xp, x, w, groups=groups)
-    return dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw)
+    return dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw, groups)
 
 
 def conv_transpose2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv_transpose2d(x, w)`` (N, Cog*G, *out_hw) on oneDNN (a convolution's backward data),
     or None."""
     dnn = onednn_convolutions(xp, x, w, groups=groups)
-    return dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw)
+    return dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw, groups)
 
 
 def conv2d_grad_weight(xp, x, gy, ksize, stride, padding, dilation, groups):
     """The weight gradient (O, C/G, kH, kW) of ``conv2d(x, W)`` for output gradient ``gy`` on
     oneDNN, or None."""
     dnn = onednn_convolutions(xp, x, gy, groups=groups)
-    return dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation)
+    return dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups)
 
 
 def _nhwc(x):

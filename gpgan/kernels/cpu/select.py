@@ -38,9 +38,9 @@ def cpu_kernels(xp, dtype):
 
 
 def onednn_convolutions(xp, *arrays, groups=1):
-    """:mod:`gpgan.kernels.cpu.onednn` for an ungrouped convolution of float32 NumPy ``arrays``
-    while oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
-    if (xp.__name__ != "numpy" or groups != 1 or any(a.dtype != _FLOATS[0] for a in arrays)
+    """:mod:`gpgan.kernels.cpu.onednn` for a convolution (of any ``groups``) of float32 NumPy
+    ``arrays`` while oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
+    if (xp.__name__ != "numpy" or any(a.dtype != _FLOATS[0] for a in arrays)
             or not switches.onednn_switch.enabled() or off.onednn_convolutions):
         return None
     return onednn
