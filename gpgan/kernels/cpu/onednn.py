@@ -17,12 +17,14 @@ Switched off by ``GPGAN_ONEDNN=0`` or :func:`gpgan.kernels.set_onednn` (the swit
 warning. Callers go through :mod:`gpgan.kernels` (which arrays it takes is decided there).
 
 Each call runs on the NumPy buffers themselves (no copies of the data: activations are
-channels-last already, see :mod:`gpgan.functions.conv`), with a fresh NumPy scratchpad. The memory
+channels-last already, see :mod:`gpgan.functions.conv`), with a NumPy scratchpad (a convolution's
+fresh at each call, a product's kept by the calling thread). The memory
 objects that point oneDNN at them are made once per operation and calling thread and re-pointed at
 each call's arrays, so calls from several threads share nothing but the cached primitives, which
 oneDNN allows. Where Numba is on (:data:`gpgan.kernels.switches.numba_switch`) and loaded, a
 product's call goes from its arrays to oneDNN in compiled code (:func:`_product_runner`), not
-through ctypes, which costs a tiny product about half its call time.
+through ctypes, whose argument conversions weigh on a small product's call (measured:
+docs/benchmarks.md).
 Its OpenMP threads follow ``OMP_NUM_THREADS``, which :func:`gpgan.configure_process` sets to an
 MPI rank's share of the cores as it does for OpenBLAS.
 """
@@ -215,9 +217,10 @@ class _Library:
 
 class _BoundArguments:
     """One thread's memory objects for one primitive's arguments: made once, then pointed at each
-    call's arrays (``dnnl_memory_set_data_handle``, only where the address changed), because
-    making and destroying them at every call costs more than the rest of a small product's Python
-    and ctypes. A product's binding also keeps its thread's scratchpad (:meth:`keep_scratchpad`)."""
+    call's arrays (``dnnl_memory_set_data_handle``, only where the address changed): making and
+    destroying them at every call was the larger part of a small product's Python and ctypes work
+    (docs/benchmarks.md). A product's binding also keeps its thread's scratchpad
+    (:meth:`keep_scratchpad`)."""
 
     def __init__(self, lib, args):
         self.lib, self.memories, self.scratchpad = lib, [], None
@@ -308,11 +311,10 @@ def _product_runner(lib):
     fails (one warning).
 
     Made once a process, and only once the process has loaded Numba (gpgan's kernels load it on
-    their first array of 256 KiB or more): compiling it takes 0.6 s (the C functions' addresses
-    are constants of the code, so it is not cached on disk) and Numba's LLVM about 100 MiB, which
-    a run of small arrays would pay for about what it gains (the quickstart: the same time, its
-    resident peak from 116 to 226 MiB), where the runs that load Numba anyway gain 3-4% (the toy
-    MLP's R1 step at width 512).
+    their first array of 256 KiB or more): compiling it takes time at every start (the C
+    functions' addresses are constants of the code, so it is not cached on disk) and loading
+    Numba's LLVM takes resident memory, which a run of small arrays would pay for about what it
+    gains, where the runs that load Numba anyway only gain (measured: docs/benchmarks.md).
 
     ``run(prim, stream, packed_args, handles, pointers, a, b, c, bias, addend, has_bias,
     has_addend, scratchpad) -> status``: ``handles`` and ``pointers`` are a
@@ -679,14 +681,14 @@ class _Product(_Descs):
         return c
 
 
-#: Below this many multiply-adds a product stays with NumPy: a oneDNN call costs 10-25 us more
-#: (ctypes, the call itself), which OpenBLAS's faster kernels make up from about 2**21 multiply-adds
-#: on the 2-core Xeon, and more surely from 2**22.
+#: Below this many multiply-adds a product stays with NumPy: a oneDNN call has a larger fixed cost
+#: (ctypes, the call itself), which its kernels, faster than OpenBLAS's on large products, make up
+#: only from products of about this size (measured: docs/benchmarks.md).
 MIN_PRODUCT_MACS = 1 << 22
 #: ... unless the product's bias or rectifier is fused and its output has at least this many
 #: elements (256 KiB of float32): then each fused step saves a pass over an output out of cache,
-#: 30 us or more. The toy MLP's first layer, (256, 2) @ (2, 512) with bias and ReLU, takes 44 us
-#: so against 131 for NumPy's product and the two passes.
+#: which outweighs the call's cost (the toy MLP's first layer, (256, 2) @ (2, 512) with bias and
+#: ReLU, measured in docs/benchmarks.md).
 MIN_FUSED_OUTPUT = 1 << 16
 
 
