@@ -19,8 +19,17 @@ PyTorch ``torch.autograd.grad``); no optimizer update. Real and fake batches are
   toy_r1     MLP critic 2-512-512-512-1 (gpgan.models.MLPCritic, ReLU), batch 256: non-saturating
              loss + R1 (weight 1), as configs/quickstart.yaml at width 512.
   plain      the DCGAN critic's first-order step (non-saturating loss, no penalty).
+  r3gan      one training step of configs/r3gan_cifar_cpu.yaml's networks (class-conditional
+             R3GAN generator and projection critic, R3GAN_CPU below), at its batch (16), as
+             gpgan's trainer takes it with one critic step: the critic's step (fakes from the
+             generator under no_grad; RpGAN loss + R1 + R2 with weight 0.05, sharing the loss's
+             forwards, a double backward) then the generator's (the critic's logits of the reals
+             under no_grad; RpGAN generator loss). The gradients are the critic's weights' then the
+             generator's, the loss is the critic's objective plus the generator's loss. Not
+             among the defaults. PyTorch's twin is scripts/torch_r3gan.py, the definition written
+             again in torch (also what tests/test_r3gan_vs_torch.py checks gpgan against).
 
-``--augment diffaugment`` (or ``ada``, at ``--augment-p``) adds, beside each image workload W, its
+``--augment diffaugment`` (or ``ada``, at ``--augment-p``) adds, beside each DCGAN workload W, its
 twin ``W+diffaugment`` that augments every image the critic sees, as gpgan's trainer does
 (gpgan.augment; random numbers drawn once, like the penalty's): the critic steps augment the real
 and fake batches before the critic, the generator step differentiates through the augmentation of
@@ -58,6 +67,10 @@ Freed host memory is kept for reuse in the process, as gpgan's trainer keeps it
 (:mod:`gpgan.backend.host_memory`; ``GPGAN_KEEP_HOST_MEMORY=0`` leaves glibc's defaults); the
 policy is process-wide, so PyTorch's buffers, in the same process, are kept alike.
 
+``--without NAMES`` turns CPU speed mechanisms off for a benchmark (gpgan.backend.mechanisms, the
+same as ``GPGAN_BENCH_WITHOUT``; never for training); the report's ``switches`` say which ran.
+scripts/ab_mechanisms.py runs this script with each mechanism on and off.
+
 Also reported on the CPU: the engine's own cost per function call, from 200,000 additions of
 one-element float32 Variables (recorded, under no_grad, and NumPy's bare ``a + b``).
 """
@@ -84,12 +97,20 @@ from gpgan.backend import (  # noqa: E402
     get_num_threads,
     to_device,
 )
+from gpgan.backend import mechanisms  # noqa: E402
 from gpgan.backend.graph import CapturedStep  # noqa: E402
 from gpgan.kernels import compiled_kernels_version, configure_process, onednn_version  # noqa: E402
 from gpgan.losses import make_loss, make_penalty  # noqa: E402
-from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic  # noqa: E402
+from gpgan.models import DCGANCritic, DCGANGenerator, MLPCritic, make_conditional  # noqa: E402
 
-WORKLOADS = ("r1", "wgangp", "generator", "toy_r1", "plain")
+SCRIPTS = os.path.dirname(os.path.abspath(__file__))
+# configs/r3gan_cifar_cpu.yaml's networks, batch, classes and R1/R2 weight, written out here (the
+# comparison venv that runs --torch has no YAML reader); tests/test_models_r3gan.py checks them
+# against the config.
+R3GAN_CPU = {"options": {"widths": [32, 32, 16, 16], "blocks": [1, 1, 1, 1], "expansion": 2, "group_size": 16},
+             "latent_dim": 64, "embedding_dim": 64, "classes": 10, "batch": 16, "penalty_weight": 0.05}
+
+WORKLOADS = ("r1", "wgangp", "generator", "toy_r1", "plain", "r3gan")
 DEFAULT_WORKLOADS = ("r1", "wgangp", "generator", "toy_r1")
 
 
@@ -122,6 +143,9 @@ class Workload:
     def __init__(self, name, dtype, device, batch=None, seed=0, augment="none", augment_p=0.0, through=False):
         self.name, self.dtype, self.device = name, numpy.dtype(dtype), device
         rng = numpy.random.default_rng(seed)
+        if name == "r3gan":
+            self._build_r3gan(batch, rng, dtype, device)
+            return
         if name == "toy_r1":
             self.batch = batch or 256
             self.modules = {"critic": MLPCritic(width=512, depth=3, rng=rng)}
@@ -156,7 +180,49 @@ class Workload:
             self.augment_draws = [{k: to_device(v, device) for k, v in self.augment.draw(aug_rng, self.real).items()}
                                   for _ in range(2)]
 
+    def _build_r3gan(self, batch, rng, dtype, device):
+        """The ``r3gan`` workload: configs/r3gan_cifar_cpu.yaml's networks, batch and penalty."""
+        self.classes, self.options = R3GAN_CPU["classes"], R3GAN_CPU["options"]
+        self.batch = batch or R3GAN_CPU["batch"]
+        self.modules = {
+            "critic": make_conditional("critic", "r3gan_critic", self.classes, **self.options, rng=rng),
+            "generator": make_conditional("generator", "r3gan_generator", self.classes, R3GAN_CPU["embedding_dim"],
+                                          latent_dim=R3GAN_CPU["latent_dim"], **self.options, rng=rng)}
+        self.trained = "critic+generator"
+        for m in self.modules.values():
+            m.to(device, self.dtype)
+        shape = (self.batch, 3, self.modules["critic"].base.image_size, self.modules["critic"].base.image_size)
+        self.real = to_device(rng.uniform(-1, 1, shape).astype(self.dtype), device)
+        self.fake = None  # the generator's, at every step
+        self.z = to_device(rng.standard_normal((self.batch, self.modules["generator"].latent_dim)).astype(self.dtype),
+                           device)
+        self.labels = {k: to_device(rng.integers(0, self.classes, self.batch), device) for k in ("real", "fake")}
+        self.params = list(self.modules["critic"].parameters()) + list(self.modules["generator"].parameters())
+        self.loss = make_loss("rpgan")
+        self.penalty = make_penalty("r1r2", weight=R3GAN_CPU["penalty_weight"])
+        self.draws, self.augment, self.through = None, None, False
+
+    def _r3gan_step(self):
+        """The trainer's critic step then its generator step (gpgan.train.step), no update."""
+        critic, generator = self.modules["critic"], self.modules["generator"]
+        y_real, y_fake = self.labels["real"], self.labels["fake"]
+        with gpgan.no_grad():
+            fake_data = generator(gpgan.Variable(self.z), y_fake).data
+        real = gpgan.Variable(self.real, requires_grad=True)
+        fake = gpgan.Variable(fake_data, requires_grad=True)
+        d_real, d_fake = critic(real, y_real), critic(fake, y_fake)
+        penalty, _, _ = self.penalty.evaluate(critic, real, fake, None, forward=((real, d_real), (fake, d_fake)))
+        critic_loss = self.loss.critic_loss(d_real, d_fake) + penalty
+        critic_grads = gpgan.grad(critic_loss, list(critic.parameters()))
+        with gpgan.no_grad():
+            d_real = critic(gpgan.Variable(self.real), y_real)
+        generator_loss = self.loss.generator_loss(critic(generator(gpgan.Variable(self.z), y_fake), y_fake), d_real)
+        generator_grads = gpgan.grad(generator_loss, list(generator.parameters()))
+        return critic_loss.data + generator_loss.data, [g.data for g in critic_grads + generator_grads]
+
     def step(self):
+        if self.name == "r3gan":
+            return self._r3gan_step()
         critic = self.modules["critic"]
         augment = self.augment
         if self.name == "generator":
@@ -244,12 +310,58 @@ def _torch_twin(module, torch):
     return twin
 
 
+def torch_r3gan_step(work, torch, device, dtype):
+    """PyTorch's twin of the ``r3gan`` workload's step (scripts/torch_r3gan.py's networks), on
+    copies of its weights, inputs and labels."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("torch_r3gan", os.path.join(SCRIPTS, "torch_r3gan.py"))
+    nets = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(nets)
+    TF = torch.nn.functional
+
+    def tensor(a):
+        return torch.as_tensor(numpy.asarray(to_device(a, "cpu"))).to(device)
+
+    weights = {who: {n: tensor(p.data).to(dtype).requires_grad_(True) for n, p in work.modules[who].named_parameters()}
+               for who in ("critic", "generator")}
+    shape = (work.options["widths"], work.options["blocks"], work.options["group_size"])
+    real, z = tensor(work.real).to(dtype), tensor(work.z).to(dtype)
+    y_real, y_fake = (TF.one_hot(tensor(work.labels[k]).long(), work.classes).to(dtype) for k in ("real", "fake"))
+    gamma = work.penalty.weight
+
+    def critic(x, y):
+        return nets.projection_critic(torch, x, y, weights["critic"], *shape)
+
+    def generator(z, y):
+        return nets.conditional_generator(torch, z, y, weights["generator"], *shape)
+
+    def step():
+        with torch.no_grad():
+            fake = generator(z, y_fake)
+        xr, xf = real.detach().requires_grad_(True), fake.detach().requires_grad_(True)
+        d_real, d_fake = critic(xr, y_real), critic(xf, y_fake)
+        gr, gf = torch.autograd.grad([d_real.sum(), d_fake.sum()], [xr, xf], create_graph=True)
+        critic_loss = (TF.softplus(-(d_real - d_fake)).mean()
+                       + gamma / 2 * (gr.square().flatten(1).sum(1).mean() + gf.square().flatten(1).sum(1).mean()))
+        critic_grads = torch.autograd.grad(critic_loss, list(weights["critic"].values()))
+        with torch.no_grad():
+            d_real = critic(real, y_real)
+        generator_loss = TF.softplus(-(critic(generator(z, y_fake), y_fake) - d_real)).mean()
+        generator_grads = torch.autograd.grad(generator_loss, list(weights["generator"].values()))
+        return (critic_loss + generator_loss).detach(), critic_grads + generator_grads
+
+    return step
+
+
 def torch_step(work, torch):
     """PyTorch's step for ``work``, on copies of its weights and inputs, on the same device."""
     import torch.nn.functional as TF
 
     device = "cuda" if work.device == "cuda" else "cpu"
     dtype = {numpy.dtype("float32"): torch.float32, numpy.dtype("float64"): torch.float64}[work.dtype]
+    if work.name == "r3gan":
+        return torch_r3gan_step(work, torch, device, dtype)
     modules = {k: _torch_twin(m, torch).to(device=device, dtype=dtype) for k, m in work.modules.items()}
     for m in modules.values():
         m.train()
@@ -445,7 +557,7 @@ def workload_names(args):
     names = []
     for name in args.workloads:
         names.append(name)
-        if args.augment != "none" and name != "toy_r1":
+        if args.augment != "none" and name not in ("toy_r1", "r3gan"):
             names.append(f"{name}+{args.augment}")
     return names
 
@@ -528,6 +640,14 @@ def onednn_description():
     return f"oneDNN {version} convolutions and products" if version else "no oneDNN"
 
 
+def switch_states(args):
+    """What ran, for scripts/ab_mechanisms.py to check: the accelerators' versions (None: not used),
+    the process settings and the mechanisms turned off (gpgan.backend.mechanisms)."""
+    return {"numba": compiled_kernels_version(), "onednn": onednn_version(),
+            "blas_idles_briefly": args.process.blas_idles_briefly, "host_memory_kept": args.process.host_memory_kept,
+            "threads": get_num_threads(), "mechanisms_off": mechanisms.off.names()}
+
+
 def bench_device(args, device, torch):
     works = {name: _workload(name, args, args.dtype, device) for name in workload_names(args)}
     if device == "cuda":
@@ -541,7 +661,10 @@ def bench_device(args, device, torch):
                    f"{'short' if args.process.blas_idles_briefly else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host "
                    f"memory {'kept' if args.process.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
-    report = {"device": device, "machine": machine, "python": sys.executable, "dtype": args.dtype,
+        if mechanisms.off.names():
+            machine += f"; turned off for this benchmark: {', '.join(mechanisms.off.names())} ({mechanisms.ENV})"
+    report = {"device": device, "machine": machine, "python": sys.executable,
+              "gpgan": os.path.dirname(os.path.abspath(gpgan.__file__)), "dtype": args.dtype,
               "steps": args.steps, "warmup": args.warmup, "workloads": {},
               "augment": {"type": args.augment, "p": args.augment_p, "through": args.augment_through}}
     if args.augment != "none":
@@ -627,6 +750,7 @@ def bench_device(args, device, torch):
         print(f"\n  cProfile of {args.steps} gpgan {name} steps (top {args.profile_top} by own time; on CUDA the "
               "host side, which bounds it):")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile_top)
+    report["switches"] = switch_states(args)  # after the steps: a library that failed to load is off by now
     return report
 
 
@@ -704,9 +828,19 @@ def main(argv=None):
     parser.add_argument("--profile-top", type=int, default=25)
     parser.add_argument("--no-memory", action="store_true", help="skip the resident-memory child processes")
     parser.add_argument("--no-overhead", action="store_true", help="skip the per-call overhead measurement")
+    parser.add_argument("--without", default="", metavar="NAMES",
+                        help="benchmarks only: turn these CPU speed mechanisms off (comma-separated, of "
+                             f"{', '.join(mechanisms.MECHANISMS)}; gpgan.backend.mechanisms, as {mechanisms.ENV})")
     parser.add_argument("--memory-steps", type=int, default=3, help=argparse.SUPPRESS)
     parser.add_argument("--memory-child", nargs=2, metavar=("WORKLOAD", "ENGINE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.without:  # before the first step; in the environment too, for the resident-memory children
+        try:
+            names = mechanisms.parse(",".join([os.environ.get(mechanisms.ENV, ""), args.without]))
+        except ValueError as exc:
+            parser.error(f"--without: {str(exc).partition(': ')[2]}")
+        os.environ[mechanisms.ENV] = ",".join(names)
+        mechanisms.set_off(names)
     # As gpgan-train does (restarting with OpenBLAS's settings); host memory kept for PyTorch's buffers alike.
     args.process = configure_process(restart=argv is None)
     if args.memory_child:

@@ -105,6 +105,10 @@ CONV_CASES = [
     (1, 3, 7, 6, 2, (2, 3), (2, 1), (1, 2), (2, 1), 1),
     (2, 4, 5, 7, 2, 2, 1, 1, 2, 2),
     (2, 3, 4, 5, 2, 1, 1, 1, 1, 1),    # 1x1 with padding: the padded input is the columns
+    # depthwise (one channel a group: the direct kernel): R3GAN's k4 s2 p1 resampling, and
+    # dilation with uneven kernel, stride and padding
+    (2, 4, 6, 6, 4, 4, 2, 1, 1, 4),
+    (2, 3, 7, 6, 3, (2, 3), (2, 1), (1, 0), (2, 1), 3),
 ]
 
 
@@ -124,6 +128,9 @@ CONVT_CASES = [
     (2, 2, 4, 5, 5, 3, 1, 1, 0, 1, 1),   # stride 1
     (1, 2, 3, 3, 4, 4, 2, 1, 1, 1, 1),   # k4 s2 p1, output_padding
     (1, 2, 3, 2, 6, (3, 2), (3, 2), (1, 0), (2, 1), 2, 1),  # groups, stride 3
+    # depthwise (the direct kernel): R3GAN's k4 s2 p1 up-sampling; output padding with dilation
+    (2, 4, 3, 3, 4, 4, 2, 1, 0, 4, 1),
+    (1, 3, 3, 2, 3, (3, 2), 2, (1, 0), (1, 1), 3, 2),
 ]
 
 

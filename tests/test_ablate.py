@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 from gpgan.cli.ablate import main
@@ -477,10 +478,126 @@ def test_adjust_overrides_only_the_matching_runs_and_wins_over_set_and_variants(
     state = json.loads(next((out / "runs").glob("*/pairing-paper__type-r1__weight-10.0__seed-0/fake_state.json"))
                        .read_text())
     assert state["sets"]["train.steps"] == 7
+    # results.csv: every run's value of each key a variant or an adjust rule sets
+    rows = {r["run"]: r for r in read_csv(out / "results.csv")}
+    assert {n: r["train.steps"] for n, r in rows.items()} == {n: str(v) for n, v in steps.items()}
+    assert {n: r["optim.critic.lr"] for n, r in rows.items()} == {n: repr(v) for n, v in lrs.items()}
     report = (out / "REPORT.md").read_text()
     assert ("- Adjusted: `train.steps=7` when `pairing` in {paper} and `penalty.weight` in {10.0}." in report)
     assert ("- Adjusted: `optim.critic.lr=0.001` when `penalty.weight` in {1.0, 10.0} and `pairing` in {common}."
             in report)
+
+
+STUDY = """\
+    base: base.yaml
+    reference_scores: floors/real.json
+    variants:
+      setting:
+        none: {penalty.type: none}
+        wgan_gp: {loss: wgan, penalty.type: wgan_gp, penalty.weight: 10, train.critic_steps: 5}
+        r1: {penalty.type: r1, penalty.weight: 20}
+    axes:
+      setting: [none, wgan_gp, r1]
+      data.name: [grid25, ring8]
+      train.seed: [0, 1]
+    metrics: [eval/modes, eval/high_quality, {eval/reverse_kl: min}]
+    x_axis: setting
+    series_axis: data.name
+"""
+# What `gpgan-eval real --out` writes (the scores under the keys runs log); high_quality is not in it.
+FLOOR = {"source": "cifar10:test (1,017 images)", "reference": "cifar10:train (5,085 images)", "images": 1017,
+         "metrics": ["fid"], "scores": {"eval/modes": 30.0, "eval/reverse_kl": 0.25}, "device": "cpu"}
+
+
+def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(tmp_path, fake, monkeypatch, capsys):
+    from gpgan.metrics.real_scores import write_real_scores
+    from gpgan.studies import report as report_module
+    from gpgan.studies.sweep import format_value, run_config
+    from gpgan.train.config import load_config
+
+    write_real_scores(tmp_path / "floors" / "real.json", FLOOR)
+    sweep_path = write_sweep(tmp_path, STUDY)
+    sweep = load_sweep(sweep_path)
+    assert sweep.varied_keys == ["penalty.type", "loss", "penalty.weight", "train.critic_steps"]
+    drawn = []
+
+    def curves_plot(path, groups, *args, references=(), **kwargs):
+        drawn.append((os.path.basename(path), list(references)))
+        return real_curves_plot(path, groups, *args, references=references, **kwargs)
+    real_curves_plot = report_module.curves_plot
+    monkeypatch.setattr(report_module, "curves_plot", curves_plot)
+    out = tmp_path / "out"
+    assert main([str(sweep_path), "--out", str(out), "--jobs", "2"]) == 0
+
+    # results.csv: each run's resolved value of every key a variant sets, the base config's where
+    # its variant leaves a key alone.
+    base = load_config(str(tmp_path / "base.yaml"))
+    rows = read_csv(out / "results.csv")
+    assert list(rows[0])[:9] == ["run", "status", "setting", "data.name", "train.seed", "penalty.type", "loss",
+                                 "penalty.weight", "train.critic_steps"]
+    want = {"none": ("none", base["loss"], format_value(base["penalty"]["weight"]),
+                     format_value(base["train"]["critic_steps"])),
+            "wgan_gp": ("wgan_gp", "wgan", "10.0", "5"),  # resolved: the schema makes a weight a float
+            "r1": ("r1", base["loss"], "20.0", format_value(base["train"]["critic_steps"]))}
+    assert len(rows) == 12 and base["loss"] != "wgan"
+    for r in rows:
+        assert (r["penalty.type"], r["loss"], r["penalty.weight"], r["train.critic_steps"]) == want[r["setting"]]
+
+    # REPORT.md: the real data's row in both results tables (n/a for a metric the file lacks) and
+    # its line; dashed lines in the figures of the metrics it holds.
+    report = (out / "REPORT.md").read_text()
+    assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |  |\n" in report  # final (with wall time)
+    assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |\n" in report  # best
+    assert ("**real data**: the real-data floor, cifar10:test (1,017 images) against cifar10:train (5,085 images) "
+            "([real.json](../floors/real.json), written by `gpgan-eval real`)") in report  # linked from the report
+    assert "eval/modes (final, mean ± std over seeds); dashed: real data (30):" in report
+    assert "non-finite means left out; dashed: real data (0.25)):" in report
+    assert sorted(drawn) == [("eval-high_quality.png", []), ("eval-modes.png", [("real data", 30.0)]),
+                             ("eval-reverse_kl.png", [("real data", 0.25)])]
+
+    # --report-only rebuilds every file byte for byte, figures included.
+    files = {p.relative_to(out): p.read_bytes() for p in sorted(out.glob("figures/**/*.png"))}
+    files.update({name: (out / name).read_bytes() for name in ("REPORT.md", "results.csv")})
+    assert len(files) == 2 + 7  # 3 metric figures, 3 curve figures, 1 sample tile
+    for p in [out / "REPORT.md", out / "results.csv", *out.glob("figures/**/*.png")]:
+        p.unlink()
+    assert main([str(sweep_path), "--out", str(out), "--report-only"]) == 0
+    assert {name: (out / name).read_bytes() for name in files} == files
+    elsewhere = tmp_path / "reports" / "study"
+    assert main([str(sweep_path), "--out", str(out), "--report-only", "--report-dir", str(elsewhere)]) == 0
+    assert "([real.json](../../floors/real.json), written by" in (elsewhere / "REPORT.md").read_text()
+
+    # A run's own config.yaml says what it trained with (here: edited after the sweep planned it).
+    spec = next(s for s in expand_runs(sweep) if s.values["setting"] == "r1")
+    config = run_config(sweep, spec)
+    config["loss"] = "hinge"
+    run_dir = next((out / "runs").glob(f"*/{spec.name}"))
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    assert main([str(sweep_path), "--out", str(out), "--report-only"]) == 0
+    assert [r["loss"] for r in read_csv(out / "results.csv") if r["run"] == spec.name] == ["hinge"]
+
+
+@pytest.mark.parametrize("body, content, message", [
+    ("reference_scores: 3\n", None, "reference_scores: must be the path of a JSON file that `gpgan-eval real ... --out "
+                                    "FILE` wrote (relative to the sweep file), got 3"),
+    ("reference_scores: none.json\n", None, "none.json (relative to the sweep file) does not exist; `gpgan-eval real "
+                                            "SOURCE --ref REF --out FILE` writes it"),
+    ("reference_scores: real.json\n", "{not json", "real.json: not JSON"),
+    ("reference_scores: real.json\n", '{"source": "a", "reference": "b", "images": 3}',
+     "real.json: not a `gpgan-eval real` scores file: it lacks 'scores' (it needs source, reference, images, scores)"),
+    ("reference_scores: real.json\n", '{"source": "a", "reference": "b", "images": 3, "scores": {"eval/fid": "x"}}',
+     "score 'eval/fid' must be a finite number, got 'x'"),
+    ("reference_score: real.json\n", None, "unknown key(s) 'reference_score' (did you mean 'reference_scores'"),
+])
+def test_reference_scores_errors(tmp_path, capsys, body, content, message):
+    if content is not None:
+        (tmp_path / "real.json").write_text(content)
+    path = write_sweep(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--report-only"]) == 2
+    assert message in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("body, message", [
@@ -829,6 +946,26 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
     sweep.write_text(short.replace("train.steps: 12", "train.steps: 15"))
     assert main([str(sweep), "--out", str(out)]) == 2
     assert "train.steps: run has 18, sweep asks 15" in capsys.readouterr().err
+
+
+def test_a_run_that_stopped_early_is_finished_for_a_longer_sweep(tmp_path, real_trainer, capsys):
+    """A run that train.patience ended is done: raising the sweep's train.steps skips it (more
+    steps would stop it again at its next evaluation) and extends the one that ran its steps."""
+    short = REAL_TINY.replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]")
+    short = short.replace("train.steps: 12", "train.steps: 12\n  train.patience: 1000")
+    sweep = tmp_path / "tiny.yaml"
+    sweep.write_text(short)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0, capsys.readouterr()
+    stopped = next(out.glob("runs/*/*seed-0"))
+    final = json.loads((stopped / "final.json").read_text())  # as train.patience would have written it
+    (stopped / "final.json").write_text(json.dumps({**final, "stop": "stopped early: eval/reverse_kl did not improve"}))
+    capsys.readouterr()
+    sweep.write_text(short.replace("train.steps: 12", "train.steps: 18"))
+    assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+    plan = capsys.readouterr().out
+    assert "skip     type-r1__weight-1.0__seed-0" in plan, plan
+    assert "extend   type-r1__weight-1.0__seed-1 (to 18 steps)" in plan, plan
 
 
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):

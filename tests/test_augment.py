@@ -11,6 +11,7 @@ from gpgan.augment import ADA, DiffAugment, make_augment
 from gpgan.augment import diffaugment as da
 from gpgan.augment.ada import N_NORMAL, N_UNIFORM, _N, _U, color_matrix, geometric_matrix
 from gpgan.autograd import Variable, gradcheck, gradgradcheck
+from gpgan.optim import CosineValue
 from gpgan.train.config import ConfigError, default_config, validate_config
 from helpers import ROOT, write_cifar_fixture
 
@@ -146,13 +147,67 @@ def test_ada_color_closed_forms():
     np.testing.assert_allclose(hue, x[:, [2, 0, 1]], rtol=1e-12, atol=1e-14)
 
 
-def test_ada_derivatives_first_and_second_order():
+@pytest.mark.parametrize("options", [{}, {"color_multiplier": 0.5, "cutout_multiplier": 1.0}],
+                         ids=["bgc", "r3gan"])
+def test_ada_derivatives_first_and_second_order(options):
     x = images((2, 3, 5, 6))
-    aug = ADA(p=0.9, mode="fixed")
+    aug = ADA(p=0.9, mode="fixed", **options)
     draws = aug.draw(np.random.default_rng(5), x)
+    if options:  # both images cut (gates open), at centres that leave some pixels
+        draws["cutout"][:] = [[0.1, 0.3, 0.6], [0.5, 0.9, 0.2]]
     fn = lambda v: F.sin(aug(v, draws)) * 2  # noqa: E731
     assert gradcheck(fn, (x,))
     assert gradgradcheck(fn, (x,))
+
+
+def test_ada_cutout_closed_form():
+    """stylegan2-ada's cutout (R3GAN's cutout=1): a pixel (i, j) is zeroed when its centre lies
+    within half of CUTOUT_SIZE of the image's centre point on both axes, with probability
+    cutout_multiplier x p; the other ops' gates closed here."""
+    x = images((3, 3, 6, 8)) + 5.0  # no pixel 0 by chance
+    c = np.array([[0.2, 0.5, 0.5], [0.2, 0.05, 0.9], [0.7, 0.5, 0.5]])  # the third gate closed at p 0.6
+    aug = ADA(p=0.6, mode="fixed", cutout_multiplier=1.0)
+    draws = {**only(3, []), "cutout": c}
+    out = aug(x, draws).data
+    expected = x.copy()
+    for n in range(2):
+        for i in range(6):
+            for j in range(8):
+                if abs((j + 0.5) / 8 - c[n, 1]) < 0.25 and abs((i + 0.5) / 6 - c[n, 2]) < 0.25:
+                    expected[n, :, i, j] = 0
+    np.testing.assert_array_equal(out, expected)
+    assert (out[0] == 0).sum() == 3 * 2 * 4 and (out[1] == 0).sum() == 3 * 2 * 2  # channels x rows x columns
+    # the multiplier scales the gate: at 0.3 x 0.6 = 0.18 < 0.2 nothing is cut
+    np.testing.assert_array_equal(ADA(p=0.6, mode="fixed", cutout_multiplier=0.3)(x, draws).data, x)
+
+
+def test_ada_color_multiplier_scales_the_colour_ops_probability():
+    """color_multiplier 0.5 at p = 0.8: the colour ops act as at p = 0.4, the geometric ones as at 0.8."""
+    x = images((4, 3, 6, 6))
+    draws = ADA(p=0.8).draw(np.random.default_rng(9), x)
+    half = ADA(p=0.8, mode="fixed", color_multiplier=0.5)
+    geometric = [k for k in _U if k.endswith("_gate") and k[:-5] in (
+        "xflip", "rot90", "xint", "scale", "rotate1", "aniso", "rotate2", "xfrac")]
+    colour_only = {**draws, "uniform": draws["uniform"].copy()}
+    colour_only["uniform"][:, [_U[k] for k in geometric]] = 1.0  # geometric gates closed
+    np.testing.assert_array_equal(half(x, colour_only).data, ADA(p=0.4, mode="fixed")(x, colour_only).data)
+    geometry_only = {**draws, "uniform": draws["uniform"].copy()}
+    colour_gates = [k for k in _U if k.endswith("_gate") and k not in geometric]
+    geometry_only["uniform"][:, [_U[k] for k in colour_gates]] = 1.0
+    np.testing.assert_array_equal(half(x, geometry_only).data, ADA(p=0.8, mode="fixed")(x, geometry_only).data)
+    gates = draws["uniform"][:, [_U[k] for k in colour_gates]]
+    assert ((gates >= 0.4) & (gates < 0.8)).any()  # some op that p 0.8 would apply and 0.4 does not
+
+
+def test_ada_without_cutout_draws_what_bgc_always_drew():
+    x = images((5, 3, 4, 4))
+    rng, ref = np.random.default_rng(3), np.random.default_rng(3)
+    draws = ADA(color_multiplier=0.5).draw(rng, x)
+    assert set(draws) == {"uniform", "normal"}
+    np.testing.assert_array_equal(draws["uniform"], ref.random((5, N_UNIFORM)))
+    np.testing.assert_array_equal(draws["normal"], ref.standard_normal((5, N_NORMAL)))
+    assert rng.random() == ref.random()
+    assert ADA(cutout_multiplier=1.0).draw(np.random.default_rng(3), x)["cutout"].shape == (5, 3)
 
 
 def test_ada_grayscale_images():
@@ -276,6 +331,49 @@ def test_fixed_and_linear_p_and_state_round_trip():
     assert b.state_dict() == a.state_dict()
 
 
+def _cosine_p(images, p0, p_end, total, warmup):
+    """R3GAN's aug_scheduler written out: linear from 0 to p0 over the warm-up, then the half
+    cosine from p0 to p_end, then p_end."""
+    if images > total:
+        return p_end
+    if images < warmup:
+        return p0 * images / warmup
+    u = (images - warmup) / (total - warmup)
+    return p_end + (p0 - p_end) * (1 + math.cos(math.pi * u)) / 2
+
+
+@pytest.mark.parametrize("p0, warmup", [(0.0, 0.0), (0.1, 512e3)])
+def test_cosine_p_follows_the_schedule_in_images(p0, warmup):
+    """p_mode cosine: p for the step after ``step`` steps of 512 images is the cosine over 20M images
+    (R3GAN's CIFAR-10 numbers) at step * 512 images: at 0, in the warm-up, at its end, in the middle,
+    at the end and past it."""
+    from gpgan.optim import CosineValue
+
+    curve = CosineValue(p0, 0.55, total_images=2e7, warmup_images=warmup, images_per_step=512)
+    ada = ADA(p=p0, mode="cosine", p_end=0.55, p_curve=curve)
+    steps = [0, 500, 1000, 19531, 20031, 30000, 39062, 39063, 39064, 100000]
+    for step in steps:
+        ada.begin_step(lambda: step)
+        expected = _cosine_p(step * 512, p0, 0.55, 2e7, warmup)
+        assert ada.state_dict()["p"] == pytest.approx(expected, rel=1e-12, abs=1e-15), step
+    if warmup == 0:
+        ada.begin_step(lambda: 19531.25)  # 10M images, halfway: the mean of the ends
+        assert ada.state_dict()["p"] == pytest.approx(0.275, rel=1e-12)
+    else:
+        ada.begin_step(lambda: 500)  # halfway through the warm-up: half of p0
+        assert ada.state_dict()["p"] == pytest.approx(0.05, rel=1e-12)
+    ada.begin_step(lambda: 39063)  # 20,000,256 images: past the end, p_end exactly
+    assert ada.state_dict()["p"] == 0.55
+    # p follows the step count alone: a restored state at any p is overwritten by the next step's
+    other = ADA(p=p0, mode="cosine", p_end=0.55, p_curve=curve)
+    other.load_state_dict({**ada.state_dict(), "p": 0.9})
+    other.begin_step(lambda: 1000)
+    ada.begin_step(lambda: 1000)
+    assert other.state_dict()["p"] == ada.state_dict()["p"]
+    with pytest.raises(ValueError, match="p_curve"):
+        ADA(p=0.0, mode="cosine", p_end=0.55)
+
+
 # -- config --------------------------------------------------------------------------------------
 def config(**augment):
     c = default_config()
@@ -290,10 +388,22 @@ def test_make_augment_from_config():
     assert isinstance(make_augment(validate_config(config(type="diffaugment"))["augment"]), DiffAugment)
     ada = make_augment(validate_config(config(type="ada", p_mode="linear", p_end=0.55, ramp_steps=100))["augment"])
     assert isinstance(ada, ADA) and ada.mode == "linear"
+    cosine = validate_config(config(type="ada", p_mode="cosine", p=0.2, p_end=0.55))["augment"]
+    curve = CosineValue(0.2, 0.55, total_images=100)
+    ada = make_augment(cosine, p_curve=curve)
+    assert isinstance(ada, ADA) and ada.mode == "cosine" and ada.scheduled_p(50) == curve.value_at(50)
 
 
 @pytest.mark.parametrize("augment, penalty, data, expected", [
     ({"type": "ada", "p_mode": "linear"}, "r1", "cifar10", "augment.p_mode 'linear' needs augment.p_end"),
+    ({"type": "ada", "p_mode": "cosine"}, "r1", "cifar10", "augment.p_mode 'cosine' needs augment.p_end"),
+    ({"type": "ada", "p_mode": "cosine", "p_end": 0.5, "ramp_steps": 10}, "r1", "cifar10",
+     "augment.ramp_steps is set but augment.p_mode is 'cosine'; it applies to p_mode linear only"),
+    ({"type": "ada", "p_mode": "fixed", "p_end": 0.5}, "r1", "cifar10",
+     "augment.p_end is set but augment.p_mode is 'fixed'; it applies to p_mode linear and cosine only"),
+    ({"type": "ada", "p_mode": "cosine", "p_end": 0.5, "target": 0.7}, "r1", "cifar10",
+     "augment.target is set but augment.p_mode is 'cosine'; it applies to p_mode adaptive only"),
+    ({"type": "ada", "p_mode": "cos"}, "r1", "cifar10", "augment.p_mode"),
     ({"type": "diffaugment", "penalty_points": "unaugmented"}, "wgan_gp", "cifar10",
      "augment.penalty_points 'unaugmented' needs a penalty on the real or generated images"),
     ({"type": "diffaugment"}, "r1", "grid25", "augment.type 'diffaugment' augments images"),
@@ -312,13 +422,14 @@ def test_bad_augment_configs(augment, penalty, data, expected):
 
 # -- CUDA: the same numbers as the CPU, to second order ------------------------------------------------
 @pytest.mark.cuda
-@pytest.mark.parametrize("kind", ["diffaugment", "ada"])
+@pytest.mark.parametrize("kind", ["diffaugment", "ada", "ada_r3gan"])
 def test_cuda_matches_cpu_first_and_second_order(kind):
     from gpgan.backend import to_device
 
     host = images((4, 3, 8, 8), seed=7)
-    aug_cpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed")
-    aug_gpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", device="cuda")
+    options = {"color_multiplier": 0.5, "cutout_multiplier": 1.0} if kind == "ada_r3gan" else {}
+    aug_cpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", **options)
+    aug_gpu = DiffAugment() if kind == "diffaugment" else ADA(p=0.8, mode="fixed", device="cuda", **options)
     draws = aug_cpu.draw(np.random.default_rng(8), host)
     results = {}
     for device, aug in (("cpu", aug_cpu), ("cuda", aug_gpu)):

@@ -283,5 +283,12 @@ def test_r3gan_cifar_has_the_published_hyperparameters():
     g = c["model"]["generator_options"]
     assert g == {"latent_dim": 64, "widths": [768] * 4, "blocks": [2] * 4, "expansion": 2, "group_size": 16}
     assert c["data"]["hflip"] is True and c["model"]["conditional"] is True and c["model"]["embedding_dim"] is None
+    # aug_scheduler: the same cosine, 0 -> 0.55, no warm-up; R1 and R2 through the augmentation
+    a = c["augment"]
+    assert (a["type"], a["p_mode"], a["p"], a["p_end"], a["penalty_points"]) == ("ada", "cosine", 0.0, 0.55,
+                                                                                  "unaugmented")
+    assert (a["color_multiplier"], a["cutout_multiplier"]) == (0.5, 1.0)  # train.py's AugmentPipe options
+    assert c["schedule"]["warmup_images"] == 0
     small = load_config(os.path.join(ROOT, "configs", "r3gan_cifar_cpu.yaml"))
     assert small["device"] == "cpu" and small["loss"] == "rpgan" and small["schedule"]["total_images"] is None
+    assert small["augment"] == a

@@ -36,8 +36,9 @@ def command_lines(text):
         words = line.split("#", 1)[0].split()
         command = next((w for w in words if w.startswith("gpgan-")), None)
         if command is not None:
-            if command == "gpgan-eval" and words[words.index(command) + 1:][:1] == ["stats"]:
-                command = "gpgan-eval stats"
+            following = words[words.index(command) + 1:][:1]
+            if command == "gpgan-eval" and following in (["stats"], ["real"]):
+                command = f"gpgan-eval {following[0]}"
             last = command
             code = line.split("#", 1)[0]
             found.append((command, code[code.index(command.split()[0]):]))  # a launcher's options are not gpgan's
@@ -50,7 +51,7 @@ def command_lines(text):
 
 PARSERS = {"gpgan-train": train.build_parser, "gpgan-sample": sample.build_parser,
            "gpgan-eval": eval_cli.build_parser, "gpgan-eval stats": eval_cli.build_stats_parser,
-           "gpgan-ablate": ablate.build_parser}
+           "gpgan-eval real": eval_cli.build_real_parser, "gpgan-ablate": ablate.build_parser}
 
 
 def test_readme_and_docs_exist_and_the_readme_stays_short():

@@ -285,16 +285,21 @@ def test_conv_family_cuda_matches_cpu_to_second_order(rng):
     x = rng.standard_normal((2, 4, 7, 6))
     w = rng.standard_normal((6, 2, 3, 3))
     wt = rng.standard_normal((6, 2, 2, 2))
+    wd, wdt = rng.standard_normal((4, 1, 4, 4)), rng.standard_normal((4, 1, 4, 4))  # depthwise
 
     def run(device):
         xv = gpgan.Variable(to_device(x, device), requires_grad=True)
         wv = gpgan.Variable(to_device(w, device), requires_grad=True)
         wtv = gpgan.Variable(to_device(wt, device), requires_grad=True)
+        wdv = gpgan.Variable(to_device(wd, device), requires_grad=True)
+        wdtv = gpgan.Variable(to_device(wdt, device), requires_grad=True)
         h = F.conv2d(xv, wv, stride=2, padding=1, groups=2)
         y = F.conv_transpose2d(h, wtv, stride=2, padding=1, output_padding=1, groups=2, dilation=2)
-        gx, = gpgan.grad((y * y).sum(), [xv], create_graph=True)
+        # R3GAN's resampling: depthwise k4 s2 p1, down then up
+        r = F.conv_transpose2d(F.conv2d(xv, wdv, stride=2, padding=1, groups=4), wdtv, stride=2, padding=1, groups=4)
+        gx, = gpgan.grad((y * y).sum() + (r * r).sum(), [xv], create_graph=True)
         (gx * gx).sum().backward()
-        return [v.numpy() for v in (y, gx, wv.grad, wtv.grad)]
+        return [v.numpy() for v in (y, r, gx, wv.grad, wtv.grad, wdv.grad, wdtv.grad)]
 
     for a, b in zip(run("cpu"), run("cuda")):
         np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-9)

@@ -1,6 +1,7 @@
 """R3GAN's networks: resampling against a direct NumPy formula, fix-up initialization, shapes,
 parameter counts, and first- and second-order gradients against finite differences (float64)."""
 import math
+import os
 
 import numpy as np
 import pytest
@@ -118,6 +119,11 @@ def test_option_errors_are_clear():
         make_model("r3gan_critic", widths=[12], blocks=[1])
     with pytest.raises(ValueError, match="one entry per stage"):
         make_model("r3gan_generator", widths=[8, 8], blocks=[1])
+    # --set model.generator_options.widths=16,16 gives a string: named, not read digit by digit.
+    with pytest.raises(ValueError, match=r"widths must be a list of whole numbers.*got '16,16'"):
+        make_model("r3gan_generator", widths="16,16", blocks=[1, 1])
+    with pytest.raises(ValueError, match=r"blocks must be a list of whole numbers.*got \[1, 1.5\]"):
+        make_model("r3gan_critic", widths=[16, 16], blocks=[1, 1.5])
     with pytest.raises(ValueError, match=r"expects 8x8 images"):
         make_model("r3gan_critic", **TINY)(gpgan.Variable(np.zeros((1, 3, 16, 16), np.float32)))
 
@@ -166,3 +172,31 @@ def test_r1_of_the_critic_weight_gradient_matches_finite_differences():
             return F.mean(F.sum(g * g, axis=(1, 2, 3)))
 
     gradcheck(r1, [params[n].data.copy() for n in names], atol=1e-6, rtol=1e-5)
+
+
+def test_the_engine_benchmark_s_r3gan_workload_is_the_cpu_config_s():
+    # scripts/bench_engine.py writes configs/r3gan_cifar_cpu.yaml's networks out (the venv with
+    # torch that runs it has no YAML reader); they must stay the config's. Its step (the critic's
+    # RpGAN + R1 + R2 step, then the generator's) gives a gradient for every weight of both.
+    import importlib.util
+
+    from gpgan.train.config import CONFIG_SCHEMA, num_classes
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("bench_engine", os.path.join(root, "scripts", "bench_engine.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    config = CONFIG_SCHEMA.load(os.path.join(root, "configs", "r3gan_cifar_cpu.yaml"))
+    mc, want = config["model"], bench.R3GAN_CPU
+    assert (mc["generator"], mc["critic"]) == ("r3gan_generator", "r3gan_critic")
+    for options in (mc["critic_options"], {k: v for k, v in mc["generator_options"].items() if k != "latent_dim"}):
+        assert {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in options.items()} == want["options"]
+    assert mc["generator_options"]["latent_dim"] == want["latent_dim"]
+    assert (mc["embedding_dim"] or want["latent_dim"]) == want["embedding_dim"]
+    assert num_classes(config) == want["classes"] and config["train"]["batch_size"] == want["batch"]
+    assert (config["loss"], config["penalty"]["type"], config["penalty"]["weight"]) == ("rpgan", "r1r2",
+                                                                                       want["penalty_weight"])
+    work = bench.Workload("r3gan", np.float64, "cpu", batch=2)
+    loss, grads = work.step()
+    assert np.isfinite(loss) and len(grads) == len(work.params)
+    assert all(g.shape == p.shape and np.isfinite(g).all() for g, p in zip(grads, work.params))

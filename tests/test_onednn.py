@@ -1,10 +1,12 @@
 """oneDNN's convolutions (gpgan.kernels.cpu.onednn): the same values and gradients as gpgan's own kernels.
 
-Every convolution geometry of test_functions_conv runs twice in float32, on oneDNN and on gpgan's
-own kernels: values and first- and second-order gradients must agree to float32 rounding, and
-oneDNN must have run every ungrouped case. What oneDNN does not take (float64, groups, a geometry
-it cannot express) must run gpgan's own kernels, bit for bit. The switch, its environment variable,
-a library that fails to load, and what a run records are checked too.
+Every convolution geometry of test_functions_conv, and the grouped and depthwise ones of R3GAN's
+networks, runs twice in float32, on oneDNN and on gpgan's own kernels: values and first- and
+second-order gradients must agree to float32 rounding, and oneDNN must have run every case
+(forward, data and weight gradients, asked through gpgan.kernels' public dispatch). What oneDNN
+does not take (float64, a geometry it cannot express) must run gpgan's own kernels, bit for bit.
+The switch, its environment variable, a library that fails to load, and what a run records are
+checked too.
 """
 import os
 import subprocess
@@ -84,6 +86,26 @@ def _convolved_on_onednn(x, w, s, p, d, g):
     return gpgan.kernels.conv2d(np, x, w, s, p, d, g, out_hw) is not None
 
 
+def _gradients_on_onednn(x, w, s, p, d, g):
+    """Whether the dispatch gives the data gradient (``conv_transpose2d``) and the weight gradient
+    (``conv2d_grad_weight``) of ``conv2d(x, w)`` on oneDNN, each with the right shape."""
+    (s, p, d), (kH, kW) = [pair(v) for v in (s, p, d)], w.shape[2:]
+    out_hw = (_out_size(x.shape[2], kH, s[0], p[0], d[0]), _out_size(x.shape[3], kW, s[1], p[1], d[1]))
+    gy = np.ones((x.shape[0], w.shape[0]) + out_hw, np.float32)
+    compiled.onednn_switch.set(True)
+    gx = gpgan.kernels.conv_transpose2d(np, gy, w, s, p, d, g, x.shape[2:])
+    gw = gpgan.kernels.conv2d_grad_weight(np, x, gy, (kH, kW), s, p, d, g)
+    return gx is not None and gx.shape == x.shape and gw is not None and gw.shape == w.shape
+
+
+# R3GAN's convolutions (gpgan.models.r3gan), small: a 3x3 in groups of 16 channels, the [1, 3, 3, 1]
+# resampling (depthwise 4x4, stride 2, padding 1), the critic's depthwise 4x4 to 1x1, and a
+# depthwise convolution with two outputs per channel.
+# (N, C, H, W, O, k, stride, padding, dilation, groups)
+GROUPED_CASES = [(2, 32, 6, 6, 32, 3, 1, 1, 1, 2), (2, 16, 8, 8, 16, 4, 2, 1, 1, 16),
+                 (3, 8, 4, 4, 8, 4, 1, 0, 1, 8), (2, 4, 5, 5, 8, 3, 1, 1, 1, 4)]
+
+
 def _assert_close(own, dnn):
     # Other summation orders: agreement to a few float32 roundings of the largest term.
     for a, b in zip(own, dnn):
@@ -92,24 +114,26 @@ def _assert_close(own, dnn):
 
 
 @pytest.mark.parametrize("layout", ["nchw", "channels_last"])
-@pytest.mark.parametrize("case", CONV_CASES + [(3, 3, 9, 8, 5, 4, 2, 1, 1, 1), (2, 6, 5, 5, 2, 3, 1, 1, 1, 1)])
+@pytest.mark.parametrize("case", CONV_CASES + GROUPED_CASES
+                         + [(3, 3, 9, 8, 5, 4, 2, 1, 1, 1), (2, 6, 5, 5, 2, 3, 1, 1, 1, 1)])
 def test_conv2d_matches_own_kernels(case, layout, switch, rng):
+    # Values, the gradients of x, W and b, and their second-order gradients (values_and_grads).
     N, C, H, W, O, k, s, p, d, g = case
     kH, kW = pair(k)
     x = in_layout(rng.standard_normal((N, C, H, W)).astype(np.float32), layout)
     w = rng.standard_normal((O, C // g, kH, kW)).astype(np.float32)
     b = rng.standard_normal(O).astype(np.float32)
     own, dnn, _ = _both(lambda *v: F.conv2d(*v, stride=s, padding=p, dilation=d, groups=g), [x, w, b])
-    if g == 1:
-        assert _convolved_on_onednn(x, w, s, p, d, g)
-        _assert_close(own, dnn)
-    else:  # grouped: gpgan's own kernels, bit for bit
-        assert not _convolved_on_onednn(x, w, s, p, d, g)
-        for a, b in zip(own, dnn):
-            np.testing.assert_array_equal(a, b)
+    assert _convolved_on_onednn(x, w, s, p, d, g) and _gradients_on_onednn(x, w, s, p, d, g)
+    _assert_close(own, dnn)
 
 
-@pytest.mark.parametrize("case", CONVT_CASES + KERNEL_CASES)
+# R3GAN's up-sampling (depthwise 4x4, stride 2, padding 1) and a grouped 3x3 of 16 channels a group.
+# (N, Cin, H, W, Cout, k, stride, padding, output_padding, groups, dilation)
+GROUPED_TRANSPOSED_CASES = [(2, 16, 4, 4, 16, 4, 2, 1, 0, 16, 1), (2, 32, 5, 5, 32, 3, 1, 1, 0, 2, 1)]
+
+
+@pytest.mark.parametrize("case", CONVT_CASES + KERNEL_CASES + GROUPED_TRANSPOSED_CASES)
 def test_conv_transpose2d_matches_own_kernels(case, executed, rng):
     N, Cin, H, W, Cout, k, s, p, op, g, d = case
     kH, kW = pair(k)
@@ -121,7 +145,7 @@ def test_conv_transpose2d_matches_own_kernels(case, executed, rng):
     # Seen as the adjoint of a convolution, output padding beyond the padding is a negative right
     # padding, which oneDNN does not take: those run gpgan's own kernels.
     expressible = all(o <= q for o, q in zip(pair(op), pair(p)))
-    assert (runs > 0) == (g == 1 and expressible)
+    assert (runs > 0) == expressible
     _assert_close(own, dnn)
 
 
@@ -150,6 +174,26 @@ def test_dcgan_critic_layers_match_own_kernels(executed, rng):
         return F.conv2d(h, ws[-1])
 
     own, dnn, runs = _both(critic, [x] + ws, executed)
+    assert runs > 0
+    _assert_close(own, dnn)
+
+
+def test_r3gan_critic_r1_matches_own_kernels(executed, rng):
+    # R3GAN's critic (grouped 3x3 in groups of 16, depthwise resampling, the depthwise 4x4 to 1x1)
+    # at two stages of widths 32 and 16, through an R1-like double backward: values, the input
+    # gradient and the weights' gradients of its squared norm.
+    import gpgan.nn as nn
+    from gpgan.models import make_model
+
+    critic = make_model("r3gan_critic", widths=[32, 16], blocks=[1, 1], group_size=16, rng=rng)
+    names = [n for n, _ in critic.named_parameters()]
+    weights = [(0.3 * rng.standard_normal(p.shape)).astype(np.float32) for _, p in critic.named_parameters()]
+    x = rng.uniform(-1, 1, (2, 3, 8, 8)).astype(np.float32)
+
+    def logits(x, *w):
+        return nn.functional_call(critic, dict(zip(names, w)), x)
+
+    own, dnn, runs = _both(logits, [x] + weights, executed)
     assert runs > 0
     _assert_close(own, dnn)
 
@@ -184,6 +228,12 @@ def test_kernels_are_onednn_s_jit_ones():
     names = onednn.implementation_names((4, 64, 16, 16), (128, 64, 4, 4), (2, 2), (1, 1), (1, 1), (8, 8))
     assert names is not None and len(names) == 3
     assert all(name and not name.startswith("ref") for name in names), names
+    # R3GAN's grouped 3x3 (groups of 16 channels) and depthwise resampling and 4x4 to 1x1.
+    for x, w, s, p, out, g in [((4, 32, 16, 16), (32, 16, 3, 3), 1, 1, 16, 2),
+                               ((4, 32, 16, 16), (32, 1, 4, 4), 2, 1, 8, 32),
+                               ((4, 32, 4, 4), (32, 1, 4, 4), 1, 0, 1, 32)]:
+        names = onednn.implementation_names(x, w, (s, s), (p, p), (1, 1), (out, out), g)
+        assert names is not None and all(name and not name.startswith("ref") for name in names), (x, w, g, names)
 
 
 def test_a_library_that_fails_to_load_falls_back_with_one_warning(monkeypatch, rng):

@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from gpgan.checkpoint import read_meta
 from gpgan.data import make_loader
 from gpgan.losses import make_penalty
 from gpgan.parallel import LocalCommunicator, connect
@@ -24,10 +25,11 @@ from gpgan.parallel.nccl import pick_gpu
 from gpgan.train.config import ConfigError, load_config
 from gpgan.train.feed import InputFeed
 from gpgan.train.parallel import DataParallelStep, ShardedFeed, check_divisible
-from helpers import metrics, sets
+from helpers import TINY_DCGAN, metrics, sets, write_cifar_fixture
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")
+R1_CIFAR = os.path.join(ROOT, "configs", "r1_cifar.yaml")
 PROGRAMS = os.path.join(ROOT, "tests", "programs")
 
 TINY = ["model.generator_options.width=16", "model.critic_options.width=16", "train.batch_size=32",
@@ -37,6 +39,16 @@ TINY = ["model.generator_options.width=16", "model.critic_options.width=16", "tr
 # across critic steps, two critic steps per generator step, a linear schedule, the EMA.
 RANDOM_PENALTY = ["loss=wgan", "penalty.type=wgan_gp", "penalty.weight=1", "penalty.interval=3",
                   "train.critic_steps=2", "optim.critic.schedule=linear"]
+# ADA with an adaptive p on tiny DCGANs (batch 4: 2 images a process), R1 through the augmentation:
+# p adapts after every second step (2 critic minibatches, 8 images) by 8 / (0.08 * 1000) = 0.1,
+# and r_t is a multiple of 1/8; checkpoints at odd steps hold partial sums. No BatchNorm (the
+# generator's would normalize each process's slice by its own statistics), so one and two
+# processes differ by float32 rounding only.
+ADA_STEP, ADA_TARGET = 0.1, 0.2
+ADA_RUN = TINY_DCGAN + ["model.generator_options.norm=none", "train.steps=10", "train.critic_steps=1",
+                        "train.sample_interval=0", "train.checkpoint_interval=3", "augment.type=ada",
+                        "augment.p_mode=adaptive", "augment.p=0.5", f"augment.target={ADA_TARGET}",
+                        "augment.interval=2", "augment.speed_kimg=0.08", "augment.penalty_points=unaugmented"]
 
 
 def _mpiexec():
@@ -196,14 +208,52 @@ def test_reduce_gradients_averages_gradients_and_values_in_one_buffer(rng):
               for _ in range(2)]
     recorder = _Recorder()
     _step(recorder).reduce_gradients(grads[1], "critic", values[1])
-    reduced, averaged = _step(_Adder(recorder.buffer)).reduce_gradients(grads[0], "critic", values[0])
-    assert reduced[1] is None
+    reduced, averaged, counts = _step(_Adder(recorder.buffer)).reduce_gradients(grads[0], "critic", values[0])
+    assert reduced[1] is None and counts is None
     for k in (0, 2, 3):
         assert reduced[k].dtype == np.float32 and reduced[k].shape == grads[0][k].shape
         np.testing.assert_allclose(reduced[k], (grads[0][k] + grads[1][k]) / 2, rtol=1e-6)
     for name in ("loss/critic", "penalty"):
         assert averaged[name].shape == () and averaged[name].dtype == np.float32
         np.testing.assert_allclose(averaged[name], (values[0][name] + values[1][name]) / 2, rtol=1e-6)
+
+
+def test_reduce_gradients_sums_adas_counts_exactly_in_the_same_buffer(rng):
+    """ADA's sign and image counts ride at the end of the float32 buffer and come back summed
+    (not averaged), in float64, exactly: the global batch's counts."""
+    grads = [[rng.standard_normal((5, 3)).astype(np.float32)] for _ in range(2)]
+    values = [{"loss/critic": np.float32(rng.standard_normal())} for _ in range(2)]
+    counts = [np.array([-3.0, 16.0]), np.array([16.0, 16.0])]  # sums of signs of 16 outputs, and 16
+    recorder = _Recorder()
+    _step(recorder).reduce_gradients(grads[1], "critic", values[1], counts[1])
+    assert recorder.buffer.dtype == np.float32 and recorder.buffer.size == 15 + 1 + 2
+    reduced, averaged, summed = _step(_Adder(recorder.buffer)).reduce_gradients(grads[0], "critic", values[0],
+                                                                                 counts[0])
+    assert summed.dtype == np.float64 and summed.tolist() == [13.0, 32.0]
+    np.testing.assert_allclose(reduced[0], (grads[0][0] + grads[1][0]) / 2, rtol=1e-6)
+    np.testing.assert_allclose(averaged["loss/critic"], (values[0]["loss/critic"] + values[1]["loss/critic"]) / 2,
+                               rtol=1e-6)
+    # Sums of signs anywhere up to the float32 buffer's exact range stay exact.
+    big = [np.array([-(2.0 ** 23) + 1, 2.0 ** 23]), np.array([2.0 ** 23 - 3, 2.0 ** 23])]
+    recorder = _Recorder()
+    _step(recorder).reduce_gradients(grads[1], "critic", values[1], big[1])
+    _, _, summed = _step(_Adder(recorder.buffer)).reduce_gradients(grads[0], "critic", values[0], big[0])
+    assert summed.tolist() == [-2.0, 2.0 ** 24]
+
+
+def test_summed_counts_of_the_slices_adapt_p_as_one_process_on_the_whole_batch(rng):
+    """Counting each slice and adapting with the sum of the counts (what the data-parallel step
+    does) gives the p and r_t one process gets from the whole batch, bit for bit."""
+    from gpgan.augment import ADA
+
+    batches = [rng.standard_normal((8, 1)).astype(np.float32) for _ in range(7)]
+    whole, sliced = ADA(p=0.5, interval=3, speed_kimg=0.1), ADA(p=0.5, interval=3, speed_kimg=0.1)
+    for d in batches:
+        whole.observe(d)
+        sliced.adapt(sum(sliced.count(part) for part in np.split(d, 4)))
+    assert sliced.state_dict() == whole.state_dict()
+    assert whole.state_dict()["p"] != 0.5 and whole.state_dict()["batches"] == 1  # adapted twice, one pending
+    assert ADA(mode="fixed").count(batches[0]) is None
 
 
 def test_pick_gpu_takes_the_local_rank_or_the_one_visible_gpu():
@@ -281,6 +331,79 @@ def test_two_processes_resume_exactly(runs, tmp_path):
         np.testing.assert_array_equal(resumed[k], reference[k], err_msg=k)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["resumes"][0]["from_step"] == 6 and manifest["resumes"][0]["world_size"] == 2
+
+
+@pytest.fixture(scope="module")
+def ada_runs(tmp_path_factory):
+    """ADA with an adaptive p (8 steps) in one process, and in two with each rank's ADA state
+    recorded after every step."""
+    if _mpi_missing():
+        pytest.skip(_mpi_missing())
+    out = tmp_path_factory.mktemp("parallel_ada")
+    write_cifar_fixture(out / "cifar")
+    args = [R1_CIFAR, *sets(ADA_RUN + [f"data.root={out / 'cifar'}"]), "--out", str(out), "--quiet"]
+    train(1, *args, "--name", "one", check=0)
+    (out / "dump").mkdir()
+    train(2, *args, "--name", "two", program=[os.path.join(PROGRAMS, "ada_ranks.py"), str(out / "dump")], check=0)
+    return out, args
+
+
+@needs_mpi
+def test_two_processes_adapt_adas_p_from_the_global_batch_as_one_process_does(ada_runs):
+    out, _ = ada_runs
+    one, two = metrics(out / "r1_cifar" / "one"), metrics(out / "r1_cifar" / "two")
+    assert [r["step"] for r in one] == [r["step"] for r in two] == list(range(1, 11))
+    # The sign counts are whole numbers, summed exactly over the processes: while the critic's
+    # outputs have the same signs in both runs, p and r_t are equal bit for bit. The outputs differ
+    # by float32 rounding at first and then drift (a sign near 0 flips within 10 steps here), so
+    # the first two adjustments are compared.
+    for r1, r2 in zip(one[:4], two[:4]):
+        assert (r2["augment/p"], r2["augment/rt"]) == (r1["augment/p"], r1["augment/rt"]), r2["step"]
+    # Over the whole two-process run: each adjustment counted the 8 images of both processes (a
+    # process counting its own 4 would move p by half as much, with r_t in quarters).
+    p, rt = 0.5, None
+    for r in two:
+        if r["step"] % 2 == 0:
+            rt = r["augment/rt"]
+            assert rt * 8 == round(rt * 8) and -1 <= rt <= 1
+            p = min(max(p + np.sign(rt - ADA_TARGET) * ADA_STEP, 0.0), 1.0)
+        assert r["augment/rt"] == rt and r["augment/p"] == pytest.approx(p, abs=1e-12), r["step"]
+    assert len({r["augment/p"] for r in two}) > 2 and len({r["augment/rt"] for r in two}) > 2
+
+
+@needs_mpi
+def test_every_process_holds_the_same_ada_state(ada_runs):
+    out, _ = ada_runs
+    texts = [(out / "dump" / f"rank{r}.json").read_text() for r in (0, 1)]
+    assert texts[0] == texts[1]  # p, r_t (NaN before the first adjustment) and the partial sums, after every step
+    ranks = [json.loads(text) for text in texts]
+    assert [step for step, _ in ranks[0]] == list(range(1, 11))
+    states = dict((step, state) for step, state in ranks[1])
+    assert states[1]["images"] == 4 and states[1]["batches"] == 1  # both processes' images, pending
+    records = metrics(out / "r1_cifar" / "two")
+    assert [states[r["step"]]["p"] for r in records] == [r["augment/p"] for r in records]
+    checkpoints = sorted(os.listdir(out / "r1_cifar" / "two" / "checkpoints"))
+    assert "ckpt_000009.npz" in checkpoints
+    for name in checkpoints:  # what rank 0 saved is what rank 1 holds
+        meta = read_meta(out / "r1_cifar" / "two" / "checkpoints" / name)
+        assert meta["augment"] == states[meta["step"]], name
+
+
+@needs_mpi
+def test_two_processes_resume_adaptive_ada_exactly(ada_runs, tmp_path):
+    out, args = ada_runs
+    args = list(args)
+    args[args.index("--out") + 1] = str(tmp_path)
+    train(2, *args, "--name", "r", "--set", "train.stop_after=5", check=130)
+    run = tmp_path / "r1_cifar" / "r"
+    assert read_meta(run / "checkpoints" / "ckpt_000005.npz")["augment"]["batches"] == 1  # mid-interval
+    train(2, "--resume", str(run), "--quiet", check=0)
+    reference = out / "r1_cifar" / "two"
+    assert metrics(run) == metrics(reference)
+    assert_same_checkpoints(run, reference)
+    for name in os.listdir(reference / "checkpoints"):  # p, r_t and the partial sums
+        resumed, straight = (read_meta(r / "checkpoints" / name)["augment"] for r in (run, reference))
+        assert resumed == straight, name
 
 
 @needs_mpi

@@ -1,12 +1,16 @@
 """Optional: gpgan's R3GAN networks against an independent PyTorch implementation of the same
-definition (gpgan/models/r3gan.py's docstring), with the same weights, in float64: the outputs,
-the input gradients, and the weight gradient of R1 (a double backward), also for the critic
-step's whole RpGAN + R1 + R2 loss.
+definition (gpgan/models/r3gan.py's docstring; scripts/torch_r3gan.py, which the engine benchmark's
+``r3gan`` workload runs too), with the same weights, in float64: the outputs, the input
+gradients, and the weight gradient of R1 (a double backward), also for the critic step's whole
+RpGAN + R1 + R2 loss, and the class-conditional wrappers.
 
 Skipped without torch (never a dependency of gpgan). The comparison venv has torch but no pytest,
 so the file also runs as a script: ``PYTHONPATH=$PWD /work/compare-venv/bin/python
 tests/test_r3gan_vs_torch.py``.
 """
+
+import importlib.util
+import os
 
 import numpy as np
 
@@ -19,71 +23,38 @@ except ImportError:  # run as a script in an environment without pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.losses import make_loss, make_penalty
-from gpgan.models import make_model
+from gpgan.models import make_conditional, make_model
 
 torch.set_default_dtype(torch.float64)
 NNF = torch.nn.functional
 OPTIONS = {"widths": [8, 4], "blocks": [1, 2], "group_size": 4}
 
 
-# --- the definition, written again in PyTorch ---------------------------------------------------
-def t_kernel():
-    k = torch.tensor([1.0, 3.0, 3.0, 1.0])
-    k = torch.outer(k, k)
-    return (k / k.sum()).view(1, 1, 4, 4)
-
-
-def t_up(x):
-    n, c, h, w = x.shape
-    return NNF.conv_transpose2d(x.reshape(n * c, 1, h, w), 4 * t_kernel(), stride=2, padding=1).view(n, c, 2 * h, 2 * w)
-
-
-def t_down(x):
-    n, c, h, w = x.shape
-    return NNF.conv2d(x.reshape(n * c, 1, h, w), t_kernel(), stride=2, padding=1).view(n, c, h // 2, w // 2)
-
-
-def t_block(x, p, prefix, group_size):
-    """x + W3 * lrelu(W2 *_groups lrelu(W1 * x + b1) + b2), slope 0.2."""
-    w1, b1 = p[prefix + "conv1.weight"], p[prefix + "conv1.bias"]
-    w2, b2 = p[prefix + "conv2.weight"], p[prefix + "conv2.bias"]
-    w3 = p[prefix + "conv3.weight"]
-    y = NNF.leaky_relu(NNF.conv2d(x, w1) + b1.view(1, -1, 1, 1), 0.2)
-    y = NNF.leaky_relu(NNF.conv2d(y, w2, padding=1, groups=w2.shape[0] // group_size) + b2.view(1, -1, 1, 1), 0.2)
-    return x + NNF.conv2d(y, w3)
+# --- the definition, written again in PyTorch (scripts/torch_r3gan.py, shared with the benchmark) ---
+_spec = importlib.util.spec_from_file_location(
+    "torch_r3gan", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts", "torch_r3gan.py"))
+torch_r3gan = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(torch_r3gan)
 
 
 def t_generator(z, p, widths, blocks, group_size):
-    x = p["basis"].unsqueeze(0) * (z @ p["modulation.weight"].T).view(z.shape[0], -1, 1, 1)
-    for i in range(len(widths)):
-        if i > 0:
-            if f"stages.{i}.transition.weight" in p:
-                x = NNF.conv2d(x, p[f"stages.{i}.transition.weight"])
-            x = t_up(x)
-        for b in range(blocks[i]):
-            x = t_block(x, p, f"stages.{i}.blocks.{b}.", group_size)
-    return NNF.conv2d(x, p["to_image.weight"])
+    return torch_r3gan.generator(torch, z, p, widths, blocks, group_size)
 
 
 def t_critic(x, p, widths, blocks, group_size):
-    x = NNF.conv2d(x, p["from_image.weight"])
-    for k, i in enumerate(reversed(range(len(widths)))):
-        for b in range(blocks[i]):
-            x = t_block(x, p, f"stages.{k}.blocks.{b}.", group_size)
-        if i > 0:
-            x = t_down(x)
-            if f"stages.{k}.transition.weight" in p:
-                x = NNF.conv2d(x, p[f"stages.{k}.transition.weight"])
-    x = NNF.conv2d(x, p["basis.weight"], groups=widths[0]).view(x.shape[0], -1)
-    return x @ p["to_logit.weight"].T
+    return torch_r3gan.critic(torch, x, p, widths, blocks, group_size)
 
 
 # --- helpers -------------------------------------------------------------------------------------
-def _pair(name, seed):
-    """The gpgan model (float64, every weight random so no fix-up zero hides a path) and its
-    weights as torch tensors that require grad."""
+def _pair(name, seed, classes=None):
+    """The gpgan model (float64, every weight random so no fix-up zero hides a path; with
+    ``classes``, class-conditional) and its weights as torch tensors that require grad."""
     rng = np.random.default_rng(seed)
-    model = make_model(name, **OPTIONS, **({"latent_dim": 5} if "generator" in name else {}), rng=rng).double()
+    options = dict(OPTIONS, **({"latent_dim": 5} if "generator" in name else {}), rng=rng)
+    if classes is None:
+        model = make_model(name, **options).double()
+    else:
+        model = make_conditional(name.split("_")[1], name, classes, **options).double()
     for p in model.parameters():
         p.data[...] = 0.3 * rng.standard_normal(p.data.shape)
     weights = {n: torch.tensor(p.data, requires_grad=True) for n, p in model.named_parameters()}
@@ -154,6 +125,28 @@ def test_rpgan_r1r2_critic_loss_and_weight_gradient_match_torch():
     grads = gpgan.grad(total, [dict(d.named_parameters())[n] for n in names])
     for name, a, b in zip(names, grads, grads_t):
         _close(a.data, b.numpy(), f"objective's weight gradient of {name}")
+
+
+def test_conditional_generator_and_projection_critic_match_torch():
+    classes = 3
+    g, wg = _pair("r3gan_generator", 7, classes)
+    d, wd = _pair("r3gan_critic", 8, classes)
+    rng = np.random.default_rng(9)
+    z, y = rng.standard_normal((4, 5)), np.array([2, 0, 1, 2])
+    onehot = torch.nn.functional.one_hot(torch.tensor(y), classes).double()
+    args = OPTIONS["widths"], OPTIONS["blocks"], OPTIONS["group_size"]
+    images_t = torch_r3gan.conditional_generator(torch, torch.tensor(z), onehot, wg, *args)
+    images = g(gpgan.Variable(z), y)
+    _close(images.data, images_t.detach().numpy(), "conditional generator output")
+    logits_t = torch_r3gan.projection_critic(torch, images_t, onehot, wd, *args)
+    logits = d(images, y)
+    _close(logits.data, logits_t.detach().numpy(), "projection critic output")
+    names = [("g", n) for n, _ in g.named_parameters()] + [("d", n) for n, _ in d.named_parameters()]
+    params = {"g": dict(g.named_parameters()), "d": dict(d.named_parameters())}
+    grads_t = torch.autograd.grad(logits_t.square().sum(), [{"g": wg, "d": wd}[k][n] for k, n in names])
+    grads = gpgan.grad(F.sum(logits * logits), [params[k][n] for k, n in names])
+    for (k, name), a, b in zip(names, grads, grads_t):
+        _close(a.data, b.numpy(), f"gradient of {k}:{name}")
 
 
 if __name__ == "__main__":

@@ -383,6 +383,34 @@ def test_curves_over_two_decades_get_a_log_axis_and_bands_stop_at_its_bottom():
     assert flat.axes[0].get_yscale() == "linear"
 
 
+def test_reference_lines_are_dashed_grey_in_every_panel_inside_the_y_range_and_in_the_legend():
+    from gpgan.viz import curves_figure, line_figure
+    from gpgan.viz.figure import rgb
+    from gpgan.viz.plot import REAL_COLOR
+
+    groups = [("none", [("setting=r1", [1, 2, 3], [40.0, 30.0, 25.0], None)]),
+              ("diffaugment", [("setting=r1", [1, 2, 3], [35.0, 28.0, 20.0], [1.0, 1.0, 1.0])])]
+    figure = curves_figure(groups, "generator step", "eval/fid", references=[("real data", 5.0)])
+    for ax in figure.axes[:2]:
+        dashed = [line for line in ax.get_lines() if line.get_label() == "real data" and len(line.get_xdata())]
+        assert len(dashed) == 1 and dashed[0].get_linestyle() == "--"
+        assert list(dashed[0].get_ydata()) == [5.0, 5.0] and dashed[0].get_color() == rgb(REAL_COLOR)
+        assert ax.get_ylim()[0] < 5.0 < ax.get_ylim()[1]  # far below the curves, still shown
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == ["setting=r1", "real data"]
+
+    series = [("", [0.0, 1.0], [30.0, 20.0], [2.0, 1.0], "points")]
+    figure = line_figure(series, "setting", "eval/fid", references=[("real data", 4.0)])
+    ax = figure.axes[0]
+    assert [line.get_ydata()[0] for line in ax.get_lines() if line.get_label() == "real data"] == [4.0]
+    assert ax.get_ylim()[0] < 4.0 and ax.get_ylim()[1] > 31.0
+    assert [t.get_text() for t in figure.legends[0].get_texts()] == ["real data"]
+    # Two decades with the reference: a log axis, the reference inside it.
+    figure = line_figure([("", [0.0, 1.0], [30.0, 20.0], None)], "setting", "eval/kid", references=[("real", 0.1)])
+    assert figure.axes[0].get_yscale() == "log" and figure.axes[0].get_ylim()[0] < 0.1
+    with pytest.raises(ValueError, match="reference line 'real' needs a finite y"):
+        line_figure(series, "setting", "eval/fid", references=[("real", float("nan"))])
+
+
 def test_line_plot_over_two_decades_gets_a_log_axis_and_keeps_inf_marks():
     from gpgan.viz import line_figure
 

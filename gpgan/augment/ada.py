@@ -14,6 +14,13 @@ colour         brightness ``+N(0, 0.2^2)``; contrast ``x 2^N(0, 0.5^2)``; luma f
                ``U(-180, 180)`` degrees about the luma axis; saturation ``x 2^N(0, 1)``
 =============  ===============================================================================
 
+Two probability multipliers (the reference's per-op multipliers, which R3GAN sets away from
+'bgc''s): ``color_multiplier`` (default 1) scales the colour ops' probability to
+``color_multiplier * p`` (R3GAN: 0.5), and ``cutout_multiplier`` (default 0: off, as 'bgc') adds,
+after the colour ops, the reference's cutout with probability ``cutout_multiplier * p``: the pixels
+whose centre lies within a square of half the image's side (``CUTOUT_SIZE``), centred at a uniform
+point of the image, are set to 0 (R3GAN: 1).
+
 The geometric ops are composed into one inverse 3x3 matrix per image that maps each output pixel
 (centred pixel coordinates) to its source, which :func:`~gpgan.functions.bilinear_sample` reads
 with mirrored padding (the reference pads with ``mode='reflect'`` by at most the image's size less
@@ -24,15 +31,21 @@ images are not upsampled 2x around the resampling with its wavelet low-pass filt
 anti-aliasing step): the bilinear sample is taken on the images themselves.
 
 Random numbers: :meth:`ADA.draw` draws on the CPU, with the run's generator, a fixed number of
-uniform and normal numbers per image (whether or not an op happens); the gates ``u < p`` and the
-matrices are computed on the device from them and from ``p``, which lives on the device, so a
-training step never reads the device for them.
+uniform and normal numbers per image (whether or not an op happens; with cutout, three more
+uniforms per image after them, so a pipeline without it draws what it always drew); the gates
+``u < p`` and the matrices are computed on the device from them and from ``p``, which lives on the
+device, so a training step never reads the device for them.
 
-``p``: fixed, a linear ramp over generator steps, or adaptive: every ``interval`` critic
-minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by ``sign(r_t - target) * images /
-(speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``: from 0 to 1 in 500k images, as
-the reference). ``p``, ``r_t`` and the partial sums are the state (:meth:`state_dict`) that a
-checkpoint keeps, so a resumed run continues with the same ``p``.
+``p``: fixed, a linear ramp over generator steps, a curve in images seen (``cosine``: R3GAN's
+cosine from ``p`` to ``p_end``, whose values the caller's ``p_curve`` gives), or adaptive: every
+``interval`` critic minibatches, ``r_t = E[sign(D(real))]`` over them moves ``p`` by
+``sign(r_t - target) * images / (speed_kimg * 1000)``, clipped to [0, 1] (``speed_kimg = 500``:
+from 0 to 1 in 500k images, as the reference). ``p``, ``r_t`` and the partial sums are the state
+(:meth:`state_dict`) that a checkpoint keeps, so a resumed run continues with the same ``p``. A
+data-parallel run sums each minibatch's counts (:meth:`ADA.count`: signs and images, whole
+numbers) over its processes before :meth:`ADA.adapt` adds them, as stylegan2-ada-pytorch
+all-reduces its sign statistics: every process then holds the same ``p``, the one process would
+hold on the global batch.
 """
 import math
 
@@ -43,9 +56,11 @@ from gpgan.autograd import Variable
 from gpgan.backend import constant_array, get_array_module, to_device
 from gpgan.backend.graph import host_effect, host_number
 
-__all__ = ["ADA", "P_MODES", "N_UNIFORM", "N_NORMAL"]
+__all__ = ["ADA", "P_MODES", "SCHEDULED_MODES", "N_UNIFORM", "N_NORMAL", "CUTOUT_SIZE", "cutout_mask"]
 
-P_MODES = ("adaptive", "fixed", "linear")
+P_MODES = ("adaptive", "fixed", "linear", "cosine")
+#: the modes in which p follows the step count (set by :meth:`ADA.begin_step`, nothing to adapt)
+SCHEDULED_MODES = ("linear", "cosine")
 
 # Columns of the per-image random numbers (draw order); each op has its own, used or not.
 _U = {name: k for k, name in enumerate((
@@ -59,6 +74,8 @@ N_UNIFORM, N_NORMAL = len(_U), len(_N)
 # The reference's 'bgc' ranges.
 XINT_MAX, SCALE_STD, ROTATE_MAX, ANISO_STD, XFRAC_STD = 0.125, 0.2, 1.0, 0.2, 0.125
 BRIGHTNESS_STD, CONTRAST_STD, HUE_MAX, SATURATION_STD = 0.2, 0.5, 1.0, 1.0
+#: the side of cutout's square, a fraction of the image's (the reference's cutout_size)
+CUTOUT_SIZE = 0.5
 
 
 # -- per-image matrices (xp arrays, float64) ------------------------------------------------------
@@ -163,6 +180,18 @@ def scale3d(xp, c):
     return _matrices(xp, [[c, 0, 0, 0], [0, c, 0, 0], [0, 0, c, 0], [0, 0, 0, 1]])
 
 
+def cutout_mask(xp, c, p, hw):
+    """(N, H, W) float64: 0 inside each image's cutout square, 1 elsewhere, from its uniforms ``c``
+    (N, 3: the gate, the centre's x and y in [0, 1)) and the cutout's probability ``p`` (0-d). A
+    pixel (i, j) is cut when both ``|(j + 0.5) / W - cx|`` and ``|(i + 0.5) / H - cy|`` are below
+    half the square's side; a closed gate makes the side 0, which cuts nothing."""
+    H, W = hw
+    size = (c[:, 0] < p).astype(numpy.float64) * CUTOUT_SIZE
+    keep_x = xp.abs((xp.arange(W, dtype=numpy.float64) + 0.5) / W - c[:, 1:2]) >= size[:, None] / 2
+    keep_y = xp.abs((xp.arange(H, dtype=numpy.float64) + 0.5) / H - c[:, 2:3]) >= size[:, None] / 2
+    return xp.logical_or(keep_x[:, None, :], keep_y[:, :, None]).astype(numpy.float64)
+
+
 def apply_geometric(x, G):
     """``x`` (Variable, N, C, H, W) resampled through ``G`` (N, 3, 3), mirrored padding."""
     xp = get_array_module(G)
@@ -196,34 +225,47 @@ class ADA:
     """The 'bgc' pipeline with probability ``p`` (see the module docstring).
 
     Args:
-        p: the initial (adaptive), constant (fixed) or starting (linear) probability.
-        mode: "adaptive", "fixed" or "linear".
+        p: the initial (adaptive), constant (fixed) or starting (linear, cosine) probability.
+        mode: "adaptive", "fixed", "linear" or "cosine".
         target: r_t's target (adaptive).
         interval: critic minibatches between adjustments (adaptive).
         speed_kimg: thousands of images over which p may go from 0 to 1 (adaptive).
         p_end, ramp_steps: linear: p goes from ``p`` to ``p_end`` over ``ramp_steps`` generator steps.
+        color_multiplier: the colour ops happen with probability ``color_multiplier * p``.
+        cutout_multiplier: cutout happens with probability ``cutout_multiplier * p`` (0: never,
+            and no numbers are drawn for it).
+        p_curve: cosine: an object whose ``value_at(step)`` is p after ``step`` generator steps
+            (the trainer passes a :class:`gpgan.optim.CosineValue` from ``p`` to ``p_end`` over the
+            schedule section's images, the curve of the learning rates and the penalty weight).
         device: where ``p`` and the adaptation's sums live.
     """
 
     name = "ada"
 
     def __init__(self, p=0.0, mode="adaptive", target=0.6, interval=4, speed_kimg=500.0, p_end=None,
-                 ramp_steps=None, device="cpu"):
+                 ramp_steps=None, p_curve=None, color_multiplier=1.0, cutout_multiplier=0.0, device="cpu"):
         if mode not in P_MODES:
             raise ValueError(f"ADA: unknown p mode {mode!r}; accepted: {', '.join(P_MODES)}")
         if mode == "linear" and (p_end is None or not ramp_steps):
             raise ValueError("ADA: the linear p mode needs p_end and ramp_steps >= 1")
+        if mode == "cosine" and p_curve is None:
+            raise ValueError("ADA: the cosine p mode needs p_curve (p after a number of generator steps)")
         self.mode, self.p0, self.target = mode, float(p), float(target)
         self.interval, self.speed_kimg = int(interval), float(speed_kimg)
-        self.p_end, self.ramp_steps = p_end, ramp_steps
+        self.p_end, self.ramp_steps, self.p_curve = p_end, ramp_steps, p_curve
+        self.color_multiplier, self.cutout_multiplier = float(color_multiplier), float(cutout_multiplier)
         self.device = device
         self.load_state_dict({"p": self.p0, "rt": math.nan, "signs": 0.0, "images": 0.0, "batches": 0.0})
 
     # -- random numbers and the pipeline ----------------------------------------------------------
     def draw(self, rng, x):
-        """``{"uniform": (N, N_UNIFORM), "normal": (N, N_NORMAL)}`` float64, drawn on the CPU."""
+        """``{"uniform": (N, N_UNIFORM), "normal": (N, N_NORMAL)}`` float64, drawn on the CPU, and
+        with cutout ``"cutout"``: (N, 3) uniforms drawn after them."""
         n = x.shape[0]
-        return {"uniform": rng.random((n, N_UNIFORM)), "normal": rng.standard_normal((n, N_NORMAL))}
+        draws = {"uniform": rng.random((n, N_UNIFORM)), "normal": rng.standard_normal((n, N_NORMAL))}
+        if self.cutout_multiplier > 0:
+            draws["cutout"] = rng.random((n, 3))
+        return draws
 
     def __call__(self, x, draws):
         """``x`` (Variable or array, N, C, H, W) augmented with ``draws`` at the current ``p``."""
@@ -231,30 +273,49 @@ class ADA:
         xp = get_array_module(draws["uniform"])
         u, z = draws["uniform"], draws["normal"]
         x = apply_geometric(x, geometric_matrix(xp, u, z, self.p, tuple(x.shape[2:])))
-        return apply_color(x, color_matrix(xp, u, z, self.p))
+        p_color = self.p if self.color_multiplier == 1 else self.p * self.color_multiplier
+        x = apply_color(x, color_matrix(xp, u, z, p_color))
+        if self.cutout_multiplier > 0:
+            mask = cutout_mask(xp, draws["cutout"], self.p * self.cutout_multiplier, tuple(x.shape[2:]))
+            x = x * mask[:, None].astype(x.dtype)
+        return x
 
     # -- p --------------------------------------------------------------------------------------
     def scheduled_p(self, step):
-        """p at generator step ``step`` (steps done) for the fixed and linear modes."""
+        """p for the generator step that follows ``step`` steps, in the fixed, linear and cosine modes."""
+        if self.mode == "cosine":
+            return self.p_curve.value_at(step)
         if self.mode != "linear":
             return self.p0
         return self.p0 + (self.p_end - self.p0) * min(step / self.ramp_steps, 1.0)
 
     def begin_step(self, step):
-        """Set p for the generator step that follows ``step`` steps (linear mode); in a captured
-        step the value is taken again before each replay."""
-        if self.mode == "linear":
+        """Set p for the generator step that follows ``step()`` steps (linear and cosine modes): p
+        follows the step count alone, so a resumed run takes it up exactly. In a captured step the
+        value is taken again before each replay (a host effect writes it into the device's p)."""
+        if self.mode in SCHEDULED_MODES:
             value = host_effect(lambda: host_number(self.scheduled_p(step()), numpy.float64))
             self.p[...] = value
 
-    def observe(self, d_real):
-        """Count the signs of the critic's outputs on one real minibatch (adaptive mode) and adjust
-        p after every ``interval`` minibatches. On the device, in place: nothing is read back."""
+    def count(self, d_real):
+        """This process's counts of one real minibatch (adaptive mode; None in the others): a
+        (2,) float64 device array, the sum of the signs of the critic's outputs ``d_real`` and
+        the number of images. Whole numbers, so that processes can add theirs up exactly."""
         if self.mode != "adaptive":
-            return
+            return None
         xp = get_array_module(d_real)
-        self.signs += xp.sign(d_real).astype(numpy.float64).sum()
-        self.images += d_real.shape[0]
+        counts = xp.empty(2, dtype=numpy.float64)  # filled in place: xp.stack would copy from the host
+        counts[0] = xp.sign(d_real).astype(numpy.float64).sum()
+        counts[1] = d_real.shape[0]
+        return counts
+
+    def adapt(self, counts):
+        """Add one minibatch's ``counts`` (:meth:`count`'s, or their sum over the processes of a
+        data-parallel run: then every process adjusts the same p) and adjust p after every
+        ``interval`` minibatches. On the device, in place: nothing is read back."""
+        xp = get_array_module(counts)
+        self.signs += counts[0]
+        self.images += counts[1]
         self.batches += 1
         due = self.batches >= self.interval
         rt = self.signs / xp.maximum(self.images, 1)
@@ -263,6 +324,12 @@ class ADA:
         self.rt[...] = xp.where(due, rt, self.rt)
         for total in (self.signs, self.images, self.batches):
             total[...] = xp.where(due, 0, total)
+
+    def observe(self, d_real):
+        """:meth:`count` and :meth:`adapt` in one process (adaptive mode; nothing otherwise)."""
+        counts = self.count(d_real)
+        if counts is not None:
+            self.adapt(counts)
 
     # -- state ----------------------------------------------------------------------------------
     def state_dict(self):
@@ -282,8 +349,9 @@ class ADA:
 
     def log_values(self):
         """``augment/p`` and ``augment/rt`` (device scalars; r_t is NaN before the first adjustment
-        and in the fixed and linear modes)."""
+        and in the modes that do not adapt p)."""
         return {"augment/p": self.p, "augment/rt": self.rt}
 
     def __repr__(self):
-        return f"ADA(mode={self.mode!r}, p={self.p0:g})"
+        return (f"ADA(mode={self.mode!r}, p={self.p0:g}, color_multiplier={self.color_multiplier:g}, "
+                f"cutout_multiplier={self.cutout_multiplier:g})")

@@ -138,6 +138,13 @@ class DiffAugment:
     def begin_step(self, step):
         """Nothing: DiffAugment has no probability to schedule."""
 
+    def count(self, d_real):
+        """None: DiffAugment counts nothing (so :meth:`adapt` is never called)."""
+        return None
+
+    def adapt(self, counts):
+        """Nothing: DiffAugment does not adapt."""
+
     def observe(self, d_real):
         """Nothing: DiffAugment does not adapt."""
 

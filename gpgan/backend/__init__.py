@@ -2,9 +2,10 @@
 
 Owns everything device- and randomness-specific below the engine (the array module of an array,
 device names and descriptions, the global random generator and ``manual_seed``, the host
-allocator's policy, the threads and core share of array passes, CUDA-graph capture); it knows
-nothing of Variables or graphs, nor of the accelerated kernels (:mod:`gpgan.kernels`, a layer
-above). Importing it changes nothing in the process.
+allocator's policy, the threads and core share of array passes, CUDA-graph capture, and the
+benchmark-only switches of the CPU speed mechanisms, :mod:`.mechanisms`: names and flags only, which
+every layer may ask); it knows nothing of Variables or graphs, nor of the accelerated kernels
+(:mod:`gpgan.kernels`, a layer above). Importing it changes nothing in the process.
 
 CuPy is imported lazily, only when a user asks for ``cuda``; CPU code never imports it.
 """

@@ -16,6 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from gpgan.backend.core_share import available_cores, process_cores
+from gpgan.backend.mechanisms import off
 
 __all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range", "would_split"]
 
@@ -89,7 +90,7 @@ def _split_count(n, nbytes):
     threads = min(get_num_threads(), n)
     if nbytes is not None and MIN_BYTES_PER_THREAD > 0:
         threads = min(threads, int(nbytes // MIN_BYTES_PER_THREAD))
-    if getattr(_state, "inside", False):
+    if getattr(_state, "inside", False) or off.split_passes:
         return 1
     return max(threads, 1)
 

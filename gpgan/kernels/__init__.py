@@ -10,14 +10,17 @@ here and only here:
   a convolution's col2im and padded im2col, the ReLU family's passes, batch norm's row passes,
   elementwise sums and outer products; the same values as the portable form, bit for bit (batch
   norm's and the channel sums to the dtype's rounding: they add in float64);
-* oneDNN (:mod:`.cpu.onednn`; switch ``GPGAN_ONEDNN``, :func:`set_onednn`): float32 convolutions of
-  one group and large 2-D float32 products, with a Linear's bias and rectifier fused; to float32
-  rounding;
+* oneDNN (:mod:`.cpu.onednn`; switch ``GPGAN_ONEDNN``, :func:`set_onednn`): float32 convolutions
+  (grouped and depthwise ones too) and large 2-D float32 products, with a Linear's bias and
+  rectifier fused; to float32 rounding;
 * array passes split over the cores (:mod:`.cpu.passes`, threads of :mod:`gpgan.backend.threads`):
   :func:`over_batch`, :func:`elementwise`, :func:`add_arrays`, :func:`array_sum`; never changes a
   value;
 * cuBLAS called directly on CUDA (:mod:`.cuda.cublas`), so that a step with products can be
   captured as a CUDA graph.
+
+Each CPU mechanism without a switch of its own above can be turned off for a benchmark
+(:mod:`gpgan.backend.mechanisms`, ``GPGAN_BENCH_WITHOUT``; ``scripts/ab_mechanisms.py``).
 
 The process settings these kernels run best under (BLAS threads and idle spin, OpenMP threads,
 host memory policy) are one explicit call, :func:`gpgan.kernels.process.configure_process`.

@@ -2,11 +2,12 @@
 passes of gpgan's own im2col / col2im kernels (:mod:`gpgan.functions.conv`).
 
 Each function returns None, computing nothing, where no accelerator takes the arrays (CuPy arrays,
-another dtype, the library off or not installed, grouped convolutions); the caller then runs its
-portable NumPy / CuPy form. oneDNN agrees with that form to float32 rounding, the Numba passes
-bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
+another dtype, the library off or not installed; for the Numba passes, grouped convolutions); the
+caller then runs its portable NumPy / CuPy form. oneDNN agrees with that form to float32
+rounding, the Numba passes bit for bit. Shapes and conventions are those of :mod:`gpgan.functions.conv`: activations
 (N, C, H, W) in any memory layout, results channels-last in memory.
 """
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import over_batch
 from gpgan.kernels.cpu.select import cpu_kernels, onednn_convolutions
 
@@ -17,21 +18,21 @@ __all__ = ["conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns",
 def conv2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv2d(x, w)`` (N, O, *out_hw) on oneDNN, or None."""
     dnn = onednn_convolutions(xp, x, w, groups=groups)
-    return dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw)
+    return dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw, groups)
 
 
 def conv_transpose2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv_transpose2d(x, w)`` (N, Cog*G, *out_hw) on oneDNN (a convolution's backward data),
     or None."""
     dnn = onednn_convolutions(xp, x, w, groups=groups)
-    return dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw)
+    return dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw, groups)
 
 
 def conv2d_grad_weight(xp, x, gy, ksize, stride, padding, dilation, groups):
     """The weight gradient (O, C/G, kH, kW) of ``conv2d(x, W)`` for output gradient ``gy`` on
     oneDNN, or None."""
     dnn = onednn_convolutions(xp, x, gy, groups=groups)
-    return dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation)
+    return dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups)
 
 
 def _nhwc(x):
@@ -47,7 +48,7 @@ def window_columns(xp, x, pads, origin, out_hw, taps, tap_step, s, groups):
     axis, as :func:`gpgan.functions.conv._windows` does.
     """
     kernels = cpu_kernels(xp, x.dtype) if groups == 1 else None
-    if kernels is None:
+    if kernels is None or off.numba_conv_copies:
         return None
     N, C = x.shape[:2]
     col = xp.empty((N,) + tuple(out_hw) + tuple(taps) + (C,), dtype=x.dtype)
@@ -65,7 +66,7 @@ def col2im_planes(xp, cols, out_hw, s, p, d):
     """The transposed convolution's col2im of channels-first ``cols`` (kH, kW, Cog, N, H, W):
     the (N, Cog, Ho, Wo) output (its memory (Cog, N, Ho, Wo)) in one Numba pass, or None."""
     kernels = cpu_kernels(xp, cols.dtype)
-    if kernels is None:
+    if kernels is None or off.numba_conv_copies:
         return None
     Cog, N = cols.shape[2], cols.shape[3]
     y = xp.empty((Cog, N) + tuple(out_hw), dtype=cols.dtype)
@@ -77,7 +78,7 @@ def col2im_channels_last(xp, cols, out_hw, s, p, d):
     """The transposed convolution's col2im of channels-last ``cols`` (G, N, H, W, kH, kW, Cog):
     the (N, Cog, Ho, Wo) output (channels-last) in one Numba pass, or None (one group only)."""
     kernels = cpu_kernels(xp, cols.dtype) if cols.shape[0] == 1 else None
-    if kernels is None:
+    if kernels is None or off.numba_conv_copies:
         return None
     N, Cog = cols.shape[1], cols.shape[6]
     y = xp.empty((N,) + tuple(out_hw) + (Cog,), dtype=cols.dtype)

@@ -11,6 +11,7 @@ and agree with the portable form to the dtype's rounding.
 """
 import numpy
 
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import add_in_block_order, block_partials, kernels_for
 
 __all__ = ["batch_norm_rows", "batch_norm_rows_gradients", "column_dots"]
@@ -25,7 +26,7 @@ def batch_norm_rows(xp, x2, w, b, eps):
     rows, then ``y = (x - mean) * scale + shift``.
     """
     kernels = kernels_for(xp, x2)
-    if kernels is None:
+    if kernels is None or off.numba_batch_norm:
         return None
     M, C = x2.shape
     shift = x2[0].astype(numpy.float64)
@@ -53,7 +54,7 @@ def batch_norm_rows_gradients(xp, x2, gy2, mean, inv, w):
     ``gx = (gy - mean(gy)) * coef - (x - mean) * k``.
     """
     kernels = kernels_for(xp, x2)
-    if kernels is None:
+    if kernels is None or off.numba_batch_norm:
         return None
     M, C = x2.shape
     dtype = x2.dtype

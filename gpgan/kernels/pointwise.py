@@ -9,6 +9,7 @@ form).
 """
 import numpy
 
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import add_in_block_order, block_partials, compiled_elementwise, kernels_for
 
 __all__ = ["relu", "leaky_relu", "rectified_gradient", "rectified_gradient_sums", "add_at"]
@@ -47,7 +48,8 @@ def rectified_gradient_sums(gy, ref, slope):
     arrays of one dtype, in one compiled pass that also adds each row into float64 sums over fixed
     row blocks (the values of :func:`gpgan.kernels.array_sum`); or None."""
     kernels = kernels_for(numpy, gy) if gy.__class__ is numpy.ndarray else None
-    if (kernels is None or ref.__class__ is not numpy.ndarray or ref.shape != gy.shape
+    if (kernels is None or off.rectified_sums or off.numba_passes
+            or ref.__class__ is not numpy.ndarray or ref.shape != gy.shape
             or ref.dtype != gy.dtype or not (gy.flags.c_contiguous and ref.flags.c_contiguous)):
         return None
     out = numpy.empty_like(gy)

@@ -7,13 +7,16 @@ Which library takes a NumPy product is decided once per kind of operands (shapes
 and which of bias, rectifier and addend are fused), not at every call: a training step runs the
 same few kinds of products at every step, many of them small, where the tests of the decision
 would cost about what the product does. The decisions are kept in :data:`_plans` and forgotten
-when the oneDNN switch changes (:meth:`gpgan.kernels.switches.OptionalLibrary.on_change`).
+when the oneDNN switch changes (:meth:`gpgan.kernels.switches.OptionalLibrary.on_change`); the
+benchmark-only flags of :mod:`gpgan.backend.mechanisms` are read at each call (``onednn_products``
+as part of the kind), so a benchmark may turn them on and off between calls.
 """
 import threading
 
 import numpy
 
 from gpgan.backend.array_module import get_array_module
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import kernels_for
 from gpgan.kernels.cpu.select import onednn_products
 from gpgan.kernels.switches import onednn_switch
@@ -54,7 +57,8 @@ def _plan(a, b, bias, negative_slope, addend):
     key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype,
            None if bias is None else (bias.__class__, bias.dtype, bias.shape, bias.strides),
            None if negative_slope is None else float(negative_slope),
-           None if addend is None else (addend.__class__, addend.dtype, addend.shape, addend.strides))
+           None if addend is None else (addend.__class__, addend.dtype, addend.shape, addend.strides),
+           off.onednn_products)  # onednn_products reads it: a decision made with it off is another
     plan = _plans.get(key)
     if plan is None:
         generation = _generation[0]
@@ -75,7 +79,7 @@ def matmul(a, b):
         product, copy_a, copy_b = _plan(a, b, None, None, None)
         if product is not None:
             return product(a, b, None, None)
-        return numpy.matmul(numpy.ascontiguousarray(a) if copy_a else a, numpy.ascontiguousarray(b) if copy_b else b)
+        return numpy.matmul(_blas_operand(a) if copy_a else a, _blas_operand(b) if copy_b else b)
     if get_array_module(a, b) is numpy:  # NumPy subclasses and scalars: decided at each call
         c = fused_affine(a, b)
         return numpy.matmul(_blas_operand(a), _blas_operand(b)) if c is None else c
@@ -86,7 +90,7 @@ def matmul(a, b):
 
 def _blas_operand(x):
     """``x`` as NumPy's matmul can hand it to BLAS (see :func:`_copied_for_blas`)."""
-    return numpy.ascontiguousarray(x) if _copied_for_blas(x) else x
+    return numpy.ascontiguousarray(x) if _copied_for_blas(x) and not off.blas_operand else x
 
 
 def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
@@ -96,6 +100,9 @@ def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
     else (the caller adds the bias, rectifies and adds). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,)
     or None, ``addend`` (M, N) C-contiguous or None -> a new (M, N) array. The one test of which
     products oneDNN takes: :func:`matmul` asks it too."""
+    if ((off.fused_linear and (bias is not None or negative_slope is not None))
+            or (off.fused_addend and addend is not None)):
+        return None  # a mechanism turned off for a benchmark (gpgan.backend.mechanisms)
     if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
         product = _plan(a, b, bias, negative_slope, addend)[0]
         return None if product is None else product(a, b, bias, addend)
@@ -107,7 +114,7 @@ def outer(a, b):
     """``a * b`` for ``a`` (M, 1) and ``b`` (1, N) arrays of one dtype, as one compiled pass split
     over the threads where the Numba kernels take the (M, N) output; None otherwise (the caller
     multiplies: the same products)."""
-    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray and a.dtype == b.dtype:
+    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray and a.dtype == b.dtype and not off.numba_passes:
         out = numpy.empty((a.shape[0], b.shape[1]), a.dtype)
         kernels = kernels_for(numpy, out)
         if kernels is not None:

@@ -17,9 +17,10 @@ two are drawn N(0, gain^2 / fan_in) with gain = sqrt(2 / (1 + 0.2^2)) * L^(-1/4)
 N(0, 1 / fan_in) with no bias.
 
 Resampling is R3GAN's interpolative one: the filter [1, 2, 1] convolved with [1, 1] ([1, 3, 3, 1]),
-its outer product normalized to sum 1, applied to each channel alone; up-sampling is a transposed
-convolution with stride 2 and padding 1 by 4 times that kernel, down-sampling a convolution with
-stride 2 and padding 1 by it. A change of width is a 1x1 convolution at the lower resolution
+its outer product normalized to sum 1, applied to each channel alone (a depthwise convolution:
+groups = channels, the kernel repeated per channel); up-sampling is a transposed convolution with
+stride 2 and padding 1 by 4 times that kernel, down-sampling a convolution with stride 2 and
+padding 1 by it. A change of width is a 1x1 convolution at the lower resolution
 (before up-sampling, after down-sampling).
 
 Generator: z (N, latent_dim) -> a learned 4x4 basis (C0, 4, 4), N(0, 1), multiplied channelwise by
@@ -36,6 +37,8 @@ import numpy
 
 import gpgan.functions as F
 import gpgan.nn as nn
+from gpgan.autograd import Variable
+from gpgan.backend import get_array_module
 from gpgan.models._common import check_positive_int
 from gpgan.nn import init as nn_init
 
@@ -55,26 +58,29 @@ def resampling_kernel(taps=(1, 2, 1)):
     return k / k.sum()
 
 
-def _per_channel(x):
-    """(N, C, H, W) -> (N * C, 1, H, W): every channel filtered alone by one single-channel conv."""
-    n, c, h, w = x.shape
-    return F.reshape(x, (n * c, 1, h, w))
+def _depthwise(kernel, channels):
+    """The (1, 1, kH, kW) ``kernel`` repeated as the (C, 1, kH, kW) weight of a depthwise
+    convolution (groups = C): every channel filtered alone, in its own memory layout, where a
+    batch of N * C single-channel images would need the channels-first copy of the activations
+    and back. An array stays a constant of the graph; a Variable is broadcast differentiably."""
+    shape = (channels,) + tuple(kernel.shape[1:])
+    if isinstance(kernel, Variable):
+        return F.broadcast_to(kernel, shape)
+    return get_array_module(kernel).repeat(kernel, channels, axis=0)
 
 
 def upsample(x, kernel):
     """Up-sample (N, C, H, W) -> (N, C, 2H, 2W): transposed convolution by ``4 * kernel`` (a (1, 1,
     4, 4) array or Variable holding the normalized kernel times 4), stride 2, padding 1, per channel."""
-    n, c, h, w = x.shape
-    y = F.conv_transpose2d(_per_channel(x), kernel, stride=2, padding=1)
-    return F.reshape(y, (n, c, 2 * h, 2 * w))
+    c = x.shape[1]
+    return F.conv_transpose2d(x, _depthwise(kernel, c), stride=2, padding=1, groups=c)
 
 
 def downsample(x, kernel):
     """Down-sample (N, C, H, W) -> (N, C, H/2, W/2): convolution by ``kernel`` ((1, 1, 4, 4),
     normalized), stride 2, padding 1, per channel. H and W must be even."""
-    n, c, h, w = x.shape
-    y = F.conv2d(_per_channel(x), kernel, stride=2, padding=1)
-    return F.reshape(y, (n, c, h // 2, w // 2))
+    c = x.shape[1]
+    return F.conv2d(x, _depthwise(kernel, c), stride=2, padding=1, groups=c)
 
 
 def _msr(layer, gain, rng):
@@ -124,7 +130,12 @@ class ResidualBlock(nn.Module):
 
 
 def _check_stages(name, widths, blocks, expansion, group_size):
-    widths, blocks = [int(w) for w in widths], [int(b) for b in blocks]
+    for option, values in (("widths", widths), ("blocks", blocks)):
+        if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                              for v in values):
+            raise ValueError(f"{name}: {option} must be a list of whole numbers, one per stage from 4x4 up "
+                             f"(e.g. [768, 768, 768, 768], in --set as ...{option}=[16,16,16,16]), got {values!r}")
+    widths, blocks = list(widths), list(blocks)
     if not widths or len(widths) != len(blocks):
         raise ValueError(f"{name}: widths and blocks need one entry per stage (4x4 first), got "
                          f"{len(widths)} widths and {len(blocks)} blocks")

@@ -47,7 +47,7 @@ def _is_number(v):
     return _as_number(v) is not None
 
 
-def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction, title):
+def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction, title, references=()):
     """The Figure of :func:`metric_figure` (same arguments but the path), or None without points."""
     if not points:
         return None
@@ -70,7 +70,8 @@ def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction
             means.append(m)
             spreads.append(d)
         series = [("", [t for t, _ in ticks], means, spreads, "points")]
-        return line_figure(series, xlabel=series_axis or "setting", ylabel=ylabel, title=title, xticks=ticks)
+        return line_figure(series, xlabel=series_axis or "setting", ylabel=ylabel, title=title, xticks=ticks,
+                           references=references)
 
     if all(_is_number(x) for x in xs_used):
         nums = [_as_number(x) for x in xs_used]
@@ -92,10 +93,11 @@ def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction
         pts = sorted(pts, key=lambda p: pos[format_value(p[0])])
         series.append((format_value(s) if series_axis else "",
                        [pos[format_value(p[0])] for p in pts], [p[1] for p in pts], [p[2] for p in pts]))
-    return line_figure(series, xlabel=x_axis, ylabel=ylabel, title=title, logx=logx, xticks=ticks)
+    return line_figure(series, xlabel=x_axis, ylabel=ylabel, title=title, logx=logx, xticks=ticks,
+                       references=references)
 
 
-def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title):
+def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction, title, references=()):
     """Plot ``metric`` against the x axis, one line per series value, into ``path`` (PNG).
 
     ``points``: list of (series value, x value or IGNORED, mean, std or None) in sweep order,
@@ -107,9 +109,10 @@ def metric_figure(path, points, x_axis, series_axis, x_values, metric, direction
     over every x. When no series has two x values (one weight per type, or no x axis) the plot
     has one mark per series value instead. A mean of +inf (e.g. the reverse KL of a collapsed
     run), -inf or nan is marked in a shaded band at the top or bottom edge and labelled.
-    Returns False (and writes nothing) when there are no points.
+    ``references``: ``[(label, value)]`` drawn as dashed grey lines across the plot (the score of
+    real data, say). Returns False (and writes nothing) when there are no points.
     """
-    figure = build_metric_figure(points, x_axis, series_axis, x_values, metric, direction, title)
+    figure = build_metric_figure(points, x_axis, series_axis, x_values, metric, direction, title, references)
     if figure is None:
         return False
     save_figure(figure, path)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from gpgan.studies.figures import metric_figure, sample_tiles, slug
 from gpgan.viz import curves_plot
-from gpgan.studies.results import collect_results, resolve_metrics, write_results_csv
+from gpgan.studies.results import collect_results, metric_value, resolve_metrics, write_results_csv
 from gpgan.studies.sweep import IGNORED, format_value
 
 __all__ = ["SettingStats", "end_trend", "mean_std", "summarize", "write_report"]
@@ -127,6 +127,38 @@ def _panel_slug(sweep, pv):
 
 
 # ----------------------------------------------------------------------------------------------
+# the real-data floor (reference_scores)
+
+REAL_LABEL = "real data"
+
+
+def _real_references(sweep, metric):
+    """A figure's reference lines for ``metric``: the value of the ``reference_scores`` file,
+    when there is one and it holds that metric."""
+    value = None if sweep.reference_scores is None else metric_value(sweep.reference_scores["scores"], metric)
+    return [] if value is None else [(REAL_LABEL, value)]
+
+
+def _real_row(sweep, metrics, trailing=0):
+    """The real data's row of a results table: its label, its number of images as ``n``, its
+    value of each metric ("n/a" where the file has none), and ``trailing`` empty cells."""
+    floor = sweep.reference_scores
+    label = [f"**{REAL_LABEL}**"] + [""] * (len(sweep.setting_axes) - 1)
+    values = [metric_value(floor["scores"], m) for m, _ in metrics]
+    cells = ["n/a" if v is None else _num(v) for v in values]
+    return label + [f"{floor['images']:,} images"] + cells + [""] * trailing
+
+
+def _real_line(sweep, report_dir):
+    """What the real data's row is, with a link to its file (relative to the report folder)."""
+    floor, path = sweep.reference_scores, sweep.reference_scores_path
+    link = os.path.relpath(os.path.realpath(path), os.path.realpath(report_dir)).replace(os.sep, "/")
+    return (f"**{REAL_LABEL}**: the real-data floor, {floor['source']} against {floor['reference']} "
+            f"([{os.path.basename(path)}]({link}), written by `gpgan-eval real`): how far real images are from the "
+            "reference by the same metrics; dashed lines in the figures.")
+
+
+# ----------------------------------------------------------------------------------------------
 # figures
 
 def _figures(sweep, out_dir, panels, metrics):
@@ -160,17 +192,19 @@ def _figures(sweep, out_dir, panels, metrics):
                          for st in settings if st.final[metric][2] > 0 and not math.isfinite(st.final[metric][0])]
             if off_scale:  # e.g. a reverse KL of inf: marked in a band at the plot's edge, named here
                 caption += "; marked at the edge (mean not finite): " + "; ".join(off_scale)
+            references = _real_references(sweep, metric)
+            real = f"; dashed: {REAL_LABEL} ({_num(references[0][1])})" if references else ""
             if metric_figure(os.path.join(out_dir, rel), points, sweep.x_axis, sweep.series_axis, x_values,
-                             metric, direction, title):
-                items.append((caption, rel))
+                             metric, direction, title, references):
+                items.append((caption + real, rel))
             curves = _curve_groups(sweep, settings, metric)
             if curves:
                 rel = f"figures/curves/{slug(metric)}{suffix}.png"
                 curves_plot(os.path.join(out_dir, rel), curves, "generator step", metric, title=f"{title}, during training",
-                            ncols=min(4, len(curves)))
+                            ncols=min(4, len(curves)), references=references)
                 by = f", one panel per {sweep.series_axis}" if sweep.series_axis else ""
-                items.append((f"{metric} against the step (mean ± std over seeds{by}; non-finite means left out)",
-                              rel))
+                items.append((f"{metric} against the step (mean ± std over seeds{by}; non-finite means left out"
+                              f"{real})", rel))
 
         # Sample tiles: rows = series values, columns = x values (first finished seed of each).
         cells = []
@@ -306,7 +340,7 @@ def _alt_text(caption):
     return head + ")" * (head.count("(") - head.count(")"))
 
 
-def _markdown(sweep, records, stats, panels, metrics, figures):
+def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     total = len(records)
     count = {}
     for rec in records:
@@ -349,7 +383,11 @@ def _markdown(sweep, records, stats, panels, metrics, figures):
         final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
         trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics])
-    lines += ["## Final metrics", ""] + _table(header + ["wall time (s)"], final_rows) + [""]
+    real = [] if sweep.reference_scores is None else ["", _real_line(sweep, report_dir)]
+    if sweep.reference_scores is not None:
+        final_rows.append(_real_row(sweep, metrics, trailing=1))
+        best_rows.append(_real_row(sweep, metrics))
+    lines += ["## Final metrics", ""] + _table(header + ["wall time (s)"], final_rows) + real + [""]
     lines += ["## Best value during training", "",
               "Best evaluation of each run (max or min by the metric's direction), then mean ± std over seeds.",
               ""] + _table(header, best_rows) + [""]
@@ -423,7 +461,7 @@ def write_report(sweep, out_dir, report_dir=None):
     stats = summarize(sweep, records, metrics)
     panels = _panels(sweep, stats)
     figures = _figures(sweep, report_dir, panels, metrics)
-    text = _markdown(sweep, records, stats, panels, metrics, figures)
+    text = _markdown(sweep, records, stats, panels, metrics, figures, report_dir)
     with open(os.path.join(report_dir, "REPORT.md"), "w", encoding="utf-8") as fh:
         fh.write(text)
     return records

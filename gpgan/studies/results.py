@@ -1,8 +1,9 @@
 """Collecting a sweep's results from its run folders, and results.csv.
 
-Everything here reads files only (a run folder's final.json and metrics.jsonl, through
-:class:`gpgan.train.run.RunFolder`, and OUT/logs/<name>/failure.json), so
-``--report-only`` gives the same rows as the sweep that produced the runs.
+Everything here reads files only (a run folder's final.json, metrics.jsonl and config.yaml,
+through :class:`gpgan.train.run.RunFolder`, OUT/logs/<name>/failure.json, and for a run without
+a config.yaml the sweep's base config), so ``--report-only`` gives the same rows as the sweep that
+produced the runs.
 """
 
 import csv
@@ -12,11 +13,12 @@ import os
 from dataclasses import dataclass, field
 
 from gpgan.metrics import direction
+from gpgan.schema import get_key
 from gpgan.studies.runner import find_run_dir, logs_dir
-from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value
+from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config, yaml_scalar
 from gpgan.train.run import RunFolder
 
-__all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns"]
+__all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns", "metric_value"]
 
 STATUSES = ("finished", "failed", "interrupted", "unfinished", "not run")
 
@@ -45,6 +47,7 @@ class RunRecord:
     curves: dict = field(default_factory=dict)   # metric -> [(step, value)]
     checkpoint_step: int = None                  # an unfinished run: its newest checkpoint's step
     target_steps: int = None                     # an unfinished run: train.steps of its config
+    config: dict = field(default_factory=dict)   # key of Sweep.varied_keys -> the run's resolved value
 
 
 def _aliases(name):
@@ -58,6 +61,12 @@ def _number(value):
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def metric_value(mapping, name):
+    """The number ``mapping`` holds for metric ``name`` (spelled with or without 'eval/'), or None
+    (absent, not a number, or ``mapping`` not a dict)."""
+    return _lookup(mapping, name)
 
 
 def _lookup(mapping, name):
@@ -132,6 +141,30 @@ def _read_progress(rec, run):
         pass
 
 
+def _resolved_values(sweep, spec, run_dir, keys):
+    """key -> value of each of ``keys`` in the config run ``spec`` trained with: its folder's
+    config.yaml, else (no folder yet, or another trainer's without one) the config the sweep asks
+    for (:func:`~gpgan.studies.sweep.run_config`); keys neither has are left out."""
+    config = None
+    if run_dir is not None:
+        try:
+            config = RunFolder(run_dir).read_config()
+        except (OSError, ValueError):  # no config.yaml (another trainer's folder), a damaged one
+            pass
+    if config is None:
+        try:
+            config = run_config(sweep, spec)
+        except (OSError, ValueError):  # a base config edited into one the trainer refuses
+            return {}
+    values = {}
+    for key in keys:
+        try:
+            values[key] = get_key(config, key)
+        except (KeyError, TypeError):
+            pass
+    return values
+
+
 def collect_results(sweep, out_dir, metrics=None):
     """One record per run of the sweep, in sweep order."""
     out_dir = os.fspath(out_dir)
@@ -142,6 +175,8 @@ def collect_results(sweep, out_dir, metrics=None):
         final = _read_final(run_dir)
         failure = _read_failure(out_dir, spec.name)
         rec = RunRecord(spec=spec, status="not run", run_dir=run_dir)
+        if sweep.varied_keys:
+            rec.config = _resolved_values(sweep, spec, run_dir, sweep.varied_keys)
         if final is not None and final.get("status") == "finished":
             rec.status = "finished"
         elif failure is not None:
@@ -181,7 +216,9 @@ def collect_results(sweep, out_dir, metrics=None):
 
 
 def csv_columns(sweep, metrics):
-    return (["run", "status"] + list(sweep.axes) + [f"final/{m}" for m, _ in metrics]
+    """results.csv's header: the run, its status, its axis values, its values of the keys variants
+    and adjust rules set (:attr:`~gpgan.studies.sweep.Sweep.varied_keys`), then the metrics."""
+    return (["run", "status"] + list(sweep.axes) + sweep.varied_keys + [f"final/{m}" for m, _ in metrics]
             + [f"best/{m}" for m, _ in metrics] + ["steps", "wall_time_s", "run_dir", "error"])
 
 
@@ -193,10 +230,20 @@ def _cell(value):
     return str(value)
 
 
+def _config_cell(config, key):
+    """A resolved config value as results.csv shows it: as axis values are (``null``, ``true``,
+    ``0.1``, ``[0.0,0.9]``), a mapping as YAML flow text; empty when the run's config lacks it."""
+    if key not in config:
+        return ""
+    value = config[key]
+    return yaml_scalar(value) if isinstance(value, dict) else format_value(value)
+
+
 def write_results_csv(path, sweep, records, metrics, relative_to):
-    """results.csv: one row per run (axes, final and best metrics, steps, wall time, status, run
-    folder relative to ``relative_to`` (the folder results.csv is in), and the error of a failed
-    or interrupted run)."""
+    """results.csv: one row per run (axes, the resolved values of the keys variants and adjust
+    rules set, final and best metrics, steps, wall time, status, run folder relative to
+    ``relative_to`` (the folder results.csv is in), and the error of a failed or interrupted
+    run)."""
     base = os.path.realpath(relative_to)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh, lineterminator="\n")
@@ -207,7 +254,7 @@ def write_results_csv(path, sweep, records, metrics, relative_to):
             if rec.run_dir is not None:
                 run_dir = os.path.relpath(os.path.realpath(rec.run_dir), base).replace(os.sep, "/")
             writer.writerow(
-                [rec.spec.name, rec.status] + axes
+                [rec.spec.name, rec.status] + axes + [_config_cell(rec.config, k) for k in sweep.varied_keys]
                 + [_cell(rec.final.get(m)) for m, _ in metrics]
                 + [_cell(rec.best.get(m)) for m, _ in metrics]
                 + [_cell(rec.steps), _cell(rec.wall_time_s), run_dir, rec.error]

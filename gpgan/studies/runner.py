@@ -147,9 +147,13 @@ def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
 
 
 def _longer_steps(sweep, spec, run_dir):
-    """The sweep's ``train.steps`` for ``spec`` when it is larger than the run's, else None."""
+    """The sweep's ``train.steps`` for ``spec`` when it is larger than the run's, else None (also
+    for a run that ended early by ``train.patience``: more steps would not continue it)."""
+    run = RunFolder(run_dir)
     try:
-        diffs = RunFolder(run_dir).config_differences(run_config(sweep, spec))
+        diffs = run.config_differences(run_config(sweep, spec))
+        if run.is_finished() and (run.read_final() or {}).get("stop"):
+            return None
     except (OSError, ValueError):
         return None
     return next((d[2] for d in diffs if _is_extension(d)), None)

@@ -55,6 +55,13 @@ for the one setting whose curves still rise::
 They come after ``set:``, the axes and the variants (so they win), in file order; run names do
 not change. An axis that ``ignore`` dropped from a run matches no ``when`` value. A key of
 ``set`` may not be an axis.
+
+``reference_scores``: a JSON file (relative to the sweep file) that ``gpgan-eval real ... --out``
+wrote: real images scored against the runs' reference, e.g. CIFAR-10's test images against its
+training images. The report shows it as the "real data" row of its tables and as a dashed line in
+the figures of the metrics it holds::
+
+    reference_scores: real_floor.json
 """
 
 import itertools
@@ -65,6 +72,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from gpgan.metrics import direction as metric_direction
+from gpgan.metrics.real_scores import read_real_scores
 from gpgan.schema import did_you_mean
 
 __all__ = [
@@ -83,7 +91,7 @@ __all__ = [
 
 TOP_LEVEL_KEYS = (
     "base", "axes", "set", "variants", "metrics", "seed_axis", "x_axis", "series_axis",
-    "ignore", "exclude", "adjust", "out", "title", "notes",
+    "ignore", "exclude", "adjust", "out", "title", "notes", "reference_scores",
 )
 IGNORE_KEYS = ("when", "axes")
 ADJUST_KEYS = ("when", "set")
@@ -143,10 +151,23 @@ class Sweep:
     variants: dict = field(default_factory=dict)     # axis -> variant -> {dotted key: value}
     notes: str = None            # Markdown placed in REPORT.md under "Findings"
     adjust: list = field(default_factory=list)       # [({axis: [values]}, {dotted key: value})]
+    reference_scores: dict = None    # what gpgan.metrics.real_scores.read_real_scores read, or None
+    reference_scores_path: str = None  # that file (resolved against the sweep file's folder)
 
     @property
     def stem(self):
         return os.path.splitext(os.path.basename(self.path))[0]
+
+    @property
+    def varied_keys(self):
+        """Config keys that variants or ``adjust`` rules set, in file order (first mention): they
+        differ between runs, but no axis column shows them (a variant's name stands for its
+        bundle), so results.csv has a column for each with every run's resolved value."""
+        keys = []
+        bundles = [settings for bundle in self.variants.values() for settings in bundle.values()]
+        for settings in bundles + [settings for _, settings in self.adjust]:
+            keys += [k for k in settings if k not in keys]
+        return keys
 
     @property
     def setting_axes(self):
@@ -459,11 +480,14 @@ def parse_sweep(raw, path):
     if notes is not None and not isinstance(notes, str):
         raise _err(path, "notes", f"must be Markdown text (a string), got {type(notes).__name__}")
 
+    reference_scores, reference_scores_path = _parse_reference_scores(path, raw.get("reference_scores"))
+
     sweep = Sweep(
         path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
         out=out, title=title, base_text=base_text,
         variants=variants, notes=notes, adjust=adjust,
+        reference_scores=reference_scores, reference_scores_path=reference_scores_path,
     )
     _check_config_keys(sweep)
     specs = expand_runs(sweep)  # surfaces name collisions and empty sweeps now
@@ -471,6 +495,25 @@ def parse_sweep(raw, path):
         raise _err(path, "exclude", "excludes every combination; nothing to run")
     _check_run_configs(sweep, specs)
     return sweep
+
+
+def _parse_reference_scores(path, text):
+    """``(record, path)`` of ``reference_scores:`` (a ``gpgan-eval real --out`` file, relative to
+    the sweep file), checked now so that a report never fails on it; ``(None, None)`` when the key
+    is absent."""
+    if text is None:
+        return None, None
+    if not isinstance(text, str) or not text:
+        raise _err(path, "reference_scores", f"must be the path of a JSON file that `gpgan-eval real ... --out FILE` "
+                                             f"wrote (relative to the sweep file), got {text!r}")
+    file = os.path.join(os.path.dirname(path), text)
+    if not os.path.isfile(file):
+        raise _err(path, "reference_scores", f"{file} (relative to the sweep file) does not exist; "
+                                             "`gpgan-eval real SOURCE --ref REF --out FILE` writes it")
+    try:
+        return read_real_scores(file), file
+    except ValueError as exc:
+        raise _err(path, "reference_scores", str(exc)) from None
 
 
 def _parse_variants(path, raw):

@@ -88,15 +88,22 @@ def _lr_schedule(section, optimizer, config):
                          images_per_step=images_per_step(config), final_beta2=section["beta2_final"])
 
 
+def _images_curve(config, base, final, warmup=True):
+    """The :class:`CosineValue` from ``base`` to ``final`` over the schedule section's images, with
+    its warm-up (from 0) or without, at the run's images per generator step."""
+    return CosineValue(base, final, schedule_images(config), config["schedule"]["warmup_images"] if warmup else 0,
+                       images_per_step=images_per_step(config))
+
+
 def _ema(generator, config):
     ec = config["train"]["ema"]
     if not ec["enabled"]:
         return None
     half_life = None
     if ec["half_life_images"] is not None:
-        h, total = ec["half_life_images"], schedule_images(config)
+        h = ec["half_life_images"]
         # ramp: R3GAN's ema_scheduler, the cosine from 0 to the half-life (no warm-up)
-        half_life = CosineValue(0.0 if ec["half_life_ramp"] else h, h, total, images_per_step=images_per_step(config))
+        half_life = _images_curve(config, 0.0 if ec["half_life_ramp"] else h, h, warmup=False)
     return EMA(generator, decay=ec["decay"], start_step=ec["start_step"], rampup=ec["rampup"], half_life=half_life,
                images_per_step=images_per_step(config))
 
@@ -105,8 +112,17 @@ def _penalty_weight(penalty, config):
     final = config["penalty"]["weight_final"]
     if final is None or config["penalty"]["type"] == "none":
         return None
-    return CosineValue(penalty.weight, final, schedule_images(config), config["schedule"]["warmup_images"],
-                       images_per_step=images_per_step(config))
+    return _images_curve(config, penalty.weight, final)
+
+
+def _augment(config):
+    """The run's augmentation; ADA's cosine p is R3GAN's aug_scheduler: the cosine from augment.p to
+    augment.p_end over the schedule section's images, warm-up included (as the penalty weight's)."""
+    ac = config["augment"]
+    p_curve = None
+    if ac["type"] == "ada" and ac["p_mode"] == "cosine":
+        p_curve = _images_curve(config, ac["p"], ac["p_end"])
+    return make_augment(ac, config["device"], p_curve=p_curve)
 
 
 def build_components(config, progress=True):
@@ -147,5 +163,5 @@ def build_components(config, progress=True):
         penalty=penalty,
         penalty_weight=_penalty_weight(penalty, config),
         num_classes=classes,
-        augment=make_augment(config["augment"], device),
+        augment=_augment(config),
     )

@@ -181,11 +181,12 @@ SCHEMA = {
     },
     "schedule": {
         "total_images": Field("float", None, "length in images seen of the cosine schedules (optim.*.schedule "
-                              "'cosine', penalty.weight_final, train.ema.half_life_ramp); images seen = generator "
-                              "steps x train.batch_size x train.critic_steps; null: the whole run", nullable=True,
+                              "'cosine', penalty.weight_final, train.ema.half_life_ramp, augment.p_mode "
+                              "'cosine'); images seen = generator steps x train.batch_size x train.critic_steps; "
+                              "null: the whole run", nullable=True,
                               minimum=0, exclusive_min=True),
-        "warmup_images": Field("float", 0, "the cosine's warm-up of the learning rates and the penalty weight: "
-                               "linear from 0 over these images", minimum=0),
+        "warmup_images": Field("float", 0, "the cosine's warm-up of the learning rates, the penalty weight and "
+                               "ADA's cosine p: linear from 0 over these images", minimum=0),
     },
     "data": {
         "name": Field("str", "grid25", "data set: cifar10, image_folder, or a toy 2-D data set "
@@ -209,17 +210,25 @@ SCHEMA = {
                                 "augmentation (ADA's and R3GAN's); other penalties take augmented points",
                                 choices=["augmented", "unaugmented"]),
         "p": Field("float", 0.0, "ada: the probability of each op, initial (adaptive), constant (fixed) or "
-                   "starting (linear)", minimum=0, maximum=1),
+                   "starting (linear, cosine)", minimum=0, maximum=1),
         "p_mode": Field("str", "adaptive", "ada: adaptive (p follows r_t = E[sign(D(real))] towards target), "
-                        "fixed, or linear (from p to p_end over ramp_steps generator steps)",
-                        choices=["adaptive", "fixed", "linear"]),
+                        "fixed, linear (from p to p_end over ramp_steps generator steps) or cosine (R3GAN's: from p to "
+                        "p_end along the cosine in images seen of the schedule section, with its warm-up)",
+                        choices=["adaptive", "fixed", "linear", "cosine"]),
         "target": Field("float", 0.6, "ada, adaptive: the target of r_t", minimum=0, maximum=1),
         "interval": Field("int", 4, "ada, adaptive: critic minibatches between adjustments of p", minimum=1),
         "speed_kimg": Field("float", 500.0, "ada, adaptive: thousands of real images over which p can go "
                             "from 0 to 1", minimum=0, exclusive_min=True),
-        "p_end": Field("float", None, "ada, linear: the final p", nullable=True, minimum=0, maximum=1),
+        "p_end": Field("float", None, "ada, linear and cosine: the final p (R3GAN's CIFAR-10: 0.55)", nullable=True,
+                       minimum=0, maximum=1),
         "ramp_steps": Field("int", None, "ada, linear: generator steps of the ramp from p to p_end",
                             nullable=True, minimum=1),
+        "color_multiplier": Field("float", 1.0, "ada: the colour ops (brightness, contrast, luma flip, hue, "
+                                  "saturation) happen with probability color_multiplier x p ('bgc': 1; R3GAN: 0.5)",
+                                  minimum=0, maximum=1),
+        "cutout_multiplier": Field("float", 0.0, "ada: cutout (a square of half the image's side set to 0, "
+                                   "stylegan2-ada's) happens with probability cutout_multiplier x p, after the "
+                                   "other ops ('bgc': 0, none; R3GAN: 1)", minimum=0, maximum=1),
     },
     "eval": {
         "metrics": Field("strs", [], "image data: the metrics of each evaluation (train.eval_interval): fid, kid, "
@@ -328,9 +337,32 @@ def _check_augment(config):
     if ac["type"] == "diffaugment" and not ac["policy"]:
         errors.append("augment.policy is empty; give one or more of color, translation, cutout, or use "
                       "augment.type: none")
-    if ac["type"] == "ada" and ac["p_mode"] == "linear" and (ac["p_end"] is None or ac["ramp_steps"] is None):
+    if ac["type"] == "ada":
+        errors += _check_ada_p(ac)
+    return errors
+
+
+#: the augment.* keys of ADA's p that each p_mode reads (p, the start or the constant, is read by all)
+P_MODE_KEYS = {"adaptive": ("target", "interval", "speed_kimg"), "fixed": (), "linear": ("p_end", "ramp_steps"),
+               "cosine": ("p_end",)}
+
+
+def _check_ada_p(ac):
+    """Each p_mode's own keys given, the others' left at their defaults (a value that the mode does
+    not read would otherwise be silently ignored)."""
+    mode, errors = ac["p_mode"], []
+    if mode == "linear" and (ac["p_end"] is None or ac["ramp_steps"] is None):
         errors.append("augment.p_mode 'linear' needs augment.p_end (the final p) and augment.ramp_steps "
                       "(generator steps of the ramp)")
+    if mode == "cosine" and ac["p_end"] is None:
+        errors.append("augment.p_mode 'cosine' needs augment.p_end (the final p; the length is the schedule "
+                      "section's: schedule.total_images and schedule.warmup_images)")
+    fields = SCHEMA["augment"]
+    for key in sorted({k for keys in P_MODE_KEYS.values() for k in keys} - set(P_MODE_KEYS[mode])):
+        if ac[key] != fields[key].default:
+            readers = [m for m, keys in P_MODE_KEYS.items() if key in keys]
+            errors.append(f"augment.{key} is set but augment.p_mode is {mode!r}; it applies to p_mode "
+                          f"{' and '.join(readers)} only (leave it out, or at its default)")
     return errors
 
 

@@ -1,5 +1,6 @@
 """Image metrics of a generator: the Inception network, the reference and the metrics a run's
-``eval`` section names (or gpgan-eval's options), and scoring a generator's samples with them.
+``eval`` section names (or gpgan-eval's options), and scoring a generator's samples with them
+(or a real data set's images: :meth:`ImageMetrics.score_dataset`).
 
 Generated images go through :func:`gpgan.data.to_uint8` before their features are taken, so they
 reach the network through the same 256 levels as the reference's images.
@@ -127,6 +128,43 @@ class ImageMetrics:
             raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
         fake = generated_features(self.net, batches, self.batch_size, self.progress)
         return score_features(self.names, fake, self.reference)
+
+    def score_dataset(self, spec, cifar_root=None, download=False):
+        """Score a real data set's images against the reference, as generated images are scored
+        (e.g. CIFAR-10's test images against its training images: the real-data floor).
+
+        Args:
+            spec: ``cifar10:train``, ``cifar10:test`` or a folder of images (see
+                :func:`gpgan.metrics.parse_reference`); its features are computed once and
+                cached as a reference's are (:func:`gpgan.metrics.load_reference`).
+            cifar_root, download: where a CIFAR-10 source is read.
+
+        Returns:
+            ``(source, scores)``: the source's :class:`~gpgan.metrics.Reference` (its
+            ``description`` and ``features``) and key -> value of every metric.
+
+        Raises:
+            ValueError: a statistics file as ``spec`` (it holds no images), the Inception Score
+                among the metrics (it rates images alone; the cached features have no logits), or
+                too few images for a metric.
+        """
+        from gpgan.metrics import load_reference, parse_reference, score_features
+
+        if self.reference is None:
+            raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
+        if parse_reference(spec)[0] == "statistics":
+            raise ValueError(f"{spec} is a statistics file; the images to score must be a data set (cifar10:test) "
+                             "or a folder of images")
+        if "is" in self.names:
+            raise ValueError("the Inception Score rates images alone, not against a reference; a data set is scored "
+                             "with fid, kid and pr")
+        from gpgan.metrics.images import PR_K
+
+        source = load_reference(self.net, spec, cifar_root=cifar_root, download=download, features=True,
+                                batch_size=self.batch_size, progress=self.progress)
+        if "pr" in self.names and len(source.features) <= PR_K:
+            raise ValueError(f"{source.description}: precision and recall (pr) need more than {PR_K} images")
+        return source, score_features(self.names, {"pool3": source.features}, self.reference)
 
     def provenance(self):
         """What the scores depend on, for manifest.json and eval_<step>.json."""

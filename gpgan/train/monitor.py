@@ -14,8 +14,9 @@ metrics.jsonl holds one record per logged step::
 The ``schedule/`` keys are the numbers that R3GAN's schedules move, where a run schedules them:
 ``schedule/penalty_weight``, ``schedule/beta2_generator``, ``schedule/beta2_critic`` and
 ``schedule/ema_half_life_images`` (the values the next step uses). ``augment/p`` and
-``augment/rt`` (ADA only): the probability of each op after the step, and the last adjustment's
-``r_t = E[sign(D(real))]`` (null before the first, and when p does not adapt).
+``augment/rt`` (ADA only): the probability of each op after the step (adaptive: as adjusted in it;
+fixed, linear and cosine: the p the step used, set from the step count as it began), and the last
+adjustment's ``r_t = E[sign(D(real))]`` (null before the first, and when p does not adapt).
 
 ``time_per_step`` (seconds per generator step since the previous record) is the only key that
 depends on the machine's speed (:data:`TIMING_KEYS`).

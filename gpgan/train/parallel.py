@@ -7,7 +7,9 @@ losses are means over its slice, so the mean of the processes' gradients is the 
 global batch; :class:`DataParallelStep` averages them in one flat all-reduce per update, with the
 update's loss and penalty values in the same buffer, so every process applies, checks (the
 non-finite gate) and logs the same numbers, and Adam, the EMA, schedules and lazy regularization
-run identically everywhere. Parameters start from rank 0's (broadcast). BatchNorm normalizes with
+run identically everywhere. ADA's adaptive p: each critic update's buffer also carries the sign and
+image counts of the process's real slice, summed (not averaged), so every process adapts the same p
+from the global batch's counts. Parameters start from rank 0's (broadcast). BatchNorm normalizes with
 the statistics of each process's slice (as PyTorch's DDP without SyncBatchNorm), and DRAGAN's
 perturbation scale is the standard deviation of the slice. The sums over the slices round
 differently from one process's sums over the whole batch: an N-process run agrees with the
@@ -26,7 +28,7 @@ from gpgan.train.loop import Trainer
 from gpgan.train.monitor import Monitor
 from gpgan.train.step import TrainingStep
 
-__all__ = ["check_divisible", "check_augment", "ShardedFeed", "DataParallelStep", "DataParallelTrainer"]
+__all__ = ["check_divisible", "ShardedFeed", "DataParallelStep", "DataParallelTrainer"]
 
 
 def check_divisible(config, size):
@@ -41,19 +43,6 @@ def check_divisible(config, size):
         if batch is not None and batch % size:
             raise ConfigError(f"train.{key} {batch} does not split over {size} processes: give a multiple of "
                               f"{size} (each process takes train.{key} / {size} of every batch)")
-
-
-def check_augment(config, size):
-    """Refuse ADA's adaptive p over several processes: each would count the signs of its own
-    slice and adapt its own p (the counts are not all-reduced yet).
-
-    Raises:
-        ConfigError: naming the key and what works.
-    """
-    ac = config["augment"]
-    if size > 1 and ac["type"] == "ada" and ac["p_mode"] == "adaptive":
-        raise ConfigError(f"augment.p_mode 'adaptive' is not supported over {size} processes yet; use "
-                          "augment.p_mode: fixed or linear, or train in one process")
 
 
 class ShardedFeed:
@@ -87,17 +76,26 @@ class DataParallelStep(TrainingStep):
         super().__init__(parts, critic_steps, step, precision=precision)
         self.comm = comm
 
-    def reduce_gradients(self, grads, who, values):
-        """One buffer: every gradient flattened, then the values (by name); summed over the
-        processes in place, divided by their number, and cut back into arrays."""
+    def reduce_gradients(self, grads, who, values, counts=None):
+        """One buffer: every gradient flattened, then the values (by name), then the counts;
+        summed over the processes in place, the gradients and values divided by their number
+        (the counts stay sums), and cut back into arrays.
+
+        The counts (ADA's signs and images: whole numbers, at most the global batch) are exact in
+        the buffer's float32 or float64, and so is their sum: every process gets the counts of the
+        global batch, bit for bit those one process would count on it."""
         present = [a for a in grads if a is not None]
         names = sorted(values)
         xp = get_array_module(*present, *values.values())
         dtype = xp.result_type(*present, *(values[k] for k in names))
-        buffer = xp.concatenate([a.ravel().astype(dtype, copy=False) for a in present]
-                                + [xp.reshape(values[k], (1,)).astype(dtype, copy=False) for k in names])
+        parts = [a.ravel().astype(dtype, copy=False) for a in present]
+        parts += [xp.reshape(values[k], (1,)).astype(dtype, copy=False) for k in names]
+        averaged_size = sum(a.size for a in parts)
+        if counts is not None:
+            parts.append(counts.astype(dtype, copy=False))
+        buffer = xp.concatenate(parts)
         self.comm.all_reduce_sum(buffer)
-        buffer /= self.comm.size
+        buffer[:averaged_size] /= self.comm.size
         reduced, offset = [], 0
         for a in grads:
             if a is None:
@@ -109,7 +107,9 @@ class DataParallelStep(TrainingStep):
         for k in names:
             averaged[k] = buffer[offset:offset + 1].reshape(()).astype(values[k].dtype, copy=False)
             offset += 1
-        return reduced, averaged
+        if counts is not None:
+            counts = buffer[offset:].astype(counts.dtype)
+        return reduced, averaged, counts
 
 
 class DataParallelTrainer(Trainer):
@@ -129,7 +129,6 @@ class DataParallelTrainer(Trainer):
 
     def __init__(self, config, run, comm, quiet=False, dry_run=False):
         check_divisible(config, comm.size)
-        check_augment(config, comm.size)
         self.comm = comm.for_device(config["device"])
         quiet = quiet or not comm.is_root
 

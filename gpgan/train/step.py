@@ -136,13 +136,15 @@ class TrainingStep:
         self._ok = None  # 0-d bool on the device: no fault so far
 
     # -- hooks --------------------------------------------------------------------------------
-    def reduce_gradients(self, grads, who, values):
-        """``(grads, values)`` as the update should see them: the gradient arrays (None for unused
-        parameters) and the values computed with them (name -> 0-d array: the loss, and on
-        penalized critic steps the penalty and its term). Identity here; a data-parallel step
-        averages both over its processes in one all-reduce, so that every process checks, applies
-        and logs the same numbers (``who``: "critic" or "generator")."""
-        return grads, values
+    def reduce_gradients(self, grads, who, values, counts=None):
+        """``(grads, values, counts)`` as the update should see them: the gradient arrays (None for
+        unused parameters), the values computed with them (name -> 0-d array: the loss, and on
+        penalized critic steps the penalty and its term) and ``counts`` (None, or a 1-d float64
+        array of whole numbers: ADA's sign and image counts of the minibatch). Identity here; a
+        data-parallel step averages the gradients and values over its processes and sums the
+        counts, in one all-reduce, so that every process checks, applies and logs the same numbers
+        and adapts the same p (``who``: "critic" or "generator")."""
+        return grads, values, counts
 
     # -- the step -----------------------------------------------------------------------------
     def __call__(self, inputs):
@@ -218,8 +220,9 @@ class TrainingStep:
         real, fake, seen_real, seen_fake = self._critic_points(inputs, fake_data, shared)
         d_real = self.critic(seen_real, *_given(inputs.labels))
         d_fake = self.critic(seen_fake, *_given(inputs.fake_labels))
-        if self.augment is not None:
-            self.augment.observe(d_real.data)
+        # ADA's counts of this minibatch (adaptive p; else None) travel with the update's
+        # all-reduce, and p is adapted after it: nothing reads p between here and there.
+        counts = self.augment.count(d_real.data) if self.augment is not None else None
         loss = self.loss.critic_loss(d_real, d_fake)
         total, computed = loss, {"loss/critic": loss.data}
         if inputs.draws is not None:
@@ -228,7 +231,10 @@ class TrainingStep:
             pen, term, _ = self.penalty.evaluate(self.critic, real, fake, inputs.draws, forward=forward)
             total = loss + pen
             computed["penalty"], computed["penalty/term"] = pen.data, term.data
-        values.update(self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed))
+        computed, counts = self._apply(total, self.d_params, self.parts.d_opt, "critic", j, computed, counts)
+        values.update(computed)
+        if counts is not None:
+            self.augment.adapt(counts)
         return real.data, fake.data
 
     def _critic_points(self, inputs, fake_data, shared):
@@ -267,14 +273,17 @@ class TrainingStep:
         if self.augment is not None:
             fake = self.augment(fake, inputs.augment)
         loss = self.loss.generator_loss(self.critic(fake, *_given(inputs.labels)), d_real)
-        values.update(self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
-                                  {"loss/generator": loss.data}))
+        computed, _ = self._apply(loss, self.g_params, self.parts.g_opt, "generator", -1,
+                                  {"loss/generator": loss.data})
+        values.update(computed)
 
-    def _apply(self, loss, params, optimizer, who, critic_step, computed):
+    def _apply(self, loss, params, optimizer, who, critic_step, computed, counts=None):
         """Differentiate ``loss``, check it and the ``computed`` values (name -> 0-d array), and
-        update ``params`` through the run's gate; returns the values as reduced."""
+        update ``params`` through the run's gate; returns the values and ``counts`` as reduced
+        (:meth:`reduce_gradients`)."""
         grads = gpgan.grad(loss, params, allow_unused=True)
-        arrays, computed = self.reduce_gradients([None if g is None else g.data for g in grads], who, computed)
+        arrays, computed, counts = self.reduce_gradients([None if g is None else g.data for g in grads], who,
+                                                         computed, counts)
         # The loss and penalty checks of this update, in FAULTS' order (the first failing one wins).
         checks = [(code, computed[what]) for code, (what, owner) in FAULTS.items()
                   if owner == who and what in computed and code not in _GRADIENT_FAULTS.values()]
@@ -295,7 +304,7 @@ class TrainingStep:
         optimizer.step(gate=gate)
         for p in params:
             p.grad = None
-        return computed
+        return computed, counts
 
     def _check(self, xp, critic_step, checks, bad, n_params):
         """Record the first failing check (code, value) and return the updated gate."""

@@ -271,12 +271,15 @@ def _draw_series(ax, xs, ys, err, style, color, label, dodge):
                     capsize=4, zorder=2, transform=transform)
 
 
-def _y_layout(prepared, logy=False):
+def _y_layout(prepared, logy=False, levels=()):
     """(ylim, (finite lo, finite hi), top band?, bottom band?): the finite values and their error
-    bars fill the plot except for a band of BAND at the top when a y is +inf and at the bottom
-    when one is -inf or nan; the marks of those values sit in the bands. With ``logy`` the same
-    layout in log10 space, the error bars cut at half the smallest value."""
-    lows, highs, top, bottom = [], [], False, False
+    bars (and the finite ``levels``: reference lines) fill the plot except for a band of BAND at
+    the top when a y is +inf and at the bottom when one is -inf or nan; the marks of those values
+    sit in the bands. With ``logy`` the same layout in log10 space, the error bars cut at half the
+    smallest value."""
+    levels = numpy.asarray(levels, dtype=float).ravel()
+    levels = levels[numpy.isfinite(levels)]
+    lows, highs, top, bottom = [levels], [levels], False, False
     for _, xs, ys, err, _ in prepared:
         ok = numpy.isfinite(ys)
         spread = numpy.zeros_like(ys) if err is None else numpy.where(numpy.isfinite(err), numpy.abs(err), 0.0)
@@ -286,7 +289,8 @@ def _y_layout(prepared, logy=False):
         bottom |= bool((numpy.isnan(ys) | (ys == -numpy.inf)).any())
     lows, highs = numpy.concatenate(lows + [numpy.zeros(0)]), numpy.concatenate(highs + [numpy.zeros(0)])
     if logy:
-        lows, highs = numpy.log10(numpy.maximum(lows, _log_floor([p[2] for p in prepared]))), numpy.log10(highs)
+        floor = _log_floor([p[2] for p in prepared] + [levels])
+        lows, highs = numpy.log10(numpy.maximum(lows, floor)), numpy.log10(highs)
     lo, hi = (0.0, 1.0) if lows.size == 0 else (float(lows.min()), float(highs.max()))
     if hi <= lo:
         half = abs(lo) * 0.1 or 0.5
@@ -364,10 +368,28 @@ def _centred(k, count, step):
     return (k - (count - 1) / 2) * step
 
 
-def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None):
+def _references(references):
+    """``[(label, y)]`` of reference lines, checked: each y a finite number."""
+    out = []
+    for label, y in references:
+        if isinstance(y, bool) or not isinstance(y, (int, float)) or not math.isfinite(y):
+            raise ValueError(f"plot: reference line {label!r} needs a finite y, got {y!r}")
+        out.append((str(label), float(y)))
+    return out
+
+
+def _draw_references(ax, references):
+    """Each ``(label, y)`` as a dashed grey line across the axes (grey: real data's colour)."""
+    for label, y in references:
+        ax.axhline(y, linestyle="--", linewidth=1.4, color=rgb(REAL_COLOR), label=label, zorder=2)
+
+
+def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None, references=()):
     """The Figure of :func:`line_plot` (same arguments but the path)."""
     prepared = [_series(item, logx) for item in series]
-    logy = _spans_decades([p[2] for p in prepared])
+    references = _references(references)
+    levels = numpy.array([y for _, y in references])
+    logy = _spans_decades([p[2] for p in prepared] + [levels])
     with plot_style():
         figure = new_figure(size)
         ax = figure.add_subplot()
@@ -383,8 +405,9 @@ def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xt
             shift = _centred(dodged.index(k), len(dodged), DODGE_PT) if dodge and k in dodged else 0.0
             _draw_series(ax, xs, ys, err, style, color, label, shift)
             _mark_non_finite(ax, xs, ys, color, _centred(k, len(prepared), MARK_SPACING_PT))
-        ylim, finite_range, top, bottom = _y_layout(prepared, logy)
+        ylim, finite_range, top, bottom = _y_layout(prepared, logy, levels)
         ax.set_ylim(*ylim)
+        _draw_references(ax, references)  # after the limits: they are set by hand (no autoscaling)
         _off_scale_bands(ax, finite_range, top, bottom, logy)
         marked = any((~numpy.isfinite(p[2])).any() for p in prepared)
         side = max(MARK_SPACING_PT * (len(prepared) - 1) if marked else 0, DODGE_PT * (len(dodged) - 1) if dodge else 0)
@@ -398,12 +421,13 @@ def line_figure(series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xt
         ax.set_ylabel(ylabel)
         if title:
             ax.set_title(title)
-        if any(label for label, *_ in prepared):  # below the plot: never over data or marks
-            figure.legend(loc="outside lower center", ncols=min(len(prepared), 4), frameon=False)
+        labelled = sum(1 for label, *_ in prepared if label) + len(references)
+        if labelled:  # below the plot: never over data or marks
+            figure.legend(loc="outside lower center", ncols=min(labelled, 4), frameon=False)
     return figure
 
 
-def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None):
+def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE, xticks=None, references=()):
     """Lines with markers and error bars written to ``path`` (PNG).
 
     Args:
@@ -422,9 +446,11 @@ def line_plot(path, series, xlabel, ylabel, title="", logx=False, size=LINE_SIZE
         logx: logarithmic x axis (every x must be positive).
         size: (width, height) in pixels.
         xticks: optional list of ``(position, label)``: the only x ticks (e.g. categories).
+        references: list of ``(label, y)``: horizontal dashed grey lines across the plot (e.g.
+            the score of real data), in the legend and inside the y range; y must be finite.
     Returns the path written.
     """
-    return save_figure(line_figure(series, xlabel, ylabel, title, logx, size, xticks), path)
+    return save_figure(line_figure(series, xlabel, ylabel, title, logx, size, xticks, references), path)
 
 
 CURVE_PANEL_PX = (300, 230)   # one small-multiple panel of curves_figure
@@ -434,7 +460,7 @@ _TITLE_CHAR_PX, _LEGEND_CHAR_PX, _LEGEND_HANDLE_PX = 9.0, 7.0, 45
 CURVE_MIN_WIDTH_PX = 480       # a figure of one or two panels still holds its title and legend
 
 
-def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
+def curves_figure(groups, xlabel, ylabel, title="", ncols=3, references=()):
     """Small multiples of curves: one panel per group, with a line and a shaded band each.
 
     Args:
@@ -445,6 +471,8 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             and read in thousands and millions (5k, 100k, 1.5M).
         xlabel, ylabel, title: shared labels and the figure's title.
         ncols: panels per row.
+        references: list of ``(label, y)``: a horizontal dashed grey line in every panel (e.g.
+            the score of real data), in the legend and inside the y range; y must be finite.
 
     The y axes are logarithmic when every finite mean is positive and they span at least
     LOG_SPAN (a reverse KL falling from 1 to 0.005: on a linear axis every converged run would
@@ -455,7 +483,9 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
     labels = []
     for _, lines in groups:
         labels += [line[0] for line in lines if line[0] not in labels]
-    logy = _spans_decades([_host(line[2]) for _, lines in groups for line in lines])
+    references = _references(references)
+    levels = numpy.array([y for _, y in references])
+    logy = _spans_decades([_host(line[2]) for _, lines in groups for line in lines] + [levels])
     ncols = max(1, min(int(ncols), len(groups)))
     nrows = -(-len(groups) // ncols)
     with plot_style():
@@ -471,7 +501,7 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             floor = None
             if logy:
                 _log_y(ax)
-                floor = _log_floor([_host(line[2]) for line in lines])
+                floor = _log_floor([_host(line[2]) for line in lines] + [levels])
             for label, xs, mean, std in lines:
                 color = rgb(PALETTE[labels.index(label) % len(PALETTE)])
                 xs, mean = _host(xs), _host(mean)
@@ -483,6 +513,7 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
                     lower = mean - std if floor is None else numpy.maximum(mean - std, floor)
                     ax.fill_between(xs[band], lower[band], (mean + std)[band], color=color, alpha=0.18,
                                     linewidth=0)
+            _draw_references(ax, references)
             if floor is not None:
                 ax.set_ylim(bottom=floor)
             ax.set_title(name)
@@ -495,12 +526,15 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3):
             figure.suptitle(textwrap.fill(title, max(20, int(width / _TITLE_CHAR_PX))))
         handles = [axes.ravel()[0].plot([], [], color=rgb(PALETTE[i % len(PALETTE)]), label=lab)[0]
                    for i, lab in enumerate(labels)]
-        entry = _LEGEND_CHAR_PX * max((len(str(lab)) for lab in labels), default=0) + _LEGEND_HANDLE_PX
+        handles += [axes.ravel()[0].plot([], [], color=rgb(REAL_COLOR), linestyle="--", label=lab)[0]
+                    for lab, _ in references]
+        names = labels + [lab for lab, _ in references]
+        entry = _LEGEND_CHAR_PX * max((len(str(lab)) for lab in names), default=0) + _LEGEND_HANDLE_PX
         figure.legend(handles=handles, loc="outside lower center", frameon=False,
-                      ncols=max(1, min(len(labels), 6, int(width // entry))))
+                      ncols=max(1, min(len(names), 6, int(width // entry))))
     return figure
 
 
-def curves_plot(path, groups, xlabel, ylabel, title="", ncols=3):
+def curves_plot(path, groups, xlabel, ylabel, title="", ncols=3, references=()):
     """:func:`curves_figure` written to ``path`` (PNG); returns the path."""
-    return save_figure(curves_figure(groups, xlabel, ylabel, title, ncols), path)
+    return save_figure(curves_figure(groups, xlabel, ylabel, title, ncols, references), path)

@@ -2,8 +2,9 @@
 
     mpiexec -n NGPUS python nccl_collectives.py
 
-Checks sums and broadcasts of CuPy arrays against closed forms, and DataParallelStep's averaging;
-prints "ok <rank> <size> <gpu>" on success and exits 1 on a mismatch.
+Checks sums and broadcasts of CuPy arrays against closed forms, and DataParallelStep's averaging
+(and its exact sums of ADA's counts); prints "ok <rank> <size> <gpu>" on success and exits 1 on a
+mismatch.
 """
 import sys
 
@@ -37,11 +38,14 @@ step = DataParallelStep.__new__(DataParallelStep)
 step.comm = comm
 grads = [cupy.full((3, 2), rank + 1.0, dtype=cupy.float32), None, cupy.full(4, 2.0 * rank, dtype=cupy.float32)]
 values = {"loss/critic": cupy.asarray(rank, dtype=cupy.float32)}
-reduced, averaged = step.reduce_gradients(grads, "critic", values)
+counts = cupy.asarray([2.0 * rank - 1, 3.0], dtype=cupy.float64)  # ADA's sign and image counts
+reduced, averaged, summed = step.reduce_gradients(grads, "critic", values, counts)
 mean_rank = (size - 1) / 2
 if not (reduced[1] is None and numpy.allclose(cupy.asnumpy(reduced[0]), mean_rank + 1)
         and numpy.allclose(cupy.asnumpy(reduced[2]), 2 * mean_rank)
-        and abs(float(averaged["loss/critic"]) - mean_rank) < 1e-6):
+        and abs(float(averaged["loss/critic"]) - mean_rank) < 1e-6
+        and summed.dtype == cupy.float64
+        and cupy.asnumpy(summed).tolist() == [size * (size - 1) - size, 3.0 * size]):
     failures.append("DataParallelStep.reduce_gradients")
 if failures:
     print(f"rank {rank}: failed: {', '.join(failures)}", flush=True)

@@ -10,8 +10,10 @@ three convolution primitives, forward, backward data and backward weights, cover
 the engine runs (a transposed convolution is the backward data of a convolution), and the matmul
 primitive takes 2-D products of at least ``MIN_PRODUCT_MACS`` multiply-adds, with a Linear's bias
 and the ReLU family's rectifier after it fused into the product's pass over its output when asked.
-Results agree with gpgan's own kernels to float32 rounding, not bit for bit (other summation
-orders); float64, grouped convolutions, batched products and CuPy arrays keep gpgan's own code.
+Convolutions may be grouped (depthwise ones included): gpgan's (O, C/G, kH, kW) weights are
+oneDNN's (G, O/G, C/G, kH, kW) ``goihw`` as they lie in memory. Results agree with gpgan's own
+kernels to float32 rounding, not bit for bit (other summation orders); float64, batched products
+and CuPy arrays keep gpgan's own code.
 Switched off by ``GPGAN_ONEDNN=0`` or :func:`gpgan.kernels.set_onednn` (the switch is
 :data:`gpgan.kernels.switches.onednn_switch`); a library that fails to load turns it off with one
 warning. Callers go through :mod:`gpgan.kernels` (which arrays it takes is decided there).
@@ -37,6 +39,7 @@ from collections import OrderedDict
 
 import numpy
 
+from gpgan.backend.mechanisms import off
 from gpgan.kernels.switches import ONEDNN_DISTRIBUTION, ONEDNN_ENV, numba_switch
 from gpgan.kernels.switches import onednn_switch
 
@@ -48,6 +51,7 @@ _LIBRARY = "libdnnl.so.3"
 # Constants of oneDNN 3's C API (dnnl_types.h, dnnl_common_types.h).
 _CPU, _IN_ORDER, _F32 = 1, 1, 3
 _TAG_ANY, _TAG_ROWS, _TAG_NCHW, _TAG_NHWC = 1, 3, 5, 22  # dnnl_format_tag_any, dnnl_ab, dnnl_abcd, dnnl_acdb
+_TAG_GOIHW = 6  # dnnl_abcde: grouped weights (G, O/G, C/G, kH, kW)
 _FORWARD_TRAINING, _CONVOLUTION_DIRECT = 64, 1
 _SCRATCHPAD_USER = 1
 _QUERY_IMPL_INFO, _QUERY_WEIGHTS_MD, _QUERY_DIFF_WEIGHTS_MD, _QUERY_SCRATCHPAD_MD = 8, 131, 132, 136
@@ -433,7 +437,7 @@ class _Primitive:
                 if self.prim is None:
                     self.prim = self.lib.primitive(self.pd)
         bound = getattr(self.bound, "arguments", None)
-        if bound is None or not bound.fits(args):
+        if bound is None or not bound.fits(args) or off.bound_memory:
             bound = self.bound.arguments = _BoundArguments(self.lib, args)
         return bound
 
@@ -459,15 +463,21 @@ class _Convolution(_Descs):
     """The three operations of one convolution geometry (float32, NHWC data, any weight layout):
     ``ops["forward"]``, ``ops["backward_data"]`` and ``ops["backward_weights"]``, each
     ``(primitive, its weights' memory desc, that desc's bytes, a reorder from or to gpgan's
-    (O, C, kH, kW) weights or None)``; an operation oneDNN has no kernel for is absent."""
+    (O, C/G, kH, kW) weights or None)``; an operation oneDNN has no kernel for is absent.
+    ``weights`` is gpgan's shape (O, C/G, kH, kW); with ``groups`` > 1 oneDNN sees the same
+    memory as (G, O/G, C/G, kH, kW)."""
 
-    def __init__(self, lib, src, weights, dst, stride, dilation, pad_l, pad_r):
+    def __init__(self, lib, src, weights, dst, stride, dilation, pad_l, pad_r, groups=1):
         self.lib, self.src_dims, self.dst_dims, self.weight_dims = lib, src, dst, weights
         self.descs = []
         self.src = self._desc(src, _TAG_NHWC)
         self.dst = self._desc(dst, _TAG_NHWC)
-        self.weights_user = self._desc(weights, _TAG_NCHW)
-        weights_any = self._desc(weights, _TAG_ANY)
+        if groups == 1:
+            dims, tag = weights, _TAG_NCHW
+        else:
+            dims, tag = (groups, weights[0] // groups) + tuple(weights[1:]), _TAG_GOIHW
+        self.weights_user = self._desc(dims, tag)
+        weights_any = self._desc(dims, _TAG_ANY)
         # oneDNN counts dilation from 0 (no gaps), PyTorch and gpgan from 1.
         geometry = (_Dims(*stride), _Dims(*(d - 1 for d in dilation)), _Dims(*pad_l), _Dims(*pad_r))
         self.ops = {}
@@ -508,7 +518,7 @@ class _Convolution(_Descs):
         return op, md, size, reorder
 
     def _weights(self, md, size, reorder, w):
-        """``w`` (O, C, kH, kW) contiguous as the operation reads it: itself, or reordered."""
+        """``w`` (O, C/G, kH, kW) contiguous as the operation reads it: itself, or reordered."""
         if reorder is None:
             return self.weights_user, w
         out = numpy.empty(size // 4, numpy.float32)
@@ -570,8 +580,9 @@ def _cached(cache, key, make):
     return value
 
 
-def _convolution(src, weights, dst, stride, padding, dilation, op):
-    """The cached operations of this geometry, or None where oneDNN cannot run ``op`` on it."""
+def _convolution(src, weights, dst, stride, padding, dilation, op, groups=1):
+    """The cached operations of this geometry (``weights`` gpgan's (O, C/G, kH, kW) shape), or
+    None where oneDNN cannot run ``op`` on it."""
     lib = _load()
     if lib is None:
         return None
@@ -582,8 +593,8 @@ def _convolution(src, weights, dst, stride, padding, dilation, op):
                   for a in range(2))
     if min(pad_r) < 0:
         return None
-    conv = _cached(_convolutions, (src, weights, dst, stride, padding, dilation),
-                   lambda: _Convolution(lib, src, weights, dst, stride, dilation, padding, pad_r))
+    conv = _cached(_convolutions, (src, weights, dst, stride, padding, dilation, groups),
+                   lambda: _Convolution(lib, src, weights, dst, stride, dilation, padding, pad_r, groups))
     return conv if op is None or op in conv.ops else None
 
 
@@ -592,31 +603,31 @@ def _channels_last(x):
     return numpy.ascontiguousarray(x.transpose(0, 2, 3, 1))
 
 
-def conv_forward(x, w, stride, padding, dilation, out_hw):
-    """``conv2d(x, w)``: x (N, C, H, W), w (O, C, kH, kW) -> channels-last (N, O, *out_hw), or
-    None when oneDNN is off or has no kernel for this geometry (the caller runs its own)."""
+def conv_forward(x, w, stride, padding, dilation, out_hw, groups=1):
+    """``conv2d(x, w)``: x (N, C, H, W), w (O, C/groups, kH, kW) -> channels-last (N, O, *out_hw),
+    or None when oneDNN is off or has no kernel for this geometry (the caller runs its own)."""
     conv = _convolution(x.shape, w.shape, (x.shape[0], w.shape[0]) + tuple(out_hw), stride, padding, dilation,
-                        "forward")
+                        "forward", groups)
     if conv is None:
         return None
     return conv.forward(_channels_last(x), numpy.ascontiguousarray(w)).transpose(0, 3, 1, 2)
 
 
-def conv_backward_data(gy, w, stride, padding, dilation, in_hw):
-    """The adjoint of ``conv2d`` (``conv_transpose2d``): gy (N, O, Ho, Wo), w (O, C, kH, kW) ->
-    channels-last (N, C, *in_hw), or None as :func:`conv_forward`."""
-    conv = _convolution((gy.shape[0], w.shape[1]) + tuple(in_hw), w.shape, gy.shape, stride, padding, dilation,
-                        "backward_data")
+def conv_backward_data(gy, w, stride, padding, dilation, in_hw, groups=1):
+    """The adjoint of ``conv2d`` (``conv_transpose2d``): gy (N, O, Ho, Wo), w (O, C/groups, kH, kW)
+    -> channels-last (N, C, *in_hw), or None as :func:`conv_forward`."""
+    conv = _convolution((gy.shape[0], w.shape[1] * groups) + tuple(in_hw), w.shape, gy.shape, stride, padding,
+                        dilation, "backward_data", groups)
     if conv is None:
         return None
     return conv.backward_data(_channels_last(gy), numpy.ascontiguousarray(w)).transpose(0, 3, 1, 2)
 
 
-def conv_backward_weights(x, gy, ksize, stride, padding, dilation):
-    """``d<gy, conv2d(x, W)>/dW``: x (N, C, H, W), gy (N, O, Ho, Wo) -> (O, C, kH, kW), or None as
-    :func:`conv_forward`."""
-    weights = (gy.shape[1], x.shape[1]) + tuple(ksize)
-    conv = _convolution(x.shape, weights, gy.shape, stride, padding, dilation, "backward_weights")
+def conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups=1):
+    """``d<gy, conv2d(x, W)>/dW``: x (N, C, H, W), gy (N, O, Ho, Wo) -> (O, C/groups, kH, kW), or
+    None as :func:`conv_forward`."""
+    weights = (gy.shape[1], x.shape[1] // groups) + tuple(ksize)
+    conv = _convolution(x.shape, weights, gy.shape, stride, padding, dilation, "backward_weights", groups)
     if conv is None:
         return None
     return conv.backward_weights(_channels_last(x), _channels_last(gy))
@@ -663,12 +674,12 @@ class _Product(_Descs):
         op = self.op
         # A product's arguments are the same kind at every call: a thread's first call binds them,
         # with a scratchpad that the thread's later calls reuse.
-        bound = getattr(op.bound, "arguments", None) if op.prim is not None else None
+        bound = getattr(op.bound, "arguments", None) if op.prim is not None and not off.bound_memory else None
         if bound is None:
             scratchpad = numpy.empty(op.scratchpad_size, numpy.uint8)
             bound = op.bind(self.arguments(a, b, c, bias, addend) + [(_ARG_SCRATCHPAD, (op.scratchpad, scratchpad))])
             bound.keep_scratchpad(scratchpad)
-        run = _product_runner(self.lib) if numba_switch.enabled() else None
+        run = _product_runner(self.lib) if numba_switch.enabled() and not off.product_runner else None
         if run is None:
             arrays = (a, b, c)
             if bias is not None:
@@ -740,11 +751,11 @@ def product_for(a, b, bias=None, negative_slope=None, addend=None):
     return None if product.op is None else product
 
 
-def implementation_names(x_shape, w_shape, stride, padding, dilation, out_hw):
+def implementation_names(x_shape, w_shape, stride, padding, dilation, out_hw, groups=1):
     """oneDNN's names of the kernels it picked for this geometry (forward, backward data, backward
     weights), for benchmarks and bug reports; None where it has none."""
     conv = _convolution(tuple(x_shape), tuple(w_shape), (x_shape[0], w_shape[0]) + tuple(out_hw),
-                        stride, padding, dilation, None)
+                        stride, padding, dilation, None, groups)
     if conv is None:
         return None
     return tuple(conv.ops[name][0].implementation() if name in conv.ops else None

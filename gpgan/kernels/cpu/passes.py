@@ -9,6 +9,7 @@ Elementwise results do not depend on the split, and sums run over fixed blocks o
 """
 import numpy
 
+from gpgan.backend.mechanisms import off
 from gpgan.backend.threads import parallel_range, would_split
 from gpgan.kernels.cpu.select import cpu_kernels
 
@@ -99,10 +100,12 @@ def compiled_elementwise(xp, name, arrays, *scalars):
     if xp.__name__ != "numpy":
         return None  # no compiled kernels for CuPy arrays
     kernels = kernels_for(xp, first)  # first: the cheap test that small arrays fail
-    if kernels is None:
+    if kernels is None or off.numba_passes:  # (off: Numba still loads, as it would)
         return None
     flat_first = flat_view(first)
     if flat_first is None or any(a.shape != first.shape or a.dtype != first.dtype for a in arrays[1:]):
+        return None
+    if off.layout_copy and any(a.strides != first.strides for a in arrays[1:]):
         return None
     others = [flat_view(a if a.strides == first.strides else _in_layout_of(first, a)) for a in arrays[1:]]
     out = numpy.empty_like(first)
@@ -148,7 +151,7 @@ def _channel_sum_compiled(x, kept):
     blocks, split over the threads), or None: no kernels for ``x``, or ``kept`` is not innermost in
     memory with the other axes flattening into rows."""
     kernels = kernels_for(numpy, x)  # first: the cheap test that small arrays fail
-    if kernels is None:
+    if kernels is None or off.numba_passes:
         return None
     rows = numpy.moveaxis(x, kept, -1)
     if not rows.flags.c_contiguous:
@@ -170,7 +173,7 @@ def array_sum(x, axes, keepdims=False):
         return x.sum(axis=axes, keepdims=keepdims)
     y = _channel_sum_compiled(x, kept[0])
     if y is None:
-        if x.ndim < 3:
+        if x.ndim < 3 or off.einsum_sums:
             return x.sum(axis=axes, keepdims=keepdims)
         y = numpy.einsum(x, list(range(x.ndim)), kept)
     return y.reshape(tuple(x.shape[a] if a in kept else 1 for a in range(x.ndim))) if keepdims else y

@@ -4,6 +4,7 @@ import warnings
 
 import numpy
 
+from gpgan.backend.mechanisms import off
 from gpgan.backend.threads import get_num_threads
 from gpgan.kernels import switches
 from gpgan.kernels.cpu import onednn
@@ -33,15 +34,15 @@ def cpu_kernels(xp, dtype):
                           "using NumPy only", RuntimeWarning, stacklevel=3)
             return None
         _kernels = numba_kernels
-    _kernels.use_threads(get_num_threads())
+    _kernels.use_threads(1 if off.numba_threads else get_num_threads())
     return _kernels
 
 
 def onednn_convolutions(xp, *arrays, groups=1):
-    """:mod:`gpgan.kernels.cpu.onednn` for an ungrouped convolution of float32 NumPy ``arrays``
-    while oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
-    if (xp.__name__ != "numpy" or groups != 1 or any(a.dtype != _FLOATS[0] for a in arrays)
-            or not switches.onednn_switch.enabled()):
+    """:mod:`gpgan.kernels.cpu.onednn` for a convolution (of any ``groups``) of float32 NumPy
+    ``arrays`` while oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
+    if (xp.__name__ != "numpy" or any(a.dtype != _FLOATS[0] for a in arrays)
+            or not switches.onednn_switch.enabled() or off.onednn_convolutions):
         return None
     return onednn
 
@@ -50,6 +51,6 @@ def onednn_products(a, b):
     """:mod:`gpgan.kernels.cpu.onednn` for a 2-D float32 product of NumPy arrays ``a @ b`` while
     oneDNN is enabled; None otherwise (NumPy's matmul runs)."""
     if (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and a.ndim == 2 and b.ndim == 2
-            and a.dtype == b.dtype == _FLOATS[0] and switches.onednn_switch.enabled()):
+            and a.dtype == b.dtype == _FLOATS[0] and switches.onednn_switch.enabled() and not off.onednn_products):
         return onednn
     return None
