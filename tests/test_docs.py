@@ -1,8 +1,10 @@
 """README.md and docs/: what they name exists (files, links, command-line options, config keys),
-the CI runs the README's test command, and measured figures stay out of the README."""
+the CI runs the README's test command, and measured figures stay out of the README and out of the
+package's docstrings and comments."""
 import glob
 import os
 import re
+import tokenize
 
 import pytest
 
@@ -120,3 +122,20 @@ def test_the_readme_states_no_measured_timings():
     timing = re.compile(r"\b\d[\d,.]*\s?(?:ms|us|s|MiB|GiB|GFLOP/s|steps/s|images/s)\b")
     found = [line for line in read(README).splitlines() if timing.search(line)]
     assert not found, f"measured figures belong in docs/benchmarks.md, not README.md: {found}"
+
+
+def test_the_package_states_no_measured_figures():
+    # Timings and speed-ups belong in docs/benchmarks.md (machine, date, command), not in gpgan's
+    # docstrings and comments, where they go stale unseen. Only comments and plain strings are read
+    # (an f-string's "{x:8s}" is a format).
+    figure = re.compile(r"\b\d[\d,.]*\s?(?:ms|us|µs|ns|s|GFLOP/s|TFLOP/s|steps/s|images/s)\b"
+                        r"|\b\d[\d.]*\s?(?:x|times) (?:faster|slower)\b"
+                        r"|\b(?:gain|cost|save)s? (?:about )?\d[\d.]*(?:-\d[\d.]*)?\s?%")
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "gpgan", "**", "*.py"), recursive=True)):
+        with open(path, "rb") as f:
+            for token in tokenize.tokenize(f.readline):
+                plain = token.type == tokenize.STRING and "f" not in token.string.split("'")[0].split('"')[0].lower()
+                if (token.type == tokenize.COMMENT or plain) and figure.search(token.string):
+                    found.append(f"{os.path.relpath(path, ROOT)}:{token.start[0]}: {figure.search(token.string)[0]}")
+    assert not found, f"measured figures belong in docs/benchmarks.md, not in gpgan/: {found}"

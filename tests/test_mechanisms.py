@@ -64,14 +64,12 @@ def _spy(monkeypatch, owner, name, calls):
     monkeypatch.setattr(owner, name, spying)
 
 
-def _bias_given(call):
-    args, kwargs = call
-    return (args[2] if len(args) > 2 else kwargs.get("bias")) is not None
+def _fused_bias(call):  # a oneDNN product's call: (product, a, b, bias, addend)
+    return call[0][3] is not None
 
 
-def _addend_given(call):
-    args, kwargs = call
-    return (args[4] if len(args) > 4 else kwargs.get("addend")) is not None
+def _fused_addend(call):
+    return call[0][4] is not None
 
 
 def _copied(call):
@@ -81,10 +79,10 @@ def _copied(call):
 # name -> (workloads, the spied (object, attribute), which calls count, whether it is the "off"
 # arm that makes more of them, a setup before both arms)
 CASES = {
-    "onednn_products": (["toy_r1"], (onednn, "matmul"), None, False, None),
+    "onednn_products": (["toy_r1"], (onednn._Product, "__call__"), None, False, None),
     "onednn_convolutions": (["r1"], (onednn, "conv_forward"), None, False, None),
-    "fused_linear": (["toy_r1"], (onednn, "matmul"), _bias_given, False, None),
-    "fused_addend": (["toy_r1"], (onednn, "matmul"), _addend_given, False, None),
+    "fused_linear": (["toy_r1"], (onednn._Product, "__call__"), _fused_bias, False, None),
+    "fused_addend": (["toy_r1"], (onednn._Product, "__call__"), _fused_addend, False, None),
     "product_runner": (["toy_r1"], (onednn._Library, "execute_product"), None, False, None),
     "bound_memory": (["toy_r1"], (onednn._BoundArguments, "__init__"), None, True, None),
     "split_passes": (["generator"], (threads, "_get_pool"), None, False, "split"),

@@ -331,6 +331,53 @@ def test_each_call_gets_its_own_product_from_memory_objects_made_once_per_thread
     assert len(executed) == 6 * 9 and 2 <= len(made) <= 5  # one more set per pool thread
 
 
+def test_a_kind_of_product_is_decided_once_and_again_after_the_switch_changes(executed, monkeypatch, rng):
+    # gpgan.kernels decides which library takes a kind of product (shapes, strides, dtypes, the
+    # fused parts and theirs) at its first call and looks the decision up at later ones; a change
+    # of the oneDNN switch makes it decide again. Every result is the library's own, bit for bit.
+    from gpgan.kernels import products
+
+    asked = []
+    original = products.onednn_products
+    monkeypatch.setattr(products, "onednn_products", lambda a, b: asked.append(a.shape) or original(a, b))
+    compiled.onednn_switch.set(True)  # forgets what earlier tests decided
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    small = (a[:8, :8], b[:8, :8])
+    on_onednn = gpgan.kernels.matmul(a, b)
+    for _ in range(3):
+        np.testing.assert_array_equal(gpgan.kernels.matmul(a, b), on_onednn)
+        np.testing.assert_array_equal(gpgan.kernels.matmul(*small), np.matmul(*small))
+    assert len(asked) == 2 and len(executed) == 4
+    compiled.onednn_switch.set(False)
+    np.testing.assert_array_equal(gpgan.kernels.matmul(a, b), np.matmul(a, b))
+    assert gpgan.kernels.fused_affine(a, b) is None and len(executed) == 4 and len(asked) == 3
+    compiled.onednn_switch.set(True)
+    np.testing.assert_array_equal(gpgan.kernels.matmul(a, b), on_onednn)
+    assert len(executed) == 5 and len(asked) == 4
+    # Other strides are another kind; so is a bias of other strides, which oneDNN does not take.
+    np.testing.assert_array_equal(gpgan.kernels.matmul(a, np.asfortranarray(b)), on_onednn)
+    bias = rng.standard_normal(600).astype(np.float32)
+    fused = gpgan.kernels.fused_affine(a, b, bias[:300])
+    assert fused is not None and gpgan.kernels.fused_affine(a, b, bias[::2]) is None
+    np.testing.assert_array_equal(gpgan.kernels.fused_affine(a, b, bias[300:]), on_onednn + bias[300:])
+    assert len(asked) == 7
+    # A thread keeps one scratchpad for a product's calls.
+    bound = products._plan(a, b, None, None, None)[0].op.bound.arguments
+    kept = bound.scratchpad
+    gpgan.kernels.matmul(a, b)
+    assert kept is not None and bound.scratchpad is kept and int(bound.pointers[-1]) == kept.ctypes.data
+    # At most _PLANS_LIMIT kinds are kept: beyond, the decisions start again, with the same results.
+    monkeypatch.setattr(products, "_PLANS_LIMIT", 2)
+    cases = [(a, b), small, (a[:, :100], b[:100])]  # oneDNN, then NumPy, NumPy
+    for _ in range(2):
+        got = [gpgan.kernels.matmul(x, y) for x, y in cases]
+        assert len(products._plans) <= 2
+        np.testing.assert_array_equal(got[0], on_onednn)
+        for (x, y), c in zip(cases[1:], got[1:]):
+            np.testing.assert_array_equal(c, np.matmul(x, y))
+
+
 def test_small_float64_batched_and_reversed_products_stay_with_numpy(executed, rng):
     compiled.onednn_switch.set(True)
     a = rng.standard_normal((96, 200)).astype(np.float32)

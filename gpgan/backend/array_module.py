@@ -49,7 +49,7 @@ def _import_cupy():
 
 def get_array_module(*arrays):
     """``cupy`` if any of ``arrays`` is a CuPy array, else ``numpy``."""
-    cupy = _loaded_cupy()
+    cupy = sys.modules.get("cupy")  # _loaded_cupy's test, inline: asked for every operation
     if cupy is not None:
         for a in arrays:
             if isinstance(a, cupy.ndarray):
@@ -87,7 +87,7 @@ def constant_array(xp, host, dtype):
 
 def device_of(array):
     """``"cuda"`` for a CuPy array, ``"cpu"`` otherwise."""
-    cupy = _loaded_cupy()
+    cupy = sys.modules.get("cupy")  # as in get_array_module
     if cupy is not None and isinstance(array, cupy.ndarray):
         return "cuda"
     return "cpu"

@@ -3,9 +3,9 @@
 A CPU step allocates and frees the same large arrays (im2col columns, activations, gradients)
 every step. By default glibc hands large freed blocks back to the operating system (``munmap`` of
 blocks above its mmap threshold, trimming of the heap's free top), so the next step's arrays are
-fresh pages and every first touch is a page fault in which the kernel zeroes memory. On the
-2-core EPYC machine of the README's benchmarks that cost 6,000 minor faults and 30 ms of system
-time per DCGAN R1 step, about a tenth of the step.
+fresh pages and every first touch is a page fault in which the kernel zeroes memory: system
+time on every step, a noticeable part of a convolutional network's CPU step (measured:
+docs/benchmarks.md, "Kept host memory").
 
 :func:`keep_freed_host_memory` raises glibc's thresholds (``mallopt``) so that blocks of up to
 32 MiB (the largest mmap threshold glibc accepts) come from the heap and freed heap memory stays

@@ -20,9 +20,9 @@ from gpgan.backend.mechanisms import off
 
 __all__ = ["available_cores", "get_num_threads", "set_num_threads", "parallel_range", "would_split"]
 
-# Below this many bytes of work per thread, splitting costs more than it saves (waking a pool
-# thread and handing the GIL back and forth takes tens of microseconds, about what NumPy needs to
-# copy a megabyte; the margin keeps the overhead under a few percent).
+# Below this many bytes of work per thread, splitting costs more than it saves: waking a pool
+# thread and handing the GIL back and forth is a fixed cost per split, which this much work per
+# thread keeps small.
 MIN_BYTES_PER_THREAD = 4 << 20
 
 

@@ -98,20 +98,12 @@ class RectifiedScale(FunctionNode):
                      for i in indexes)
 
 
-def _factors(gy, slope):
-    """The ReLU family's two gradient factors ``(rise + slope, slope)`` as host numbers in ``gy``'s
-    dtype (from the Python numbers, never from device arrays: reading one back would stop a
-    CUDA-graph capture); the first is 1 taken as ``(1 - slope) + slope``, as the NumPy form's."""
-    rise, slope = gy.dtype.type(1 - slope), gy.dtype.type(slope)
-    return rise + slope, slope
-
-
 def rectified_gradient_array(gy, ref, slope):
     """``gy * (1 where ref > 0, else slope)`` on arrays of one shape, a new array: the forward of
     :class:`RectifiedScale`. One compiled pass where the Numba kernels run, else NumPy or CuPy
     passes, with the same values."""
     xp = get_array_module(gy)
-    out = kernels.rectified_gradient(xp, gy, ref, *_factors(gy, slope))
+    out = kernels.rectified_gradient(xp, gy, ref, slope)
     if out is not None:
         return out
     rise, slope = scalar_like(1 - slope, gy), scalar_like(slope, gy)
@@ -130,7 +122,7 @@ def rectified_gradient_and_sums(gy, ref, slope):
     the Numba kernels run on C-contiguous arrays, one pass that also adds each row into the sums
     (the same float64 sums over the same row blocks as :func:`array_sum`, so the same values as
     the two passes); else the two passes."""
-    both = kernels.rectified_gradient_sums(gy, ref, *_factors(gy, slope))
+    both = kernels.rectified_gradient_sums(gy, ref, slope)
     if both is not None:
         return both
     g = rectified_gradient_array(gy, ref, slope)

@@ -3,7 +3,9 @@
 Each ReLU-family function returns None, computing nothing, where the Numba kernels do not take the
 arrays (see :func:`gpgan.kernels.cpu.passes.compiled_elementwise`); the caller then runs its
 NumPy / CuPy form, which gives the same values bit for bit (:mod:`gpgan.functions.activation` and
-:mod:`gpgan.functions.math`). Factors are host numbers in the arrays' dtype.
+:mod:`gpgan.functions.math`). Slopes are Python numbers; the kernels get them as host numbers in
+the arrays' dtype, made only where a kernel runs (most of a small network's arrays take the NumPy
+form).
 """
 import numpy
 
@@ -24,13 +26,24 @@ def leaky_relu(xp, x, negative_slope):
     return compiled_elementwise(xp, "leaky_relu", (x,), x.dtype.type(negative_slope))
 
 
-def rectified_gradient(xp, gy, ref, one, slope):
-    """``gy * (one where ref > 0, else slope)`` for arrays of one shape in one compiled pass, or
-    None; ``one`` and ``slope`` in ``gy``'s dtype."""
-    return compiled_elementwise(xp, "rectified_gradient", (gy, ref), one, slope)
+def _factors(gy, slope):
+    """The ReLU family's two gradient factors ``(rise + slope, slope)`` as host numbers in ``gy``'s
+    dtype (from the Python number, never from device arrays: reading one back would stop a
+    CUDA-graph capture); the first is 1 taken as ``(1 - slope) + slope``, as the NumPy form of
+    :func:`gpgan.functions.math.rectified_gradient_array` computes it."""
+    rise, slope = gy.dtype.type(1 - slope), gy.dtype.type(slope)
+    return rise + slope, slope
 
 
-def rectified_gradient_sums(gy, ref, one, slope):
+def rectified_gradient(xp, gy, ref, slope):
+    """``gy * (1 where ref > 0, else slope)`` for arrays of one shape in one compiled pass, or
+    None; ``slope`` a Python number (the factors as :func:`_factors` makes them)."""
+    if kernels_for(xp, gy) is None:  # the cheap test first: no factors made for the NumPy form
+        return None
+    return compiled_elementwise(xp, "rectified_gradient", (gy, ref), *_factors(gy, slope))
+
+
+def rectified_gradient_sums(gy, ref, slope):
     """``(g, g.sum(axis=0))`` for ``g`` as :func:`rectified_gradient` of (M, C) C-contiguous NumPy
     arrays of one dtype, in one compiled pass that also adds each row into float64 sums over fixed
     row blocks (the values of :func:`gpgan.kernels.array_sum`); or None."""
@@ -41,7 +54,7 @@ def rectified_gradient_sums(gy, ref, one, slope):
         return None
     out = numpy.empty_like(gy)
     partials, = block_partials(*gy.shape)
-    kernels.rectified_gradient_sums(gy, ref, one, slope, out, partials)
+    kernels.rectified_gradient_sums(gy, ref, *_factors(gy, slope), out, partials)
     return out, add_in_block_order(partials).astype(gy.dtype)
 
 

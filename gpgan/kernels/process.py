@@ -6,13 +6,13 @@ call it, and a library user calls it once, early (in a script ``configure_proces
 see below):
 
 * OpenBLAS's idle spin (``OPENBLAS_THREAD_TIMEOUT``). After each GEMM, OpenBLAS's worker threads
-  spin on their core waiting for the next one, by default for 2**28 CPU cycles (about a tenth of a
-  second). A CPU training step runs GEMMs between large copies and elementwise passes, which are
-  split over the cores (:mod:`gpgan.backend.threads`) and only gain where no BLAS worker spins on
-  the other cores. The spin is set to 2**20 cycles (:data:`SHORT_TIMEOUT`, about 0.4 ms:
-  back-to-back small GEMMs still find the workers awake), or 2**4 (:data:`ONEDNN_TIMEOUT`) where
-  oneDNN runs the convolutions: its OpenMP threads split each call statically, and one BLAS worker
-  spinning on one of their cores stretches the whole call.
+  spin on their core waiting for the next one, by default for 2**28 CPU cycles, far longer than
+  the gaps between a step's products. A CPU training step runs GEMMs between large copies and
+  elementwise passes, which are split over the cores (:mod:`gpgan.backend.threads`) and only gain
+  where no BLAS worker spins on the other cores. The spin is set to 2**20 cycles
+  (:data:`SHORT_TIMEOUT`: back-to-back small GEMMs still find the workers awake), or 2**4
+  (:data:`ONEDNN_TIMEOUT`) where oneDNN runs the convolutions: its OpenMP threads split each call
+  statically, and one BLAS worker spinning on one of their cores stretches the whole call.
 * In an MPI run that shares this machine, the BLAS and OpenMP thread counts
   (:data:`gpgan.backend.core_share.BLAS_THREAD_VARS`) default to this process's share of the cores
   (:func:`gpgan.backend.core_share.process_cores`).
@@ -47,15 +47,15 @@ __all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "ONEDNN_TIMEOUT", "RESTARTED_ENV", "P
            "configure_process", "process_environment", "blas_idles_briefly"]
 
 TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
-#: 2**20 cycles (about 0.4 ms at 2.6 GHz): back-to-back small GEMMs find the workers awake, and
-#: they sleep before the array passes that follow a GEMM need the cores.
+#: 2**20 cycles: back-to-back small GEMMs find the workers awake, and they sleep before the array
+#: passes that follow a GEMM need the cores.
 SHORT_TIMEOUT = 20
 #: 2**4 cycles where oneDNN's convolutions run (see the module docstring).
 ONEDNN_TIMEOUT = 4
 #: Set in the environment of the process that :func:`configure_process` restarted (so that it
 #: restarts once at most, and knows that its libraries loaded with the settings).
 RESTARTED_ENV = "GPGAN_PROCESS_CONFIGURED"
-# A longer spin than 2**20 cycles already cost the convolution steps a few percent.
+# A longer spin than 2**20 cycles already slowed the convolution steps (docs/benchmarks.md).
 _BRIEF_ENOUGH = 20
 
 #: What :func:`configure_process` did: ``environment`` the variables it set (name -> value, none

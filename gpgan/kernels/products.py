@@ -1,21 +1,87 @@
 """Matrix products of arrays, each on the library that takes it: oneDNN for large 2-D float32
 NumPy products where it is enabled, else NumPy's matmul (OpenBLAS) on the CPU, and cuBLAS called
 directly on CUDA (:mod:`gpgan.kernels.cuda.cublas`), so that a step with products can be captured
-as a CUDA graph."""
+as a CUDA graph.
+
+Which library takes a NumPy product is decided once per kind of operands (shapes, strides, dtypes,
+and which of bias, rectifier and addend are fused), not at every call: a training step runs the
+same few kinds of products at every step, many of them small, where the tests of the decision
+would cost about what the product does. The decisions are kept in :data:`_plans` and forgotten
+when the oneDNN switch changes (:meth:`gpgan.kernels.switches.OptionalLibrary.on_change`); the
+benchmark-only flags of :mod:`gpgan.backend.mechanisms` are read at each call (``onednn_products``
+as part of the kind), so a benchmark may turn them on and off between calls.
+"""
+import threading
+
 import numpy
 
 from gpgan.backend.array_module import get_array_module
 from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import kernels_for
 from gpgan.kernels.cpu.select import onednn_products
+from gpgan.kernels.switches import onednn_switch
 
 __all__ = ["matmul", "fused_affine", "outer"]
+
+#: Operands' kind (see :func:`_plan`) -> ``(oneDNN product or None, copy a, copy b)``.
+_plans = {}
+#: Kinds of products kept at most (a sweep over many shapes clears them and starts again). A plan
+#: may keep a oneDNN product alive that :mod:`gpgan.kernels.cpu.onednn`'s own bound has let go.
+_PLANS_LIMIT = 256
+_generation = [0]  # counts forgettings, so that a plan made across one is not kept
+_lock = threading.Lock()
+
+
+def forget_plans():
+    """Forget every decision (the next product of each kind decides again)."""
+    with _lock:
+        _generation[0] += 1
+        _plans.clear()
+
+
+onednn_switch.on_change(forget_plans)
+
+
+def _copied_for_blas(x):
+    """True for an operand that NumPy's matmul cannot hand to BLAS as it is: a broadcast operand (a
+    zero stride, as the gradient of a sum is), for which NumPy runs its own, much slower loop."""
+    return 0 in x.strides and x.size > 1
+
+
+def _plan(a, b, bias, negative_slope, addend):
+    """``(product, copy_a, copy_b)`` for NumPy arrays ``a``, ``b`` (exactly ``numpy.ndarray``):
+    the oneDNN product that takes ``a @ b`` with these fused parts
+    (:func:`gpgan.kernels.cpu.onednn.product_for`) or None, and whether NumPy's matmul needs a
+    contiguous copy of each operand (:func:`_copied_for_blas`). Made on the first product of its
+    kind, then looked up."""
+    key = (a.shape, a.strides, a.dtype, b.shape, b.strides, b.dtype,
+           None if bias is None else (bias.__class__, bias.dtype, bias.shape, bias.strides),
+           None if negative_slope is None else float(negative_slope),
+           None if addend is None else (addend.__class__, addend.dtype, addend.shape, addend.strides),
+           off.onednn_products)  # onednn_products reads it: a decision made with it off is another
+    plan = _plans.get(key)
+    if plan is None:
+        generation = _generation[0]
+        dnn = onednn_products(a, b)
+        product = None if dnn is None else dnn.product_for(a, b, bias, negative_slope, addend)
+        plan = (product, _copied_for_blas(a), _copied_for_blas(b))
+        with _lock:
+            if generation == _generation[0]:  # the switch did not change meanwhile
+                if len(_plans) >= _PLANS_LIMIT:
+                    _plans.clear()
+                _plans[key] = plan
+    return plan
 
 
 def matmul(a, b):
     """``a @ b`` of two arrays on one device, NumPy's matmul rules (batched, broadcast)."""
-    if get_array_module(a, b) is numpy:
-        c = fused_affine(a, b)  # oneDNN, where it takes the product
+    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
+        product, copy_a, copy_b = _plan(a, b, None, None, None)
+        if product is not None:
+            return product(a, b, None, None)
+        return numpy.matmul(_blas_operand(a) if copy_a else a, _blas_operand(b) if copy_b else b)
+    if get_array_module(a, b) is numpy:  # NumPy subclasses and scalars: decided at each call
+        c = fused_affine(a, b)
         return numpy.matmul(_blas_operand(a), _blas_operand(b)) if c is None else c
     from gpgan.kernels.cuda.cublas import matmul as cublas_matmul
 
@@ -23,9 +89,8 @@ def matmul(a, b):
 
 
 def _blas_operand(x):
-    """``x`` as NumPy's matmul can hand it to BLAS: a broadcast operand (a zero stride, as the
-    gradient of a sum is) made contiguous; NumPy runs its own, much slower loop for one."""
-    return numpy.ascontiguousarray(x) if 0 in x.strides and x.size > 1 and not off.blas_operand else x
+    """``x`` as NumPy's matmul can hand it to BLAS (see :func:`_copied_for_blas`)."""
+    return numpy.ascontiguousarray(x) if _copied_for_blas(x) and not off.blas_operand else x
 
 
 def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
@@ -38,6 +103,9 @@ def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
     if ((off.fused_linear and (bias is not None or negative_slope is not None))
             or (off.fused_addend and addend is not None)):
         return None  # a mechanism turned off for a benchmark (gpgan.backend.mechanisms)
+    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
+        product = _plan(a, b, bias, negative_slope, addend)[0]
+        return None if product is None else product(a, b, bias, addend)
     dnn = onednn_products(a, b)
     return None if dnn is None else dnn.matmul(a, b, bias, negative_slope, addend)
 

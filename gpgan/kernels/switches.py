@@ -32,7 +32,9 @@ class OptionalLibrary:
 
     On by default where the library is installed; ``env=0`` in the environment, or :meth:`set`,
     turns it off, ``env=1`` asks for it where installed. ``installed()`` and ``version()`` are
-    callables that say whether the library is there and which version it is.
+    callables that say whether the library is there and which version it is. Functions registered
+    with :meth:`on_change` run after every :meth:`set` and :meth:`disable_after_failure` (the
+    dispatch forgets the kernel choices it made under the old setting).
     """
 
     def __init__(self, env, what, installed, version, install_hint, setter):
@@ -40,6 +42,7 @@ class OptionalLibrary:
         self._installed, self._version = installed, version
         self._lock = threading.Lock()
         self._enabled = None
+        self._listeners = []
 
     def _default(self):
         env = os.environ.get(self.env, "").strip()
@@ -73,11 +76,21 @@ class OptionalLibrary:
             raise ValueError(f"{self.setter}(True): {self.what} are not installed ({self.install_hint})")
         with self._lock:
             self._enabled = enabled
+        self._changed()
 
     def disable_after_failure(self):
         """Turn the library off for this process (it failed to load or compile)."""
         with self._lock:
             self._enabled = False
+        self._changed()
+
+    def on_change(self, fn):
+        """Call ``fn()`` after each change of this switch."""
+        self._listeners.append(fn)
+
+    def _changed(self):
+        for fn in self._listeners:
+            fn()
 
 
 numba_switch = OptionalLibrary(COMPILED_ENV, "Numba kernels", lambda: importlib.util.find_spec("numba") is not None,

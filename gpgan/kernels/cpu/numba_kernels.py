@@ -41,8 +41,8 @@ _applied = threading.local()  # the count this thread last gave Numba
 def use_threads(n):
     """Run the parallel kernels on ``n`` threads (at most Numba's pool size). Numba's count is
     per calling thread, so callers set it before each call; a no-op when this thread last set
-    ``n`` here (one attribute read, where asking Numba for its count costs a few microseconds on
-    each of a step's kernel calls). Code that calls ``numba.set_num_threads`` itself goes through
+    ``n`` here (one attribute read, where asking Numba for its count is a call into its runtime
+    on each of a step's kernel calls). Code that calls ``numba.set_num_threads`` itself goes through
     :func:`gpgan.set_num_threads` to change the kernels' count."""
     n = min(n, numba.config.NUMBA_NUM_THREADS)
     if getattr(_applied, "count", None) == n:

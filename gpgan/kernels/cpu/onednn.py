@@ -19,12 +19,14 @@ Switched off by ``GPGAN_ONEDNN=0`` or :func:`gpgan.kernels.set_onednn` (the swit
 warning. Callers go through :mod:`gpgan.kernels` (which arrays it takes is decided there).
 
 Each call runs on the NumPy buffers themselves (no copies of the data: activations are
-channels-last already, see :mod:`gpgan.functions.conv`), with a fresh NumPy scratchpad. The memory
+channels-last already, see :mod:`gpgan.functions.conv`), with a NumPy scratchpad (a convolution's
+fresh at each call, a product's kept by the calling thread). The memory
 objects that point oneDNN at them are made once per operation and calling thread and re-pointed at
 each call's arrays, so calls from several threads share nothing but the cached primitives, which
 oneDNN allows. Where Numba is on (:data:`gpgan.kernels.switches.numba_switch`) and loaded, a
 product's call goes from its arrays to oneDNN in compiled code (:func:`_product_runner`), not
-through ctypes, which costs a tiny product about half its call time.
+through ctypes, whose argument conversions weigh on a small product's call (measured:
+docs/benchmarks.md).
 Its OpenMP threads follow ``OMP_NUM_THREADS``, which :func:`gpgan.configure_process` sets to an
 MPI rank's share of the cores as it does for OpenBLAS.
 """
@@ -42,7 +44,7 @@ from gpgan.kernels.switches import ONEDNN_DISTRIBUTION, ONEDNN_ENV, numba_switch
 from gpgan.kernels.switches import onednn_switch
 
 __all__ = ["ONEDNN_ENV", "MIN_PRODUCT_MACS", "conv_forward",
-           "conv_backward_data", "conv_backward_weights", "matmul", "implementation_names"]
+           "conv_backward_data", "conv_backward_weights", "matmul", "product_for", "implementation_names"]
 
 _LIBRARY = "libdnnl.so.3"
 
@@ -195,12 +197,12 @@ class _Library:
         self.call("dnnl_primitive_create", ctypes.byref(prim), pd)
         return prim
 
-    def execute(self, prim, bound, args):
-        """Run ``prim`` on ``args``, pairs of (argument index, (memory desc, NumPy array)), through
-        ``bound``, the calling thread's :class:`_BoundArguments` for them."""
-        bound.point_at(args)
-        # The two C functions called directly: :meth:`call`'s lookup by name cost 1-2 us a call.
-        status = self.lib.dnnl_primitive_execute(prim, self.stream, len(args), bound.packed)
+    def execute(self, prim, bound, arrays):
+        """Run ``prim`` on ``arrays``, the NumPy arrays of its arguments in the order of ``bound``,
+        the calling thread's :class:`_BoundArguments` for them."""
+        bound.point_at(arrays)
+        # The two C functions called directly: :meth:`call` looks each up by name, on every call.
+        status = self.lib.dnnl_primitive_execute(prim, self.stream, len(arrays), bound.packed)
         if status == 0:
             status = self.lib.dnnl_stream_wait(self.stream)
         if status != 0:
@@ -219,11 +221,13 @@ class _Library:
 
 class _BoundArguments:
     """One thread's memory objects for one primitive's arguments: made once, then pointed at each
-    call's arrays (``dnnl_memory_set_data_handle``, only where the address changed). Making and
-    destroying them at every call cost about half of a product's 30 us of Python and ctypes."""
+    call's arrays (``dnnl_memory_set_data_handle``, only where the address changed): making and
+    destroying them at every call was the larger part of a small product's Python and ctypes work
+    (docs/benchmarks.md). A product's binding also keeps its thread's scratchpad
+    (:meth:`keep_scratchpad`)."""
 
     def __init__(self, lib, args):
-        self.lib, self.memories = lib, []
+        self.lib, self.memories, self.scratchpad = lib, [], None
         self.set_handle = lib.lib.dnnl_memory_set_data_handle
         self.keys = [(k, md) for k, (md, _) in args]
         for _, md in self.keys:
@@ -246,15 +250,28 @@ class _BoundArguments:
                 return False
         return True
 
-    def point_at(self, args):
-        """Point each memory object at its array in ``args`` (which :meth:`fits`)."""
-        pointers = self.pointers
-        for i, (_, (_, array)) in enumerate(args):
+    def point_at(self, arrays):
+        """Point each memory object at its array in ``arrays`` (in the order of the arguments this
+        binding :meth:`fits`); the kept scratchpad is pointed at already."""
+        pointers, kept = self.pointers, self.scratchpad
+        for i, array in enumerate(arrays):
+            if array is kept and pointers[i]:
+                continue
             pointer = array.ctypes.data
             if pointer != pointers[i]:
                 if self.set_handle(self.memories[i], pointer) != 0:
                     raise OneDNNError("dnnl_memory_set_data_handle failed")
                 pointers[i] = pointer
+
+    def keep_scratchpad(self, scratchpad):
+        """Point the last argument, the scratchpad, at ``scratchpad`` once, for every later call of
+        this thread (which waits for each call to end, so its calls never share it)."""
+        i = len(self.memories) - 1
+        pointer = scratchpad.ctypes.data
+        if self.set_handle(self.memories[i], pointer) != 0:
+            raise OneDNNError("dnnl_memory_set_data_handle failed")
+        self.pointers[i] = pointer
+        self.scratchpad = scratchpad
 
     def __del__(self):
         for memory in getattr(self, "memories", ()):
@@ -298,11 +315,10 @@ def _product_runner(lib):
     fails (one warning).
 
     Made once a process, and only once the process has loaded Numba (gpgan's kernels load it on
-    their first array of 256 KiB or more): compiling it takes 0.6 s (the C functions' addresses
-    are constants of the code, so it is not cached on disk) and Numba's LLVM about 100 MiB, which
-    a run of small arrays would pay for about what it gains (the quickstart: the same time, its
-    resident peak from 116 to 226 MiB), where the runs that load Numba anyway gain 3-4% (the toy
-    MLP's R1 step at width 512).
+    their first array of 256 KiB or more): compiling it takes time at every start (the C
+    functions' addresses are constants of the code, so it is not cached on disk) and loading
+    Numba's LLVM takes resident memory, which a run of small arrays would pay for about what it
+    gains, where the runs that load Numba anyway only gain (measured: docs/benchmarks.md).
 
     ``run(prim, stream, packed_args, handles, pointers, a, b, c, bias, addend, has_bias,
     has_addend, scratchpad) -> status``: ``handles`` and ``pointers`` are a
@@ -411,7 +427,7 @@ class _Primitive:
         scratchpad = numpy.empty(self.scratchpad_size, numpy.uint8)
         args = list(args) + [(_ARG_SCRATCHPAD, (self.scratchpad, scratchpad))]
         bound = self.bind(args)  # makes the primitive on the first call
-        self.lib.execute(self.prim, bound, args)
+        self.lib.execute(self.prim, bound, [array for _, (_, array) in args])
 
     def bind(self, args):
         """The calling thread's :class:`_BoundArguments` for ``args`` (the scratchpad's last),
@@ -651,29 +667,39 @@ class _Product(_Descs):
         return args
 
     def __call__(self, a, b, bias, addend):
+        """``a @ b`` (+ ``bias``, rectified, + ``addend`` as this product was made for), a new
+        C-contiguous (M, N) array; the operands must be like those it was made for (shapes,
+        strides, which of bias and addend are given: :func:`product_for`'s key)."""
         c = numpy.empty(self.shape, numpy.float32)
-        run = _product_runner(self.lib) if numba_switch.enabled() and not off.product_runner else None
-        if run is None:
-            self.op(self.arguments(a, b, c, bias, addend))
-            return c
         op = self.op
-        scratchpad = numpy.empty(op.scratchpad_size, numpy.uint8)
-        # A product's arguments are the same kind at every call: a thread's first call binds them.
+        # A product's arguments are the same kind at every call: a thread's first call binds them,
+        # with a scratchpad that the thread's later calls reuse.
         bound = getattr(op.bound, "arguments", None) if op.prim is not None and not off.bound_memory else None
         if bound is None:
+            scratchpad = numpy.empty(op.scratchpad_size, numpy.uint8)
             bound = op.bind(self.arguments(a, b, c, bias, addend) + [(_ARG_SCRATCHPAD, (op.scratchpad, scratchpad))])
-        self.lib.execute_product(run, op.prim, bound, a, b, c, bias, addend, scratchpad)
+            bound.keep_scratchpad(scratchpad)
+        run = _product_runner(self.lib) if numba_switch.enabled() and not off.product_runner else None
+        if run is None:
+            arrays = (a, b, c)
+            if bias is not None:
+                arrays += (bias,)
+            if addend is not None:
+                arrays += (addend,)
+            self.lib.execute(op.prim, bound, arrays + (bound.scratchpad,))
+        else:
+            self.lib.execute_product(run, op.prim, bound, a, b, c, bias, addend, bound.scratchpad)
         return c
 
 
-#: Below this many multiply-adds a product stays with NumPy: a oneDNN call costs 10-25 us more
-#: (ctypes, the call itself), which OpenBLAS's faster kernels make up from about 2**21 multiply-adds
-#: on the 2-core Xeon, and more surely from 2**22.
+#: Below this many multiply-adds a product stays with NumPy: a oneDNN call has a larger fixed cost
+#: (ctypes, the call itself), which its kernels, faster than OpenBLAS's on large products, make up
+#: only from products of about this size (measured: docs/benchmarks.md).
 MIN_PRODUCT_MACS = 1 << 22
 #: ... unless the product's bias or rectifier is fused and its output has at least this many
 #: elements (256 KiB of float32): then each fused step saves a pass over an output out of cache,
-#: 30 us or more. The toy MLP's first layer, (256, 2) @ (2, 512) with bias and ReLU, takes 44 us
-#: so against 131 for NumPy's product and the two passes.
+#: which outweighs the call's cost (the toy MLP's first layer, (256, 2) @ (2, 512) with bias and
+#: ReLU, measured in docs/benchmarks.md).
 MIN_FUSED_OUTPUT = 1 << 16
 
 
@@ -687,7 +713,7 @@ def matmul(a, b, bias=None, negative_slope=None, addend=None):
     """``a @ b`` of 2-D float32 NumPy arrays (any positive strides) on oneDNN, a new C-contiguous
     (M, N) array; None when oneDNN is off, the product is small (``MIN_PRODUCT_MACS``, or
     ``MIN_FUSED_OUTPUT`` for a fused one) or its operands' memory order is one oneDNN does not take
-    (the caller uses NumPy).
+    (the caller uses NumPy): :func:`product_for`, then its product called.
 
     With ``bias`` (a contiguous float32 (N,) array) the row is added to every row of the product,
     with ``negative_slope`` the sum is rectified (``x`` where ``x > 0``, else
@@ -695,6 +721,17 @@ def matmul(a, b, bias=None, negative_slope=None, addend=None):
     left unchanged) it is added last, each in the product's own pass over its output. The addition
     is one rounded float32 sum per element, as ``addend + a @ b`` after the product.
     """
+    product = product_for(a, b, bias, negative_slope, addend)
+    return None if product is None else product(a, b, bias, addend)
+
+
+def product_for(a, b, bias=None, negative_slope=None, addend=None):
+    """The oneDNN product that :func:`matmul` runs for these arguments, or None where it returns
+    None; computes nothing. Called as ``product(a, b, bias, addend)``, it takes any arguments like
+    these: ``a`` and ``b`` of the same classes, dtypes, shapes and strides, ``bias`` and ``addend``
+    absent or of the same classes, dtypes, shapes and strides, the same ``negative_slope``. Those
+    and the oneDNN switch decide it, so a caller may keep it for such arguments until the switch
+    changes (:func:`gpgan.kernels.products.matmul` does)."""
     fused = bias is not None or negative_slope is not None or addend is not None
     if (a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS
             and not (fused and a.shape[0] * b.shape[1] >= MIN_FUSED_OUTPUT)) or not (_strides_ok(a) and _strides_ok(b)):
@@ -711,9 +748,7 @@ def matmul(a, b, bias=None, negative_slope=None, addend=None):
     slope = None if negative_slope is None else float(negative_slope)
     key = (a.shape, a.strides, b.shape, b.strides, bias is not None, slope, addend is not None)
     product = _cached(_products, key, lambda: _Product(lib, a, b, bias is not None, slope, addend is not None))
-    if product.op is None:
-        return None
-    return product(a, b, bias, addend)
+    return None if product.op is None else product
 
 
 def implementation_names(x_shape, w_shape, stride, padding, dilation, out_hw, groups=1):

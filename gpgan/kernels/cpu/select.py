@@ -9,7 +9,8 @@ from gpgan.backend.threads import get_num_threads
 from gpgan.kernels import switches
 from gpgan.kernels.cpu import onednn
 
-# Dtype objects, not names: ``str(dtype)`` cost 2.4 us a call (8 inside a step), on every pass.
+# Dtype objects, not names: ``str(dtype)`` would build a string on every pass, comparing the
+# objects builds nothing.
 _FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 _kernels = None
 
