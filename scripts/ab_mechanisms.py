@@ -70,7 +70,7 @@ Mechanism = namedtuple("Mechanism", "name off base needs carries what process_wi
 
 _NEEDS = {"onednn_products": "onednn", "onednn_convolutions": "onednn", "fused_linear": "onednn",
           "fused_addend": "onednn", "product_runner": "onednn", "bound_memory": "onednn", "numba_passes": "numba",
-          "numba_threads": "numba", "rectified_sums": "numba", "layout_copy": "numba", "numba_batch_norm": "numba",
+          "numba_threads": "numba", "layout_copy": "numba", "numba_batch_norm": "numba",
           "numba_conv_copies": "numba"}
 _BASE = {"numba_conv_copies": {"GPGAN_ONEDNN": "0"}}
 

@@ -88,7 +88,6 @@ CASES = {
     "split_passes": (["generator"], (threads, "_get_pool"), None, False, "split"),
     "numba_passes": (["toy_r1", "r1"], (numba_kernels, "leaky_relu"), None, False, None),
     "numba_threads": (["generator"], (numba_kernels, "use_threads"), lambda c: c[0][0] > 1, False, None),
-    "rectified_sums": (["toy_r1"], (numba_kernels, "rectified_gradient_sums"), None, False, None),
     "layout_copy": (["r1"], (passes, "_in_layout_of"), None, False, None),
     "numba_batch_norm": (["generator"], (numba_kernels, "channel_moments"), None, False, None),
     "numba_conv_copies": (["r1", "generator"], (numba_kernels, "window_columns"), None, False, "no oneDNN"),

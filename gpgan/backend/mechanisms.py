@@ -46,8 +46,6 @@ MECHANISMS = {
     "numba_threads": ("the compiled passes' prange loops on Numba's OpenMP threads",
                       "the same kernels on one thread (an upper bound of the gain: they replaced a "
                       "Python-thread split)", "bits"),
-    "rectified_sums": ("a rectified Linear's first-order gradient and its bias sums in one compiled pass",
-                       "two passes (the gradient, then the sums)", "bits"),
     "layout_copy": ("an operand in another memory layout copied into the first's, so the compiled pass runs",
                     "NumPy's strided passes", "bits"),
     "numba_batch_norm": ("batch norm's moments, affine and gradients as compiled row passes",

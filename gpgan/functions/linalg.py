@@ -5,7 +5,7 @@ from gpgan import kernels
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan.functions.activation import rectify_array
 from gpgan.functions.array import reshape, sum_to, transpose
-from gpgan.functions.math import rectified_gradient_and_sums, rectified_gradient_array, rectified_scale
+from gpgan.functions.math import rectified_gradient_array, rectified_scale
 
 
 __all__ = ['matmul', 'linear']
@@ -176,18 +176,14 @@ class Linear(FunctionNode):
 
     def _array_gradients(self, indexes, gy, x, w, earlier=None):
         """The gradients ``indexes`` asks for, as arrays, when no graph is recorded (first order):
-        the products without building nodes, and with a rectifier its gradient and the bias's
-        sum in one pass (:func:`rectified_gradient_and_sums`). ``earlier``: None, or arrays
+        the products without building nodes. ``earlier``: None, or arrays
         aligned with ``indexes`` (or None) to add each gradient to (:meth:`backward_accumulate`)."""
         out_features, in_features = w.shape
         g, gb = gy.reshape(-1, out_features), None
         if self.slope is not None:
             y = self.get_retained_outputs()[0].data.reshape(-1, out_features)
-            if 2 in indexes:
-                g, gb = rectified_gradient_and_sums(g, y, self.slope)
-            else:
-                g = rectified_gradient_array(g, y, self.slope)
-        elif 2 in indexes:
+            g = rectified_gradient_array(g, y, self.slope)
+        if 2 in indexes:
             gb = kernels.array_sum(g, (0,))
         earlier = dict(zip(indexes, earlier)) if earlier is not None else {}
 

@@ -116,19 +116,6 @@ def rectified_gradient_array(gy, ref, slope):
     return kernels.elementwise(xp, scale, gy, ref)
 
 
-def rectified_gradient_and_sums(gy, ref, slope):
-    """``(g, g.sum(axis=0))`` for ``g = rectified_gradient_array(gy, ref, slope)`` and ``gy``,
-    ``ref`` arrays (M, C): a rectified linear layer's output gradient and its bias gradient. Where
-    the Numba kernels run on C-contiguous arrays, one pass that also adds each row into the sums
-    (the same float64 sums over the same row blocks as :func:`array_sum`, so the same values as
-    the two passes); else the two passes."""
-    both = kernels.rectified_gradient_sums(gy, ref, slope)
-    if both is not None:
-        return both
-    g = rectified_gradient_array(gy, ref, slope)
-    return g, kernels.array_sum(g, (0,))
-
-
 def rectified_scale(gy, ref, slope):
     """``gy * (1 where ref > 0, else slope)``, differentiable in ``gy`` (any order), with a zero
     derivative in the Variable ``ref`` of ``gy``'s shape (see :class:`RectifiedScale`)."""

@@ -7,12 +7,10 @@ NumPy / CuPy form, which gives the same values bit for bit (:mod:`gpgan.function
 the arrays' dtype, made only where a kernel runs (most of a small network's arrays take the NumPy
 form).
 """
-import numpy
 
-from gpgan.backend.mechanisms import off
-from gpgan.kernels.cpu.passes import add_in_block_order, block_partials, compiled_elementwise, kernels_for
+from gpgan.kernels.cpu.passes import compiled_elementwise, kernels_for
 
-__all__ = ["relu", "leaky_relu", "rectified_gradient", "rectified_gradient_sums", "add_at"]
+__all__ = ["relu", "leaky_relu", "rectified_gradient", "add_at"]
 
 
 def relu(xp, x):
@@ -41,21 +39,6 @@ def rectified_gradient(xp, gy, ref, slope):
     if kernels_for(xp, gy) is None:  # the cheap test first: no factors made for the NumPy form
         return None
     return compiled_elementwise(xp, "rectified_gradient", (gy, ref), *_factors(gy, slope))
-
-
-def rectified_gradient_sums(gy, ref, slope):
-    """``(g, g.sum(axis=0))`` for ``g`` as :func:`rectified_gradient` of (M, C) C-contiguous NumPy
-    arrays of one dtype, in one compiled pass that also adds each row into float64 sums over fixed
-    row blocks (the values of :func:`gpgan.kernels.array_sum`); or None."""
-    kernels = kernels_for(numpy, gy) if gy.__class__ is numpy.ndarray else None
-    if (kernels is None or off.rectified_sums or off.numba_passes
-            or ref.__class__ is not numpy.ndarray or ref.shape != gy.shape
-            or ref.dtype != gy.dtype or not (gy.flags.c_contiguous and ref.flags.c_contiguous)):
-        return None
-    out = numpy.empty_like(gy)
-    partials, = block_partials(*gy.shape)
-    kernels.rectified_gradient_sums(gy, ref, *_factors(gy, slope), out, partials)
-    return out, add_in_block_order(partials).astype(gy.dtype)
 
 
 def add_at(xp, target, index, values):

@@ -23,7 +23,7 @@ import numba
 import numpy
 
 __all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "add", "outer", "relu",
-           "leaky_relu", "rectified_gradient", "rectified_gradient_sums",
+           "leaky_relu", "rectified_gradient",
            "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
 
 _jit = numba.njit(nogil=True, cache=True)
@@ -234,24 +234,6 @@ def channel_sums(x, s):
             row = x[m]
             for c in range(C):
                 p[c] += row[c]
-
-
-@_parallel_jit
-def rectified_gradient_sums(gy, ref, positive, negative, out, s):
-    """:func:`rectified_gradient` on (M, C) rows, ``out = gy * (positive if ref > 0 else
-    negative)``, and in the same pass the per-block float64 sums of ``out`` as
-    :func:`channel_sums` makes them (``B = s.shape[0]`` blocks): a rectified linear layer's output
-    gradient and its bias gradient's partial sums, with the same values as the two passes."""
-    M, C = gy.shape
-    B = s.shape[0]
-    for k in numba.prange(B):
-        p = s[k]
-        for m in range(M * k // B, M * (k + 1) // B):
-            g, r, o = gy[m], ref[m], out[m]
-            for c in range(C):
-                v = g[c] * (positive if r[c] > 0 else negative)
-                o[c] = v
-                p[c] += v
 
 
 @_parallel_jit
