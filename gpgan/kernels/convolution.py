@@ -17,21 +17,21 @@ __all__ = ["conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns",
 
 def conv2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv2d(x, w)`` (N, O, *out_hw) on oneDNN, or None."""
-    dnn = onednn_convolutions(xp, x, w, groups=groups)
+    dnn = onednn_convolutions(xp, x, w)
     return dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw, groups)
 
 
 def conv_transpose2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv_transpose2d(x, w)`` (N, Cog*G, *out_hw) on oneDNN (a convolution's backward data),
     or None."""
-    dnn = onednn_convolutions(xp, x, w, groups=groups)
+    dnn = onednn_convolutions(xp, x, w)
     return dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw, groups)
 
 
 def conv2d_grad_weight(xp, x, gy, ksize, stride, padding, dilation, groups):
     """The weight gradient (O, C/G, kH, kW) of ``conv2d(x, W)`` for output gradient ``gy`` on
     oneDNN, or None."""
-    dnn = onednn_convolutions(xp, x, gy, groups=groups)
+    dnn = onednn_convolutions(xp, x, gy)
     return dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups)
 
 

@@ -38,7 +38,7 @@ def cpu_kernels(xp, dtype):
     return _kernels
 
 
-def onednn_convolutions(xp, *arrays, groups=1):
+def onednn_convolutions(xp, *arrays):
     """:mod:`gpgan.kernels.cpu.onednn` for a convolution (of any ``groups``) of float32 NumPy
     ``arrays`` while oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
     if (xp.__name__ != "numpy" or any(a.dtype != _FLOATS[0] for a in arrays)
