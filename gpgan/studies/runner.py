@@ -152,7 +152,7 @@ def _longer_steps(sweep, spec, run_dir):
     run = RunFolder(run_dir)
     try:
         diffs = run.config_differences(run_config(sweep, spec))
-        if run.is_finished() and (run.read_final() or {}).get("stop"):
+        if run.stopped_early():
             return None
     except (OSError, ValueError):
         return None

@@ -260,7 +260,7 @@ class Trainer:
             sample = every(tc["sample_interval"], step)
             stop = self._stop_reason(step, last)
             checkpoint = last or stop or every(tc["checkpoint_interval"], step)
-            if log or sample or checkpoint or evaluate:
+            if log or sample or checkpoint:
                 self._raise_on_fault()  # before anything reads the weights or losses
             evaluation = self.monitor.evaluate(step) if evaluate else {}
             self._keep_best(evaluation)

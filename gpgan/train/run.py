@@ -197,6 +197,12 @@ class RunFolder:
         final = self.read_final()
         return final is not None and final.get("status") == "finished"
 
+    def stopped_early(self):
+        """Why a finished run ended before its train.steps (final.json's ``stop``, written when
+        train.patience ended it), or None."""
+        final = self.read_final() or {}
+        return final.get("stop") if final.get("status") == "finished" else None
+
     def has_checkpoint(self):
         return bool(self.checkpoints())
 
