@@ -1,10 +1,37 @@
 """translate2d and bilinear_sample: values against naive loops and closed forms, gradients to
-second order against finite differences in float64."""
+second order against finite differences in float64. bilinear_sample runs each test twice: on its
+portable NumPy form and on the Numba kernels (gpgan.kernels.sampling), which must also give the
+portable form's bits on DCGAN-sized batches."""
 import numpy as np
 import pytest
 
 import gpgan.functions as F
-from gpgan.autograd import Variable, gradcheck, gradgradcheck
+from gpgan.autograd import Variable, grad, gradcheck, gradgradcheck
+from gpgan.kernels import switches
+from gpgan.kernels.cpu import passes
+
+SAMPLING_KERNELS = ("bilinear_taps", "bilinear_gather", "bilinear_scatter")
+
+
+@pytest.fixture(params=["portable", "kernels"])
+def path(request, monkeypatch):
+    """Runs the test on the portable form (the kernels off) or on the Numba kernels (on for arrays
+    of any size); yields the calls of each sampling kernel, which the kernels path must have made."""
+    before = switches.compiled_kernels_enabled()
+    calls = dict.fromkeys(SAMPLING_KERNELS, 0)
+    if request.param == "kernels":
+        numba_kernels = pytest.importorskip("gpgan.kernels.cpu.numba_kernels", reason="needs Numba")
+        monkeypatch.setattr(passes, "COMPILED_MIN_BYTES", 0)
+        for name in SAMPLING_KERNELS:
+            def counting(*args, _name=name, _original=getattr(numba_kernels, name)):
+                calls[_name] += 1
+                return _original(*args)
+            monkeypatch.setattr(numba_kernels, name, counting)
+    switches.set_compiled_kernels(request.param == "kernels")
+    yield calls
+    switches.set_compiled_kernels(before)
+    if request.param == "kernels":
+        assert calls["bilinear_taps"] > 0 and calls["bilinear_gather"] > 0, "the kernels did not run"
 
 
 def naive_translate(x, shifts):
@@ -86,7 +113,7 @@ def _coords(rng, N, Ho, Wo, H, W, spread):
 
 
 @pytest.mark.parametrize("padding", ["zeros", "reflection"])
-def test_bilinear_matches_naive(padding):
+def test_bilinear_matches_naive(padding, path):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 2, 5, 4))
     sx, sy = _coords(rng, 3, 4, 6, 5, 4, spread=6.0)  # some mirrored, some beyond the mirrored band
@@ -94,7 +121,7 @@ def test_bilinear_matches_naive(padding):
     np.testing.assert_allclose(y, naive_bilinear(x, sx, sy, padding), rtol=1e-12, atol=1e-12)
 
 
-def test_bilinear_closed_forms():
+def test_bilinear_closed_forms(path):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 3, 6, 5))
     rows, cols = np.meshgrid(np.arange(6.0), np.arange(5.0), indexing="ij")
@@ -112,7 +139,7 @@ def test_bilinear_closed_forms():
 
 
 @pytest.mark.parametrize("padding", ["zeros", "reflection"])
-def test_bilinear_derivatives_first_and_second_order(padding):
+def test_bilinear_derivatives_first_and_second_order(padding, path):
     rng = np.random.default_rng(4)
     x = rng.standard_normal((2, 2, 4, 5))
     sx, sy = _coords(rng, 2, 3, 4, 4, 5, spread=3.0)
@@ -121,6 +148,10 @@ def test_bilinear_derivatives_first_and_second_order(padding):
     fn = lambda v: F.sin(F.bilinear_sample(v, sx, sy, padding=padding)) * 2  # noqa: E731
     assert gradcheck(fn, (x,))
     assert gradgradcheck(fn, (x,))
+    if path["bilinear_taps"]:
+        assert path["bilinear_scatter"] > 0  # the adjoint ran on its kernel too
+    if path["bilinear_taps"]:
+        assert path["bilinear_scatter"] > 0  # the adjoint ran on its kernel too
 
 
 def test_bilinear_rejects_bad_arguments():
@@ -129,3 +160,31 @@ def test_bilinear_rejects_bad_arguments():
         F.bilinear_sample(x, np.zeros((2, 3, 3)), np.zeros((2, 3, 3)), padding="border")
     with pytest.raises(ValueError, match=r"sx and sy must both be \(N, Ho, Wo\) with N = 2"):
         F.bilinear_sample(x, np.zeros((1, 3, 3)), np.zeros((1, 3, 3)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("padding", ["zeros", "reflection"])
+def test_bilinear_kernels_give_the_portable_forms_bits(dtype, padding):
+    """A batch large enough for the kernels (no threshold lowered), an input in another memory
+    layout, coordinates on whole pixels, inside, mirrored and beyond: the sample, its gradient and
+    the gradient's own gradient, with the kernels and without, the same bits."""
+    pytest.importorskip("gpgan.kernels.cpu.numba_kernels", reason="needs Numba")
+    rng = np.random.default_rng(5)
+    x = np.ascontiguousarray(rng.standard_normal((64, 16, 16, 3)).astype(dtype)).transpose(0, 3, 1, 2)
+    sx, sy = (c.astype(dtype) for c in _coords(rng, 64, 16, 16, 16, 16, spread=20.0))
+    sx[:, :3], sy[:, :, :3] = np.round(sx[:, :3]), np.round(sy[:, :, :3])
+    gy = rng.standard_normal(x.shape).astype(dtype)
+    before, results = switches.compiled_kernels_enabled(), []
+    try:
+        for on in (True, False):
+            switches.set_compiled_kernels(on)
+            v, u = Variable(x, requires_grad=True), Variable(gy, requires_grad=True)
+            y = F.bilinear_sample(v, sx, sy, padding=padding)
+            g, = grad([y], [v], [u], create_graph=True)  # the adjoint of u
+            gg, = grad([F.sum(g * g)], [u])  # the sample of the adjoint's output again
+            results.append((y.data, g.data, gg.data))
+    finally:
+        switches.set_compiled_kernels(before)
+    for with_kernels, portable in zip(*results):
+        assert with_kernels.dtype == dtype
+        np.testing.assert_array_equal(with_kernels, portable)

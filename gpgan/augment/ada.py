@@ -197,12 +197,16 @@ def apply_geometric(x, G):
     xp = get_array_module(G)
     H, W = x.shape[2:]
     cy, cx = (H - 1) / 2, (W - 1) / 2
-    rows, cols = xp.meshgrid(xp.arange(H, dtype=numpy.float64) - cy, xp.arange(W, dtype=numpy.float64) - cx,
-                             indexing="ij")
-    sx = G[:, 0, 0, None, None] * cols + G[:, 0, 1, None, None] * rows + G[:, 0, 2, None, None] + cx
-    sy = G[:, 1, 0, None, None] * cols + G[:, 1, 1, None, None] * rows + G[:, 1, 2, None, None] + cy
+    rows, cols = numpy.meshgrid(numpy.arange(H) - cy, numpy.arange(W) - cx, indexing="ij")
+    # the output pixels (3, H * W), homogeneous, and the centre: device constants, made once (a
+    # captured step may not copy from the host)
+    points = constant_array(xp, numpy.stack([cols.reshape(-1), rows.reshape(-1), numpy.ones(H * W)]), numpy.float64)
+    centre = constant_array(xp, [[cx], [cy]], numpy.float64)
+    source = G[:, :2] @ points  # (N, 2, H * W): one product, where a pass per term would cost five times more
+    source += centre
     # coordinates in the images' dtype, as the reference's grid (whole numbers stay exact)
-    return F.bilinear_sample(x, sx.astype(x.dtype), sy.astype(x.dtype), padding="reflection")
+    source = source.astype(x.dtype).reshape(-1, 2, H, W)
+    return F.bilinear_sample(x, source[:, 0], source[:, 1], padding="reflection")
 
 
 def apply_color(x, C):

@@ -17,7 +17,8 @@ Everything is portable NumPy/CuPy code through the array module of ``x``.
 """
 import numpy
 
-from gpgan.autograd import FunctionNode
+from gpgan import kernels
+from gpgan.autograd import FunctionNode, Variable
 from gpgan.backend import get_array_module
 from gpgan.functions._args import check_4d
 
@@ -91,22 +92,33 @@ class BilinearSample(FunctionNode):
     def forward(self, inputs):
         x, = inputs
         xp = get_array_module(x)
+        weight = self.weight.astype(x.dtype, copy=False)
+        if not self.adjoint:
+            y = kernels.bilinear_gather(xp, x, self.index, weight, self.out_hw)
+            return (self._gather(xp, x, weight) if y is None else y,)
+        gx = kernels.bilinear_scatter(xp, x, self.index, weight, self.in_hw)
+        return (self._scatter(xp, x, weight) if gx is None else gx,)
+
+    def _gather(self, xp, x, weight):
+        """The portable sample: (N, C, *out_hw)."""
         N, C = x.shape[:2]
         rows = self._rows(xp)
-        w = self.weight.astype(x.dtype, copy=False).reshape(4, -1, 1)  # (4, N * P, 1)
-        if not self.adjoint:
-            table = x.transpose(0, 2, 3, 1).reshape(-1, C)  # (N * H * W, C), a copy
-            y = xp.take(table, rows[0], axis=0) * w[0]
-            for k in range(1, 4):
-                y += xp.take(table, rows[k], axis=0) * w[k]
-            return (xp.ascontiguousarray(y.reshape((N,) + self.out_hw + (C,)).transpose(0, 3, 1, 2)),)
+        w = weight.reshape(4, -1, 1)  # (4, N * P, 1)
+        table = x.transpose(0, 2, 3, 1).reshape(-1, C)  # (N * H * W, C), a copy
+        y = xp.take(table, rows[0], axis=0) * w[0]
+        for k in range(1, 4):
+            y += xp.take(table, rows[k], axis=0) * w[k]
+        return xp.ascontiguousarray(y.reshape((N,) + self.out_hw + (C,)).transpose(0, 3, 1, 2))
+
+    def _scatter(self, xp, gy, weight):
+        """The portable adjoint of ``gy`` (N, C, *out_hw): (N, C, *in_hw)."""
+        N, C = gy.shape[:2]
         H, W = self.in_hw
-        gy = x.transpose(0, 2, 3, 1).reshape(1, -1, C)  # (1, N * P, C)
-        parts = gy * w  # (4, N * P, C): each tap's share
-        rows, size = rows.reshape(-1), N * H * W
+        rows, size = self._rows(xp).reshape(-1), N * H * W
+        parts = gy.transpose(0, 2, 3, 1).reshape(1, -1, C) * weight.reshape(4, -1, 1)  # (4, N * P, C)
         gx = xp.stack([xp.bincount(rows, weights=parts[..., c].reshape(-1), minlength=size) for c in range(C)],
                       axis=1)
-        return (xp.ascontiguousarray(gx.astype(x.dtype, copy=False).reshape(N, H, W, C).transpose(0, 3, 1, 2)),)
+        return xp.ascontiguousarray(gx.astype(gy.dtype, copy=False).reshape(N, H, W, C).transpose(0, 3, 1, 2))
 
     def backward(self, indexes, grad_outputs):
         return (BilinearSample(self.index, self.weight, self.in_hw, self.out_hw,
@@ -168,5 +180,7 @@ def bilinear_sample(x, sx, sy, padding="zeros"):
                          f"{tuple(sx.shape)} and {tuple(sy.shape)}")
     xp = get_array_module(sx)
     N, Ho, Wo = sx.shape
-    index, weight = bilinear_taps(xp, sx.reshape(N, -1), sy.reshape(N, -1), x.shape[2:], padding)
+    sx, sy = sx.reshape(N, -1), sy.reshape(N, -1)
+    taps = kernels.bilinear_taps(xp, sx, sy, x.shape[2:], padding, x.data if isinstance(x, Variable) else x)
+    index, weight = bilinear_taps(xp, sx, sy, x.shape[2:], padding) if taps is None else taps
     return BilinearSample(index, weight, x.shape[2:], (Ho, Wo)).apply((x,))[0]

@@ -8,7 +8,7 @@ here and only here:
 
 * the Numba kernels (:mod:`.cpu.numba_kernels`; switch ``GPGAN_NUMBA``, :func:`set_compiled_kernels`):
   a convolution's col2im and padded im2col, the ReLU family's passes, batch norm's row passes,
-  elementwise sums and outer products; the same values as the portable form, bit for bit (batch
+  elementwise sums and outer products, bilinear sampling's taps, gather and adjoint; the same values as the portable form, bit for bit (batch
   norm's and the channel sums to the dtype's rounding: they add in float64);
 * oneDNN (:mod:`.cpu.onednn`; switch ``GPGAN_ONEDNN``, :func:`set_onednn`): float32 convolutions
   (grouped and depthwise ones too) and large 2-D float32 products, with a Linear's bias and
@@ -41,6 +41,7 @@ from gpgan.kernels.pointwise import add_at, leaky_relu, rectified_gradient, relu
 from gpgan.kernels.normalization import batch_norm_rows, batch_norm_rows_gradients, column_dots
 from gpgan.kernels.process import ProcessSettings, configure_process
 from gpgan.kernels.products import fused_affine, matmul, outer
+from gpgan.kernels.sampling import bilinear_gather, bilinear_scatter, bilinear_taps
 from gpgan.kernels.switches import (
     compiled_kernels_enabled,
     compiled_kernels_version,
@@ -56,6 +57,7 @@ __all__ = [
     "relu", "leaky_relu", "rectified_gradient", "add_at",
     "batch_norm_rows", "batch_norm_rows_gradients", "column_dots",
     "matmul", "fused_affine", "outer",
+    "bilinear_taps", "bilinear_gather", "bilinear_scatter",
     "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels",
     "onednn_enabled", "onednn_version", "set_onednn",
     "configure_process", "ProcessSettings",

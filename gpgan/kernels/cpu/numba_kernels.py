@@ -24,7 +24,8 @@ import numpy
 
 __all__ = ["use_threads", "window_columns", "col2im_channels_last", "col2im_planes", "add", "outer", "relu",
            "leaky_relu", "rectified_gradient",
-           "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient"]
+           "channel_moments", "channel_sums", "channel_gradient_sums", "channel_affine", "channel_input_gradient",
+           "bilinear_taps", "bilinear_gather", "bilinear_scatter"]
 
 _jit = numba.njit(nogil=True, cache=True)
 # Kernels that split their loop over Numba's threads (``prange``). With the OpenMP layer they run on
@@ -271,6 +272,72 @@ def channel_input_gradient(x, gy, mean, gy_mean, coef, k, out):
         xr, gr, o = x[m], gy[m], out[m]
         for c in range(C):
             o[c] = (gr[c] - gy_mean[c]) * coef[c] - (xr[c] - mean[c]) * k[c]
+
+
+# -- bilinear sampling (gpgan.functions.sampling) -------------------------------------------------
+# The taps as bilinear_taps' NumPy form computes them (the same float operations in the
+# coordinates' dtype: ``one`` is 1 in that dtype, so no operation widens), the gather's four
+# products added in tap order, the adjoint's rounded products summed in float64 in bincount's order
+# (tap-major, then output pixel): the same bits as the NumPy form. Images are split over the
+# threads; every tap of an image lies in that image, so no two threads write one element.
+@_jit
+def _fold(i, size, reflect):
+    """(pixel, read): whole pixel coordinate ``i`` folded into ``[0, size)`` as ``_fold`` in
+    gpgan.functions.sampling does (zeros: outside not read; reflection: mirrored up to ``size - 1``
+    pixels beyond each edge, not read further out; the pixel clipped into the image either way)."""
+    last = size - 1
+    if not reflect or size == 1:
+        return min(max(i, 0), last), 0 <= i <= last
+    return min(max(last - abs(last - abs(i)), 0), last), -last <= i <= 2 * last
+
+
+@_parallel_jit
+def bilinear_taps(sx, sy, height, width, reflect, one, index, weight):
+    """Fill ``index`` (4, N, P) int64 and ``weight`` (4, N, P) from the source coordinates ``sx``,
+    ``sy`` (N, P) (pixel units, finite) of an image of ``height`` x ``width``: tap ``k = 2 * r + c``
+    reads row ``floor(sy) + r`` and column ``floor(sx) + c``."""
+    N, P = sx.shape
+    for n in numba.prange(N):
+        for p in range(P):
+            x0, y0 = numpy.floor(sx[n, p]), numpy.floor(sy[n, p])
+            fx, fy = sx[n, p] - x0, sy[n, p] - y0
+            col_w, row_w = (one - fx, fx), (one - fy, fy)
+            for r in range(2):
+                row, row_in = _fold(int(y0) + r, height, reflect)
+                for c in range(2):
+                    col, col_in = _fold(int(x0) + c, width, reflect)
+                    k = 2 * r + c
+                    index[k, n, p] = row * width + col
+                    weight[k, n, p] = row_w[r] * col_w[c] if row_in and col_in else 0
+
+
+@_parallel_jit
+def bilinear_gather(x, index, weight, out):
+    """``out[n, c, p] = sum_k x[n, c, index[k, n, p]] * weight[k, n, p]`` for ``x`` (N, C, Hi * Wi)
+    and ``out`` (N, C, P), the products added in tap order."""
+    N, C, P = out.shape
+    for n in numba.prange(N):
+        for c in range(C):
+            src, dst = x[n, c], out[n, c]
+            for p in range(P):
+                acc = src[index[0, n, p]] * weight[0, n, p]
+                for k in range(1, 4):
+                    acc += src[index[k, n, p]] * weight[k, n, p]
+                dst[p] = acc
+
+
+@_parallel_jit
+def bilinear_scatter(gy, index, weight, out):
+    """The gather's adjoint: ``out[n, c, index[k, n, p]] += gy[n, c, p] * weight[k, n, p]`` for
+    ``gy`` (N, C, P) and a zeroed float64 ``out`` (N, C, Hi * Wi), each product rounded in ``gy``'s
+    dtype, then added in float64, tap-major."""
+    N, C, P = gy.shape
+    for n in numba.prange(N):
+        for c in range(C):
+            src, dst = gy[n, c], out[n, c]
+            for k in range(4):
+                for p in range(P):
+                    dst[index[k, n, p]] += numpy.float64(src[p] * weight[k, n, p])
 
 
 # Fail here, at import (which turns the kernels off with one warning), rather than inside a training
