@@ -217,7 +217,12 @@ def main(argv=None):
             raise
         from gpgan.files import describe_os_error
 
-        print(f"gpgan-eval: error: {describe_os_error(exc) if isinstance(exc, OSError) else exc}", file=sys.stderr)
+        if hasattr(exc, "advice"):  # CIFAR-10 missing: the advice in this command's options, not a config's
+            option = "--root" if command == "stats" else "--data-root"
+            message = exc.advice(f"pass the folder that holds them as {option}", "pass --download")
+        else:
+            message = describe_os_error(exc) if isinstance(exc, OSError) else exc
+        print(f"gpgan-eval: error: {message}", file=sys.stderr)
         return 1
 
 

@@ -6,6 +6,7 @@ iterator with a resumable ``state_dict()``; see :mod:`gpgan.data.loader`.
 from gpgan.data.cifar import (  # noqa: F401
     CIFAR10_MD5,
     CIFAR10_URL,
+    CifarFilesMissing,
     CifarUnpickler,
     download_cifar10,
     load_cifar10,
@@ -20,7 +21,7 @@ IMAGE_DATASETS = ("cifar10", "image_folder")
 LABELED_DATASETS = {"cifar10": 10}
 
 __all__ = [
-    "IMAGE_DATASETS", "LABELED_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "CifarUnpickler", "restricted_load",
+    "IMAGE_DATASETS", "LABELED_DATASETS", "CIFAR10_URL", "CIFAR10_MD5", "CifarFilesMissing", "CifarUnpickler", "restricted_load",
     "load_cifar10", "download_cifar10", "safe_extract", "load_image_folder", "ImageLoader",
     "ToyLoader", "to_unit_range", "to_uint8", "is_toy", "make_loader",
 ]

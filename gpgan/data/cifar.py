@@ -108,10 +108,24 @@ def _read_batch(path):
     return data.reshape(-1, 3, 32, 32), labels
 
 
-def _where_to_put(root):
+def _where_to_put(root, elsewhere="set data.root to the folder that holds them"):
     return (f"put the official python-version batches (data_batch_1 ... data_batch_5, test_batch, "
-            f"from {CIFAR10_URL}, extracted) in {root}, or set data.root to the folder that holds "
-            "them")
+            f"from {CIFAR10_URL}, extracted) in {root}, or {elsewhere}")
+
+
+class CifarFilesMissing(FileNotFoundError):
+    """CIFAR-10's batches are not in ``root`` (``missing``: their names). The message advises in a
+    training config's terms (``data.root``, ``data.download``); a command line with options of its
+    own asks :meth:`advice` for the same advice in those."""
+
+    def __init__(self, root, missing):
+        self.root, self.missing = root, list(missing)
+        super().__init__(self.advice("set data.root to the folder that holds them", "set data.download: true"))
+
+    def advice(self, elsewhere, download):
+        """The message, with the advice ``elsewhere`` (files in another folder) and ``download``."""
+        return (f"CIFAR-10 files missing in {self.root}: {', '.join(self.missing)}. "
+                + _where_to_put(self.root, elsewhere) + f", or {download}")
 
 
 def safe_extract(archive, dest):
@@ -182,7 +196,8 @@ def load_cifar10(root, split="train", download=False, progress=True):
         (images uint8 (N, 3, 32, 32), labels int64 (N,)).
 
     Raises:
-        FileNotFoundError: files missing and ``download`` false; the message says where to put them.
+        CifarFilesMissing: files missing and ``download`` false (a FileNotFoundError whose message
+            says where to put them).
     """
     if split not in ("train", "test"):
         raise ValueError(f"CIFAR-10 split {split!r}: accepted 'train' or 'test'")
@@ -193,8 +208,7 @@ def load_cifar10(root, split="train", download=False, progress=True):
     missing = [f for f in files if not os.path.isfile(os.path.join(root, f))]
     if missing:
         if not download:
-            raise FileNotFoundError(f"CIFAR-10 files missing in {root}: {', '.join(missing)}. "
-                                    + _where_to_put(root) + ", or set data.download: true")
+            raise CifarFilesMissing(root, missing)
         download_cifar10(root, progress=progress)
     images, labels = zip(*(_read_batch(os.path.join(root, f)) for f in files))
     return numpy.concatenate(images), numpy.concatenate(labels)
