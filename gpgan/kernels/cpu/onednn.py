@@ -666,6 +666,16 @@ class _Product(_Descs):
             args.append((self.addend_arg, (self.descs[2], addend)))
         return args
 
+    def _runner(self):
+        """The compiled call (:func:`_product_runner`) this product's calls take now, or None
+        (through ctypes)."""
+        return _product_runner(self.lib) if numba_switch.enabled() and not off.product_runner else None
+
+    def call_path(self):
+        """How this product's calls reach oneDNN now: ``"compiled"`` (:func:`_product_runner`) or
+        ``"ctypes"``; what :mod:`gpgan.kernels.record` notes of a oneDNN product."""
+        return "ctypes" if self._runner() is None else "compiled"
+
     def __call__(self, a, b, bias, addend):
         """``a @ b`` (+ ``bias``, rectified, + ``addend`` as this product was made for), a new
         C-contiguous (M, N) array; the operands must be like those it was made for (shapes,
@@ -679,7 +689,7 @@ class _Product(_Descs):
             scratchpad = numpy.empty(op.scratchpad_size, numpy.uint8)
             bound = op.bind(self.arguments(a, b, c, bias, addend) + [(_ARG_SCRATCHPAD, (op.scratchpad, scratchpad))])
             bound.keep_scratchpad(scratchpad)
-        run = _product_runner(self.lib) if numba_switch.enabled() and not off.product_runner else None
+        run = self._runner()
         if run is None:
             arrays = (a, b, c)
             if bias is not None:
@@ -731,7 +741,8 @@ def product_for(a, b, bias=None, negative_slope=None, addend=None):
     these: ``a`` and ``b`` of the same classes, dtypes, shapes and strides, ``bias`` and ``addend``
     absent or of the same classes, dtypes, shapes and strides, the same ``negative_slope``. Those
     and the oneDNN switch decide it, so a caller may keep it for such arguments until the switch
-    changes (:func:`gpgan.kernels.products.matmul` does)."""
+    changes (:func:`gpgan.kernels.products.matmul` does); its ``call_path()`` says how its calls
+    reach oneDNN now."""
     fused = bias is not None or negative_slope is not None or addend is not None
     if (a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS
             and not (fused and a.shape[0] * b.shape[1] >= MIN_FUSED_OUTPUT)) or not (_strides_ok(a) and _strides_ok(b)):
