@@ -295,6 +295,33 @@ def test_large_float32_products_run_on_onednn(order, records, rng):
     np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
 
 
+class _Subclass(np.ndarray):
+    """A NumPy subclass (as a memmap or a library's array type is): its products are decided at
+    each call, not planned."""
+
+
+def test_products_of_numpy_subclasses_are_decided_at_each_call(records, rng):
+    compiled.onednn_switch.set(True)
+    a = rng.standard_normal((96, 200)).astype(np.float32)
+    b = rng.standard_normal((200, 300)).astype(np.float32)
+    bias = rng.standard_normal(300).astype(np.float32)
+    sub_a, sub_b = a.view(_Subclass), b.view(_Subclass)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    for _ in range(2):
+        c = gpgan.kernels.matmul(sub_a, b)
+        np.testing.assert_allclose(c, exact, rtol=0, atol=1e-5 * np.abs(exact).max())
+        fused = gpgan.kernels.fused_affine(a, sub_b, bias, 0.0)
+        want = np.maximum(exact + bias, 0)
+        np.testing.assert_allclose(fused, want, rtol=0, atol=1e-5 * np.abs(want).max())
+    small = (sub_a[:8, :8], b[:8, :8])
+    np.testing.assert_array_equal(gpgan.kernels.matmul(*small), np.matmul(*small))
+    compiled.onednn_switch.set(False)
+    np.testing.assert_array_equal(gpgan.kernels.matmul(sub_a, b), np.matmul(a, b))
+    assert gpgan.kernels.fused_affine(a, sub_b, bias, 0.0) is None
+    assert _kinds(records) == [("matmul", "onednn", ()), ("fused_affine", "onednn", ("bias", "rectifier"))] * 2 \
+        + [("matmul", "numpy", ()), ("matmul", "numpy", ()), ("fused_affine", "portable", ())]
+
+
 def test_each_call_and_thread_gets_its_own_product(records, rng):
     # oneDNN is pointed at each call's arrays (gpgan keeps one set of memory objects per operation
     # and thread, re-pointed at each call): new arrays, the same buffer with new values, and eight
