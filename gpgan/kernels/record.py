@@ -54,7 +54,8 @@ def record_dispatch():
 
         with gpgan.kernels.record_dispatch() as records:
             y = F.linear(x, w, b, negative_slope=0.0)
-        assert records == [Dispatch("fused_affine", "onednn", ("bias", "rectifier"), "ctypes")]
+        # where oneDNN takes the product (call: "compiled" once Numba is loaded):
+        # records == [Dispatch("fused_affine", "onednn", ("bias", "rectifier"), "ctypes")]
     """
     records = []
     recording.append(records)
