@@ -2,9 +2,12 @@
 gradients stay what the mechanism's entry says (the same bits, or within float32 rounding).
 
 Each mechanism runs the steps of scripts/bench_engine.py that exercise it (small batches), on and
-off, on the same weights and inputs; a spy on the mechanism's own code checks that it ran with the
-switch on and not with it off, so that no comparison passes because neither arm ran it.
+off, on the same weights and inputs; what ran is checked too, with the switch on and not with it
+off, so that no comparison passes because neither arm ran it: oneDNN's products, convolutions,
+fused parts and compiled call through gpgan.kernels.record_dispatch's records, the others through a
+spy on the mechanism's own code (where each one's comment says why no record shows it).
 """
+import contextlib
 import importlib.util
 import os
 import subprocess
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 
 from gpgan.backend import mechanisms, threads
-from gpgan.kernels import products, switches
+from gpgan.kernels import products, record_dispatch, switches
 from gpgan.kernels.cpu import passes
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,27 +67,46 @@ def _spy(monkeypatch, owner, name, calls):
     monkeypatch.setattr(owner, name, spying)
 
 
-def _fused_bias(call):  # a oneDNN product's call: (product, a, b, bias, addend)
-    return call[0][3] is not None
+def _onednn_product(record):
+    return record.library == "onednn" and record.op in ("matmul", "fused_affine")
 
 
-def _fused_addend(call):
-    return call[0][4] is not None
+def _onednn_convolution(record):
+    return record.library == "onednn" and record.op in ("conv2d", "conv_transpose2d", "conv2d_grad_weight")
+
+
+def _fused_linear(record):  # a Linear's bias or rectifier in oneDNN's product
+    return "bias" in record.fused or "rectifier" in record.fused
+
+
+def _fused_addend(record):
+    return "addend" in record.fused
+
+
+def _compiled_call(record):
+    return record.call == "compiled"
 
 
 def _copied(call):
     return call[1]["result"] is not call[0][0]
 
 
-# name -> (workloads, the spied (object, attribute), which calls count, whether it is the "off"
-# arm that makes more of them, a setup before both arms)
+#: In CASES: the mechanism's runs are gpgan.kernels.record_dispatch's records that count.
+RECORDED = None
+
+# name -> (workloads, RECORDED or the spied (object, attribute), which records or calls count,
+# whether it is the "off" arm that makes more of them, a setup before both arms)
 CASES = {
-    "onednn_products": (["toy_r1"], (onednn._Product, "__call__"), None, False, None),
-    "onednn_convolutions": (["r1"], (onednn, "conv_forward"), None, False, None),
-    "fused_linear": (["toy_r1"], (onednn._Product, "__call__"), _fused_bias, False, None),
-    "fused_addend": (["toy_r1"], (onednn._Product, "__call__"), _fused_addend, False, None),
-    "product_runner": (["toy_r1"], (onednn._Library, "execute_product"), None, False, None),
+    "onednn_products": (["toy_r1"], RECORDED, _onednn_product, False, None),
+    "onednn_convolutions": (["r1"], RECORDED, _onednn_convolution, False, None),
+    "fused_linear": (["toy_r1"], RECORDED, _fused_linear, False, None),
+    "fused_addend": (["toy_r1"], RECORDED, _fused_addend, False, None),
+    "product_runner": (["toy_r1"], RECORDED, _compiled_call, False, None),
+    # Memory objects kept per operation and thread change no result and no library: their effect
+    # is speed only, so no record shows them; the spy counts the objects made.
     "bound_memory": (["toy_r1"], (onednn._BoundArguments, "__init__"), None, True, None),
+    # The passes below run no other library, where the records say which one ran, and leave every
+    # value as it was (or within float32 rounding): their effect is speed only, seen by a spy.
     "split_passes": (["generator"], (threads, "_get_pool"), None, False, "split"),
     "numba_passes": (["toy_r1", "r1"], (numba_kernels, "leaky_relu"), None, False, None),
     "numba_threads": (["generator"], (numba_kernels, "use_threads"), lambda c: c[0][0] > 1, False, None),
@@ -111,7 +133,7 @@ def _flat(grads):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_a_mechanism_off_runs_without_it_and_keeps_the_results(name, works, monkeypatch):
-    names, (owner, attribute), counts, more_when_off, setup = CASES[name]
+    names, spied, counts, more_when_off, setup = CASES[name]
     if name == "numba_threads" and threads.get_num_threads() < 2:
         pytest.skip("one thread: nothing to turn off")
     if setup == "split":  # test-sized arrays split too, on two threads
@@ -122,7 +144,10 @@ def test_a_mechanism_off_runs_without_it_and_keeps_the_results(name, works, monk
     elif setup == "no Numba":
         switches.numba_switch.set(False)
     calls = []
-    if attribute == "_blas_operand":  # record what it returned, to tell a copy from the operand itself
+    recorded = contextlib.nullcontext(calls)
+    if spied is RECORDED:
+        recorded = record_dispatch()
+    elif spied[1] == "_blas_operand":  # record what it returned, to tell a copy from the operand itself
         original = products._blas_operand
 
         def recording(x):
@@ -132,17 +157,18 @@ def test_a_mechanism_off_runs_without_it_and_keeps_the_results(name, works, monk
 
         monkeypatch.setattr(products, "_blas_operand", recording)
     else:
-        _spy(monkeypatch, owner, attribute, calls)
+        _spy(monkeypatch, *spied, calls)
 
     def counted():
         return len([c for c in calls if counts is None or counts(c)])
 
-    on = _steps(works, names)
-    count_on = counted()
-    calls.clear()
-    with mechanisms.without(name):
-        off = _steps(works, names)
-    count_off = counted()
+    with recorded as calls:
+        on = _steps(works, names)
+        count_on = counted()
+        calls.clear()
+        with mechanisms.without(name):
+            off = _steps(works, names)
+        count_off = counted()
     assert mechanisms.off.names() == []
     if more_when_off:  # memory objects bound by earlier tests stay bound: the count on may be 0
         assert count_off > count_on, (count_on, count_off)

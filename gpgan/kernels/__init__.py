@@ -8,8 +8,9 @@ here and only here:
 
 * the Numba kernels (:mod:`.cpu.numba_kernels`; switch ``GPGAN_NUMBA``, :func:`set_compiled_kernels`):
   a convolution's col2im and padded im2col, the ReLU family's passes, batch norm's row passes,
-  elementwise sums and outer products, bilinear sampling's taps, gather and adjoint; the same values as the portable form, bit for bit (batch
-  norm's and the channel sums to the dtype's rounding: they add in float64);
+  elementwise sums and outer products, bilinear sampling's taps, gather and adjoint
+  (:mod:`.sampling`); the same values as the portable form, bit for bit (batch norm's and the
+  channel sums to the dtype's rounding: they add in float64);
 * oneDNN (:mod:`.cpu.onednn`; switch ``GPGAN_ONEDNN``, :func:`set_onednn`): float32 convolutions
   (grouped and depthwise ones too) and large 2-D float32 products, with a Linear's bias and
   rectifier fused; to float32 rounding;
@@ -18,6 +19,22 @@ here and only here:
   value;
 * cuBLAS called directly on CUDA (:mod:`.cuda.cublas`), so that a step with products can be
   captured as a CUDA graph.
+
+Which library ran each call of :func:`conv2d`, :func:`conv_transpose2d`,
+:func:`conv2d_grad_weight`, :func:`matmul` and :func:`fused_affine` is noted while a
+:func:`record_dispatch` block is open (:mod:`.record`; for tests and benchmarks)::
+
+    with gpgan.kernels.record_dispatch() as records:
+        y = F.linear(x, w, b, negative_slope=0.0)
+    # records: [Dispatch(op="fused_affine", library="onednn", fused=("bias", "rectifier"),
+    #                    call="ctypes")], or [Dispatch("fused_affine", "portable"),
+    #           Dispatch("matmul", "numpy")] where oneDNN does not take the product
+
+Each record is a :class:`Dispatch` ``(op, library, fused, call)``: ``library`` is ``"onednn"``,
+``"numpy"`` or ``"cublas"`` (:func:`matmul`), or ``"portable"`` where the function returned None
+and the portable form ran; ``fused`` names the parts of a oneDNN :func:`fused_affine` taken in its
+product's pass (``"bias"``, ``"rectifier"``, ``"addend"``); ``call`` says how a oneDNN product was
+called (``"compiled"`` or ``"ctypes"``). Outside a block a call pays one test of an empty list.
 
 Each CPU mechanism without a switch of its own above can be turned off for a benchmark
 (:mod:`gpgan.backend.mechanisms`, ``GPGAN_BENCH_WITHOUT``; ``scripts/ab_mechanisms.py``).
@@ -41,6 +58,7 @@ from gpgan.kernels.pointwise import add_at, leaky_relu, rectified_gradient, relu
 from gpgan.kernels.normalization import batch_norm_rows, batch_norm_rows_gradients, column_dots
 from gpgan.kernels.process import ProcessSettings, configure_process
 from gpgan.kernels.products import fused_affine, matmul, outer
+from gpgan.kernels.record import Dispatch, record_dispatch
 from gpgan.kernels.sampling import bilinear_gather, bilinear_scatter, bilinear_taps
 from gpgan.kernels.switches import (
     compiled_kernels_enabled,
@@ -61,4 +79,5 @@ __all__ = [
     "compiled_kernels_enabled", "compiled_kernels_version", "set_compiled_kernels",
     "onednn_enabled", "onednn_version", "set_onednn",
     "configure_process", "ProcessSettings",
+    "record_dispatch", "Dispatch",
 ]

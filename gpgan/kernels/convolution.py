@@ -10,6 +10,7 @@ rounding, the Numba passes bit for bit. Shapes and conventions are those of :mod
 from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import over_batch
 from gpgan.kernels.cpu.select import cpu_kernels, onednn_convolutions
+from gpgan.kernels.record import note, recording
 
 __all__ = ["conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns", "col2im_planes",
            "col2im_channels_last"]
@@ -18,21 +19,30 @@ __all__ = ["conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns",
 def conv2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv2d(x, w)`` (N, O, *out_hw) on oneDNN, or None."""
     dnn = onednn_convolutions(xp, x, w)
-    return dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw, groups)
+    y = dnn and dnn.conv_forward(x, w, stride, padding, dilation, out_hw, groups)
+    if recording:
+        note("conv2d", "portable" if y is None else "onednn")
+    return y
 
 
 def conv_transpose2d(xp, x, w, stride, padding, dilation, groups, out_hw):
     """``conv_transpose2d(x, w)`` (N, Cog*G, *out_hw) on oneDNN (a convolution's backward data),
     or None."""
     dnn = onednn_convolutions(xp, x, w)
-    return dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw, groups)
+    y = dnn and dnn.conv_backward_data(x, w, stride, padding, dilation, out_hw, groups)
+    if recording:
+        note("conv_transpose2d", "portable" if y is None else "onednn")
+    return y
 
 
 def conv2d_grad_weight(xp, x, gy, ksize, stride, padding, dilation, groups):
     """The weight gradient (O, C/G, kH, kW) of ``conv2d(x, W)`` for output gradient ``gy`` on
     oneDNN, or None."""
     dnn = onednn_convolutions(xp, x, gy)
-    return dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups)
+    gw = dnn and dnn.conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups)
+    if recording:
+        note("conv2d_grad_weight", "portable" if gw is None else "onednn")
+    return gw
 
 
 def _nhwc(x):

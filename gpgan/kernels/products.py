@@ -19,6 +19,7 @@ from gpgan.backend.array_module import get_array_module
 from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import kernels_for
 from gpgan.kernels.cpu.select import onednn_products
+from gpgan.kernels.record import note, recording
 from gpgan.kernels.switches import onednn_switch
 
 __all__ = ["matmul", "fused_affine", "outer"]
@@ -78,14 +79,35 @@ def matmul(a, b):
     if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
         product, copy_a, copy_b = _plan(a, b, None, None, None)
         if product is not None:
-            return product(a, b, None, None)
+            c = product(a, b, None, None)
+            if recording:
+                note("matmul", "onednn", call=product.call_path())
+            return c
+        if recording:
+            note("matmul", "numpy")
         return numpy.matmul(_blas_operand(a) if copy_a else a, _blas_operand(b) if copy_b else b)
     if get_array_module(a, b) is numpy:  # NumPy subclasses and scalars: decided at each call
-        c = fused_affine(a, b)
-        return numpy.matmul(_blas_operand(a), _blas_operand(b)) if c is None else c
+        product = _product_of_others(a, b, None, None, None)
+        if product is not None:
+            c = product(a, b, None, None)
+            if recording:
+                note("matmul", "onednn", call=product.call_path())
+            return c
+        if recording:
+            note("matmul", "numpy")
+        return numpy.matmul(_blas_operand(a), _blas_operand(b))
     from gpgan.kernels.cuda.cublas import matmul as cublas_matmul
 
+    if recording:
+        note("matmul", "cublas")
     return cublas_matmul(a, b)
+
+
+def _product_of_others(a, b, bias, negative_slope, addend):
+    """The oneDNN product that takes ``a @ b`` with these fused parts, or None, for operands other
+    than two ``numpy.ndarray`` (NumPy subclasses, CuPy arrays): decided at each call, not planned."""
+    dnn = onednn_products(a, b)
+    return None if dnn is None else dnn.product_for(a, b, bias, negative_slope, addend)
 
 
 def _blas_operand(x):
@@ -98,16 +120,30 @@ def fused_affine(a, b, bias=None, negative_slope=None, addend=None):
     ``negative_slope * x``), then plus ``addend``, in one library call, for 2-D float32 NumPy
     products large enough for oneDNN (:func:`gpgan.kernels.cpu.onednn.matmul`); None for everything
     else (the caller adds the bias, rectifies and adds). ``a`` (M, K), ``b`` (K, N), ``bias`` (N,)
-    or None, ``addend`` (M, N) C-contiguous or None -> a new (M, N) array. The one test of which
-    products oneDNN takes: :func:`matmul` asks it too."""
+    or None, ``addend`` (M, N) C-contiguous or None -> a new (M, N) array. Which products oneDNN
+    takes is decided as for :func:`matmul` (:func:`_plan`, :func:`_product_of_others`)."""
+    product = c = None
     if ((off.fused_linear and (bias is not None or negative_slope is not None))
             or (off.fused_addend and addend is not None)):
-        return None  # a mechanism turned off for a benchmark (gpgan.backend.mechanisms)
-    if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
+        pass  # a mechanism turned off for a benchmark (gpgan.backend.mechanisms): None
+    elif a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
         product = _plan(a, b, bias, negative_slope, addend)[0]
-        return None if product is None else product(a, b, bias, addend)
-    dnn = onednn_products(a, b)
-    return None if dnn is None else dnn.matmul(a, b, bias, negative_slope, addend)
+    else:
+        product = _product_of_others(a, b, bias, negative_slope, addend)
+    if product is not None:
+        c = product(a, b, bias, addend)
+    if recording:
+        if c is None:
+            note("fused_affine", "portable")
+        else:
+            note("fused_affine", "onednn", _fused_parts(bias, negative_slope, addend), product.call_path())
+    return c
+
+
+def _fused_parts(bias, negative_slope, addend):
+    """The names of the parts fused into a product, as :class:`gpgan.kernels.record.Dispatch` lists them."""
+    return tuple(name for name, part in (("bias", bias), ("rectifier", negative_slope), ("addend", addend))
+                 if part is not None)
 
 
 def outer(a, b):

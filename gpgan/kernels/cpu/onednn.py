@@ -40,6 +40,7 @@ from collections import OrderedDict
 import numpy
 
 from gpgan.backend.mechanisms import off
+from gpgan.kernels.record import recording
 from gpgan.kernels.switches import ONEDNN_DISTRIBUTION, ONEDNN_ENV, numba_switch
 from gpgan.kernels.switches import onednn_switch
 
@@ -633,6 +634,9 @@ def conv_backward_weights(x, gy, ksize, stride, padding, dilation, groups=1):
     return conv.backward_weights(_channels_last(x), _channels_last(gy))
 
 
+_last_call = threading.local()  # .path: how the thread's last product call went (see _Product.call_path)
+
+
 class _Product(_Descs):
     """oneDNN's matmul for one pair of 2-D shapes and memory orders, with a bias row, a rectifier
     and the addition of a C-contiguous (M, N) array fused when asked; ``op`` None where it has none."""
@@ -666,6 +670,14 @@ class _Product(_Descs):
             args.append((self.addend_arg, (self.descs[2], addend)))
         return args
 
+    @staticmethod
+    def call_path():
+        """How the calling thread's last product call reached oneDNN: ``"compiled"``
+        (:func:`_product_runner`) or ``"ctypes"``; kept only while a
+        :func:`gpgan.kernels.record_dispatch` block is open (None before), for the record the
+        dispatch notes right after its product's call."""
+        return getattr(_last_call, "path", None)
+
     def __call__(self, a, b, bias, addend):
         """``a @ b`` (+ ``bias``, rectified, + ``addend`` as this product was made for), a new
         C-contiguous (M, N) array; the operands must be like those it was made for (shapes,
@@ -687,8 +699,12 @@ class _Product(_Descs):
             if addend is not None:
                 arrays += (addend,)
             self.lib.execute(op.prim, bound, arrays + (bound.scratchpad,))
+            if recording:
+                _last_call.path = "ctypes"
         else:
             self.lib.execute_product(run, op.prim, bound, a, b, c, bias, addend, bound.scratchpad)
+            if recording:
+                _last_call.path = "compiled"
         return c
 
 
@@ -731,7 +747,8 @@ def product_for(a, b, bias=None, negative_slope=None, addend=None):
     these: ``a`` and ``b`` of the same classes, dtypes, shapes and strides, ``bias`` and ``addend``
     absent or of the same classes, dtypes, shapes and strides, the same ``negative_slope``. Those
     and the oneDNN switch decide it, so a caller may keep it for such arguments until the switch
-    changes (:func:`gpgan.kernels.products.matmul` does)."""
+    changes (:func:`gpgan.kernels.products.matmul` does); its ``call_path()`` says how the call
+    just made reached oneDNN, while a :func:`gpgan.kernels.record_dispatch` block is open."""
     fused = bias is not None or negative_slope is not None or addend is not None
     if (a.shape[0] * a.shape[1] * b.shape[1] < MIN_PRODUCT_MACS
             and not (fused and a.shape[0] * b.shape[1] >= MIN_FUSED_OUTPUT)) or not (_strides_ok(a) and _strides_ok(b)):
