@@ -78,29 +78,22 @@ def matmul(a, b):
     """``a @ b`` of two arrays on one device, NumPy's matmul rules (batched, broadcast)."""
     if a.__class__ is numpy.ndarray and b.__class__ is numpy.ndarray:
         product, copy_a, copy_b = _plan(a, b, None, None, None)
-        if product is not None:
-            c = product(a, b, None, None)
-            if recording:
-                note("matmul", "onednn", call=product.call_path())
-            return c
-        if recording:
-            note("matmul", "numpy")
-        return numpy.matmul(_blas_operand(a) if copy_a else a, _blas_operand(b) if copy_b else b)
-    if get_array_module(a, b) is numpy:  # NumPy subclasses and scalars: decided at each call
-        product = _product_of_others(a, b, None, None, None)
-        if product is not None:
-            c = product(a, b, None, None)
-            if recording:
-                note("matmul", "onednn", call=product.call_path())
-            return c
-        if recording:
-            note("matmul", "numpy")
-        return numpy.matmul(_blas_operand(a), _blas_operand(b))
-    from gpgan.kernels.cuda.cublas import matmul as cublas_matmul
+    elif get_array_module(a, b) is numpy:  # NumPy subclasses and scalars: decided at each call
+        product, copy_a, copy_b = _product_of_others(a, b, None, None, None), True, True
+    else:
+        from gpgan.kernels.cuda.cublas import matmul as cublas_matmul
 
+        if recording:
+            note("matmul", "cublas")
+        return cublas_matmul(a, b)
+    if product is not None:
+        c = product(a, b, None, None)
+        if recording:
+            note("matmul", "onednn", call=product.call_path())
+        return c
     if recording:
-        note("matmul", "cublas")
-    return cublas_matmul(a, b)
+        note("matmul", "numpy")
+    return numpy.matmul(_blas_operand(a) if copy_a else a, _blas_operand(b) if copy_b else b)
 
 
 def _product_of_others(a, b, bias, negative_slope, addend):
