@@ -34,9 +34,10 @@ twin ``W+diffaugment`` that augments every image the critic sees, as gpgan's tra
 (gpgan.augment; random numbers drawn once, like the penalty's): the critic steps augment the real
 and fake batches before the critic, the generator step differentiates through the augmentation of
 its fakes; ``--augment-through`` takes R1 at the un-augmented reals, through the augmentation.
-The twins are timed interleaved with the plain workloads, so load from other processes hits both
-alike, and each twin reports its median wall and CPU time over the plain workload's
-(``augment_cost``). PyTorch has no twin of them (not with ``--torch``).
+The twins are timed interleaved with the plain workloads, one step each in turn (``--turn``
+defaults to 1 here: blocks of a workload's steps pick up the host's drift over seconds), so load
+from other processes hits both alike, and each twin reports its median wall and CPU time over the
+plain workload's (``augment_cost``). PyTorch has no twin of them (not with ``--torch``).
 
 gpgan's penalties and losses are gpgan.losses' (what training runs); PyTorch's are the same
 formulas written with torch. With ``--torch`` the two engines' steps are timed interleaved in
@@ -805,9 +806,9 @@ def main(argv=None):
     parser.add_argument("--settle", type=float, default=None, metavar="SECONDS",
                         help="pause before every turn so the other engine's spinning worker threads "
                              "go to sleep first (default: 0.2 on the CPU with --torch, else 0)")
-    parser.add_argument("--turn", type=int, default=4, metavar="K",
+    parser.add_argument("--turn", type=int, default=None, metavar="K",
                         help="steps an engine takes in a row: one untimed, then K-1 timed back to back, as "
-                             "in training (default 4; 1: one timed step per turn)")
+                             "in training (default 4, with --augment 1; 1: one timed step per turn)")
     parser.add_argument("--batch", type=int, default=None, help="batch size (default: 64, toy_r1 256)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--augment", choices=["none", "diffaugment", "ada"], default="none",
@@ -856,6 +857,8 @@ def main(argv=None):
         parser.error("--device cuda: CuPy with a CUDA GPU is not available")
     if args.torch and args.augment != "none":
         parser.error("--augment: PyTorch has no twin of gpgan's augmentations; leave out --torch")
+    if args.turn is None:  # the twins' cost: step by step (see the module docstring)
+        args.turn = 1 if args.augment != "none" else 4
     torch = None
     if args.torch:
         try:
