@@ -13,10 +13,6 @@ from gpgan.kernels.cpu.passes import kernels_for
 __all__ = ["bilinear_taps", "bilinear_gather", "bilinear_scatter"]
 
 
-def _contiguous(a):
-    return a if a.flags.c_contiguous else numpy.ascontiguousarray(a)
-
-
 def bilinear_taps(xp, sx, sy, in_hw, padding, image):
     """``(index, weight)`` for source coordinates ``sx``, ``sy`` (N, P) of ``image`` (N, C, *in_hw,
     the array to be sampled, whose size decides whether the kernels run), or None."""
@@ -26,7 +22,8 @@ def bilinear_taps(xp, sx, sy, in_hw, padding, image):
     N, P = sx.shape
     index = numpy.empty((4, N, P), numpy.int64)
     weight = numpy.empty((4, N, P), sx.dtype)
-    kernels.bilinear_taps(_contiguous(sx), _contiguous(sy), int(in_hw[0]), int(in_hw[1]), padding == "reflection",
+    contiguous = numpy.ascontiguousarray
+    kernels.bilinear_taps(contiguous(sx), contiguous(sy), int(in_hw[0]), int(in_hw[1]), padding == "reflection",
                           sx.dtype.type(1), index, weight)
     return index, weight
 
@@ -38,7 +35,8 @@ def bilinear_gather(xp, x, index, weight, out_hw):
         return None
     N, C = x.shape[:2]
     out = numpy.empty((N, C) + tuple(out_hw), x.dtype)
-    kernels.bilinear_gather(_contiguous(x).reshape(N, C, -1), _contiguous(index), _contiguous(weight),
+    contiguous = numpy.ascontiguousarray
+    kernels.bilinear_gather(contiguous(x).reshape(N, C, -1), contiguous(index), contiguous(weight),
                             out.reshape(N, C, -1))
     return out
 
@@ -50,5 +48,6 @@ def bilinear_scatter(xp, gy, index, weight, in_hw):
         return None
     N, C = gy.shape[:2]
     out = numpy.zeros((N, C, int(in_hw[0]) * int(in_hw[1])), numpy.float64)
-    kernels.bilinear_scatter(_contiguous(gy).reshape(N, C, -1), _contiguous(index), _contiguous(weight), out)
+    contiguous = numpy.ascontiguousarray
+    kernels.bilinear_scatter(contiguous(gy).reshape(N, C, -1), contiguous(index), contiguous(weight), out)
     return out.astype(gy.dtype, copy=False).reshape((N, C) + tuple(in_hw))
