@@ -822,6 +822,69 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
     assert not (tmp_path / "out").exists()
 
 
+# The top-level keys and their types are SWEEP_SCHEMA's to check (gpgan.schema's messages).
+@pytest.mark.parametrize("body, message", [
+    ("base: 3\naxes: {train.seed: [0]}\n", "base: got 3 (int is not a string); accepted: a path to a config file"),
+    ("base: ''\naxes: {train.seed: [0]}\n", "base: got ''; accepted: a path to a config file"),
+    ("base: base.yaml\naxes: [train.seed]\n", "axes: got ['train.seed'] (list is not a mapping); accepted: a non-empty "
+                                              "mapping of dotted config keys (or variant axes) to lists of values"),
+    ("base: base.yaml\naxes: {}\n", "axes: got {}; accepted: a non-empty mapping"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nset: [train.steps]\n",
+     "set: got ['train.steps'] (list is not a mapping); accepted: a mapping of dotted config keys to values, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nseed_axis: [train.seed]\n",
+     "seed_axis: got ['train.seed'] (list is not a string); accepted: an axis key, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\ntitle: 3\n", "title: got 3 (int is not a string); accepted: a string, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nnotes: {a: 1}\n",
+     "notes: got {'a': 1} (dict is not a string); accepted: Markdown text (a string), or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nout: ''\n", "out: got ''; accepted: a folder path, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nvariants: [a]\n",
+     "variants: got ['a'] (list is not a mapping); accepted: a mapping {axis name: {variant name: {dotted key: value}}}"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nexlcude: []\n", "unknown key 'exlcude'; did you mean 'exclude'?"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nTitle: x\n", "unknown key 'Title'; did you mean 'title'?"),
+    ("", "2 problems: (1) missing required key 'base'; accepted: a path to a config file (2) missing required key 'axes'"),
+    ("base: base.yaml\naxis: {train.seed: [0]}\ntitle: 3\n",
+     "3 problems: (1) unknown key 'axis'; did you mean 'x_axis' or 'axes'? (2) missing required key 'axes'; accepted: "
+     "a non-empty mapping of dotted config keys (or variant axes) to lists of values (3) title: got 3"),
+])
+def test_top_level_keys_and_types_are_checked_by_the_sweep_schema(tmp_path, capsys, body, message):
+    path = write_sweep(tmp_path, body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert str(info.value).startswith(f"sweep file {path}: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "Error" not in err
+
+
+def test_null_sections_mean_their_defaults(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\nset: null\n"
+                                             "variants: null\nmetrics: null\nignore: null\nexclude: null\n"
+                                             "adjust: null\nout: null\ntitle: null\nnotes: null\n"))
+    assert (sweep.fixed, sweep.variants, sweep.metrics, sweep.ignore, sweep.exclude, sweep.adjust) == ({}, {}, [], [], [], [])
+    assert (sweep.out, sweep.title, sweep.notes, sweep.seed_axis) == (None, None, None, "train.seed")
+    assert len(expand_runs(sweep)) == 2
+
+
+def test_help_shows_every_sweep_key():
+    from gpgan.cli.ablate import EPILOG
+    from gpgan.studies.sweep import SWEEP_SCHEMA
+
+    missing = [key for key, _ in SWEEP_SCHEMA.fields() if f"\n  {key}:" not in EPILOG]
+    assert not missing, f"gpgan-ablate --help's sweep file example lacks {missing}"
+
+
+def test_docs_sweep_reference_is_in_sync():
+    from gpgan.studies.sweep import sweep_reference_markdown
+
+    text = (REPO / "docs" / "studies.md").read_text(encoding="utf-8")
+    start, end = "<!-- sweep-reference:start -->", "<!-- sweep-reference:end -->"
+    assert start in text and end in text, "docs/studies.md lacks the sweep reference markers"
+    assert text.split(start, 1)[1].split(end, 1)[0].strip() == sweep_reference_markdown().strip(), (
+        "docs/studies.md's sweep reference is stale; regenerate it with `python -c 'from gpgan.studies.sweep "
+        "import sweep_reference_markdown as r; print(r(), end=\"\")'`")
+
+
 # ----------------------------------------------------------------------------------------------
 # the real gpgan-train (a few steps of a tiny MLP GAN per run)
 

@@ -176,7 +176,8 @@ class Schema:
 
         def visit(node, data, prefix):
             out = {}
-            if not isinstance(data, dict):
+            mapping = isinstance(data, dict)  # else one error says so, not one per required key
+            if not mapping:
                 errors.append(f"{prefix.rstrip('.') or root}: got {_short(data)}; accepted: a mapping "
                               f"with keys {', '.join(node)}")
                 data = {}
@@ -187,7 +188,7 @@ class Schema:
                 path = prefix + key
                 if isinstance(child, Field):
                     if key not in data:
-                        if child.required:
+                        if child.required and mapping:
                             errors.append(f"missing required key '{path}'; accepted: {child.accepted()}")
                         out[key] = copy.deepcopy(child.default)
                         continue
