@@ -837,6 +837,8 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
     ("base: base.yaml\naxes: {train.seed: [0]}\nnotes: {a: 1}\n",
      "notes: got {'a': 1} (dict is not a string); accepted: Markdown text (a string), or null"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nout: ''\n", "out: got ''; accepted: a folder path, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nreference_scores: ''\n",
+     "reference_scores: got ''; accepted: the path of a JSON file"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nvariants: [a]\n",
      "variants: got ['a'] (list is not a mapping); accepted: a mapping {axis name: {variant name: {dotted key: value}}}"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nexlcude: []\n", "unknown key 'exlcude'; did you mean 'exclude'?"),

@@ -4,7 +4,8 @@ Markdown reference.
 
 Validation reports every problem at once:
 
-* an unknown key fails and names the closest valid key (difflib, :func:`closest`);
+* an unknown key fails and names the closest valid keys (difflib, :func:`closest`);
+* a missing required key names what is accepted;
 * a wrong type or an out-of-range value names the key, the value and what is accepted.
 
 Files are read with ``yaml.safe_load`` only. A config may extend another with ``base: other.yaml``

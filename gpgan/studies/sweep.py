@@ -282,6 +282,13 @@ def _err(path, where, message):
     return SweepError(f"sweep file {path}: {where}: {message}")
 
 
+def _refuse_empty(path, key, value):
+    """The schema checks a top-level key's type, not whether it is empty: ``''`` (or ``{}``) is
+    refused here, in the schema's words."""
+    if value is not None and len(value) == 0:
+        raise _err(path, key, f"got {value!r}; accepted: {SWEEP_SCHEMA.tree[key].accepted()}")
+
+
 def _check_key(path, where, key):
     if not isinstance(key, str) or not _KEY_RE.match(key):
         raise _err(path, where, f"{key!r} is not a dotted config key like 'penalty.weight'")
@@ -420,17 +427,15 @@ def parse_sweep(raw, path):
         raise SweepError(f"sweep file {path}: {len(errors)} problems: "
                          + " ".join(f"({i}) {e}" for i, e in enumerate(errors, 1)))
 
+    for key in ("base", "axes", "out", "reference_scores"):
+        _refuse_empty(path, key, config[key])
     base_text = config["base"]
-    if not base_text:
-        raise _err(path, "base", "got ''; accepted: " + SWEEP_SCHEMA.tree["base"].accepted())
     base = os.path.join(os.path.dirname(path), base_text)
     if not os.path.isfile(base):
         raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
 
     variants = _parse_variants(path, config["variants"])
     axes_raw = config["axes"]
-    if not axes_raw:
-        raise _err(path, "axes", "got {}; accepted: " + SWEEP_SCHEMA.tree["axes"].accepted())
     axes = {}
     for key, values in axes_raw.items():
         where = f"axes.{key}" if isinstance(key, str) else "axes"
@@ -503,8 +508,6 @@ def parse_sweep(raw, path):
     adjust = _parse_adjust(path, axes, config["adjust"])
 
     out = config["out"]
-    if out == "":
-        raise _err(path, "out", "got ''; accepted: " + SWEEP_SCHEMA.tree["out"].accepted())
 
     reference_scores, reference_scores_path = _parse_reference_scores(path, config["reference_scores"])
 
@@ -529,8 +532,6 @@ def _parse_reference_scores(path, text):
     is absent."""
     if text is None:
         return None, None
-    if not text:  # the schema checked that it is a string
-        raise _err(path, "reference_scores", "got ''; accepted: " + SWEEP_SCHEMA.tree["reference_scores"].accepted())
     file = os.path.join(os.path.dirname(path), text)
     if not os.path.isfile(file):
         raise _err(path, "reference_scores", f"{file} (relative to the sweep file) does not exist; "
