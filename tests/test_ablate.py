@@ -578,8 +578,8 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
 
 
 @pytest.mark.parametrize("body, content, message", [
-    ("reference_scores: 3\n", None, "reference_scores: must be the path of a JSON file that `gpgan-eval real ... --out "
-                                    "FILE` wrote (relative to the sweep file), got 3"),
+    ("reference_scores: 3\n", None, "reference_scores: got 3 (int is not a string); accepted: the path of a JSON file "
+                                    "that `gpgan-eval real ... --out FILE` wrote (relative to the sweep file), or null"),
     ("reference_scores: none.json\n", None, "none.json (relative to the sweep file) does not exist; `gpgan-eval real "
                                             "SOURCE --ref REF --out FILE` writes it"),
     ("reference_scores: real.json\n", "{not json", "real.json: not JSON"),
@@ -587,7 +587,7 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
      "real.json: not a `gpgan-eval real` scores file: it lacks 'scores' (it needs source, reference, images, scores)"),
     ("reference_scores: real.json\n", '{"source": "a", "reference": "b", "images": 3, "scores": {"eval/fid": "x"}}',
      "score 'eval/fid' must be a finite number, got 'x'"),
-    ("reference_score: real.json\n", None, "unknown key(s) 'reference_score' (did you mean 'reference_scores'"),
+    ("reference_score: real.json\n", None, "unknown key 'reference_score'; did you mean 'reference_scores'"),
 ])
 def test_reference_scores_errors(tmp_path, capsys, body, content, message):
     if content is not None:
@@ -601,7 +601,9 @@ def test_reference_scores_errors(tmp_path, capsys, body, content, message):
 
 
 @pytest.mark.parametrize("body, message", [
-    ("adjust: {when: {train.seed: 0}, set: {train.steps: 3}}\n", "adjust: must be a list"),
+    ("adjust: {when: {train.seed: 0}, set: {train.steps: 3}}\n",
+     "adjust: got {'when': {'train.seed': 0}, 'set': {'train.steps': 3}} (dict is not a list); accepted: a list of "
+     "{when: {axis: value}, set: {key: value}} rules, or null"),
     ("adjust: [{when: {train.seed: 0}}]\n", "adjust[0]: needs both 'when' and 'set'"),
     ("adjust: [{when: {train.seed: 0}, sets: {train.steps: 3}}]\n", "unknown key(s) 'sets' (did you mean 'set'?)"),
     ("adjust: [{when: {train.sed: 0}, set: {train.steps: 3}}]\n", "'train.sed' is not an axis"),
@@ -612,11 +614,13 @@ def test_reference_scores_errors(tmp_path, capsys, body, content, message):
     ("ignore: [{when: {train.seed: 0}}]\n", "ignore[0]: needs both 'when' and 'axes'"),
     ("ignore: [3]\n", "ignore[0]: must be a mapping {when: {axis: value}, axes: [axis, ...]}"),
     # An empty mapping is no more a list than any other: each section says so, none passes silently.
-    ("ignore: {}\n", "ignore: must be a list of {when: {axis: value}, axes: [axis, ...]} rules"),
-    ("exclude: {}\n", "exclude: must be a list of {axis: value or [values]} rules"),
-    ("exclude: 0\n", "exclude: must be a list of {axis: value or [values]} rules"),
-    ("adjust: {}\n", "adjust: must be a list"),
-    ("metrics: {eval/modes: max}\n", "metrics: must be a list of metric names or {name: max|min} mappings"),
+    ("ignore: {}\n", "ignore: got {} (dict is not a list); accepted: a list of {when: {axis: value}, axes: [axis, ...]} "
+                     "rules, or null"),
+    ("exclude: {}\n", "exclude: got {} (dict is not a list); accepted: a list of {axis: value or [values]} rules"),
+    ("exclude: 0\n", "exclude: got 0 (int is not a list); accepted: a list of {axis: value or [values]} rules"),
+    ("adjust: {}\n", "adjust: got {} (dict is not a list); accepted: a list of {when: {axis: value}, set: {key: value}} rules"),
+    ("metrics: {eval/modes: max}\n", "metrics: got {'eval/modes': 'max'} (dict is not a list); accepted: a list of metric "
+                                     "names or {name: max|min} mappings"),
 ])
 def test_list_section_errors(tmp_path, body, message):
     assert_sweep_error(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\n" + body, message)
@@ -779,10 +783,10 @@ def test_mean_std_and_stderr_tail(tmp_path):
 # validation
 
 @pytest.mark.parametrize("body, message", [
-    ("base: base.yaml\naxis: {penalty.type: [r1]}\n", "unknown key(s) 'axis' (did you mean 'x_axis' or 'axes'?)"),
+    ("base: base.yaml\naxis: {penalty.type: [r1]}\n", "unknown key 'axis'; did you mean 'x_axis' or 'axes'?"),
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nseeds_axis: train.seed\n", "did you mean 'seed_axis' or"),
     ("base: missing.yaml\naxes: {penalty.type: [r1]}\n", "does not exist"),
-    ("axes: {penalty.type: [r1]}\n", "missing required key 'base'"),
+    ("axes: {penalty.type: [r1]}\n", "missing required key 'base'; accepted: a path to a config file"),
     ("base: base.yaml\naxes: {penalty.type: r1}\n", "axes.penalty.type: must be a non-empty list"),
     ("base: base.yaml\naxes: {penalty.type: [r1, r1]}\n", "listed twice"),
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nx_axis: penalty.wieght\n",
@@ -795,9 +799,9 @@ def test_mean_std_and_stderr_tail(tmp_path):
      "penalty.type='r3' is not among the axis values"),
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nexclude: [{penalty.type: r1}]\n", "excludes every combination"),
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nset: {penalty.type: r2}\n", "is also an axis"),
-    ("base: base.yaml\naxes: {penalty.wieght: [1]}\n", "did you mean 'penalty.weight'?"),
+    ("base: base.yaml\naxes: {penalty.wieght: [1]}\n", "did you mean 'penalty.weight'"),
     ("base: base.yaml\naxes: {penalty.type: [a/b, a_b]}\n", "get the same folder name"),
-    ("- just a list\n", "must be a mapping"),
+    ("- just a list\n", "top level: got ['just a list']; accepted: a mapping with keys base, axes, set"),
     # values the trainer's schema refuses are caught before any run starts, naming the run
     ("base: base.yaml\naxes: {penalty.type: [r1, r9]}\n",
      "run type-r9 (penalty.type=r9): invalid config"),
@@ -816,6 +820,71 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
     assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+# The top-level keys and their types are SWEEP_SCHEMA's to check (gpgan.schema's messages).
+@pytest.mark.parametrize("body, message", [
+    ("base: 3\naxes: {train.seed: [0]}\n", "base: got 3 (int is not a string); accepted: a path to a config file"),
+    ("base: ''\naxes: {train.seed: [0]}\n", "base: got ''; accepted: a path to a config file"),
+    ("base: base.yaml\naxes: [train.seed]\n", "axes: got ['train.seed'] (list is not a mapping); accepted: a non-empty "
+                                              "mapping of dotted config keys (or variant axes) to lists of values"),
+    ("base: base.yaml\naxes: {}\n", "axes: got {}; accepted: a non-empty mapping"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nset: [train.steps]\n",
+     "set: got ['train.steps'] (list is not a mapping); accepted: a mapping of dotted config keys to values, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nseed_axis: [train.seed]\n",
+     "seed_axis: got ['train.seed'] (list is not a string); accepted: an axis key, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\ntitle: 3\n", "title: got 3 (int is not a string); accepted: a string, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nnotes: {a: 1}\n",
+     "notes: got {'a': 1} (dict is not a string); accepted: Markdown text (a string), or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nout: ''\n", "out: got ''; accepted: a folder path, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nreference_scores: ''\n",
+     "reference_scores: got ''; accepted: the path of a JSON file"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nvariants: [a]\n",
+     "variants: got ['a'] (list is not a mapping); accepted: a mapping {axis name: {variant name: {dotted key: value}}}"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nexlcude: []\n", "unknown key 'exlcude'; did you mean 'exclude'?"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\nTitle: x\n", "unknown key 'Title'; did you mean 'title'?"),
+    ("", "2 problems: (1) missing required key 'base'; accepted: a path to a config file (2) missing required key 'axes'"),
+    ("base: base.yaml\naxis: {train.seed: [0]}\ntitle: 3\n",
+     "3 problems: (1) unknown key 'axis'; did you mean 'x_axis' or 'axes'? (2) missing required key 'axes'; accepted: "
+     "a non-empty mapping of dotted config keys (or variant axes) to lists of values (3) title: got 3"),
+])
+def test_top_level_keys_and_types_are_checked_by_the_sweep_schema(tmp_path, capsys, body, message):
+    path = write_sweep(tmp_path, body)
+    with pytest.raises(SweepError) as info:
+        load_sweep(path)
+    assert str(info.value).startswith(f"sweep file {path}: ") and message in str(info.value)
+    assert "\n" not in str(info.value)
+    assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and "Error" not in err
+
+
+def test_null_sections_mean_their_defaults(tmp_path):
+    sweep = load_sweep(write_sweep(tmp_path, "base: base.yaml\naxes: {train.seed: [0, 1]}\nset: null\n"
+                                             "variants: null\nmetrics: null\nignore: null\nexclude: null\n"
+                                             "adjust: null\nout: null\ntitle: null\nnotes: null\n"))
+    assert (sweep.fixed, sweep.variants, sweep.metrics, sweep.ignore, sweep.exclude, sweep.adjust) == ({}, {}, [], [], [], [])
+    assert (sweep.out, sweep.title, sweep.notes, sweep.seed_axis) == (None, None, None, "train.seed")
+    assert len(expand_runs(sweep)) == 2
+
+
+def test_help_shows_every_sweep_key():
+    from gpgan.cli.ablate import EPILOG
+    from gpgan.studies.sweep import SWEEP_SCHEMA
+
+    missing = [key for key, _ in SWEEP_SCHEMA.fields() if f"\n  {key}:" not in EPILOG]
+    assert not missing, f"gpgan-ablate --help's sweep file example lacks {missing}"
+
+
+def test_docs_sweep_reference_is_in_sync():
+    from gpgan.studies.sweep import sweep_reference_markdown
+
+    text = (REPO / "docs" / "studies.md").read_text(encoding="utf-8")
+    start, end = "<!-- sweep-reference:start -->", "<!-- sweep-reference:end -->"
+    assert start in text and end in text, "docs/studies.md lacks the sweep reference markers"
+    assert text.split(start, 1)[1].split(end, 1)[0].strip() == sweep_reference_markdown().strip(), (
+        "docs/studies.md's sweep reference is stale; regenerate it with `python -c 'from gpgan.studies.sweep "
+        "import sweep_reference_markdown as r; print(r(), end=\"\")'`")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def _positive(text):
 
 
 EPILOG = """\
-sweep file (YAML):
+sweep file (YAML; every key's type, default and accepted values: docs/studies.md, "Sweep file keys"):
   base: ../quickstart.yaml             config to start from (relative to the sweep file)
   axes:                                dotted config key -> values; every combination is a run
     penalty.type: [none, wgan_gp, r1]

@@ -5,7 +5,7 @@ import math
 __all__ = ["Field", "KINDS"]
 
 #: the kinds of value a field can hold
-KINDS = ("int", "float", "bool", "str", "floats", "strs", "dict")
+KINDS = ("int", "float", "bool", "str", "floats", "strs", "dict", "list")
 
 
 class Field:
@@ -13,8 +13,9 @@ class Field:
 
     Args:
         kind: one of :data:`KINDS`: "int", "float", "bool", "str", "floats" (a list of floats),
-            "strs" (a list of distinct strings, each one of ``choices`` when given) or "dict" (a
-            free-form mapping passed on as keyword options).
+            "strs" (a list of distinct strings, each one of ``choices`` when given), "dict" (a
+            free-form mapping passed on as keyword options) or "list" (a free-form list, passed on
+            as is: its entries are the caller's to check).
         default: the value when the key is absent.
         doc: one line saying what the key does.
         choices: accepted values (a list, or a callable returning one, evaluated on validation).
@@ -22,10 +23,14 @@ class Field:
             them strict.
         nullable: whether ``null`` is accepted.
         length: required length of a "floats" list.
+        required: whether the key must be given (``default`` then only fills the reference table).
+        accepts: what is accepted, in words, where the kind's own wording says too little (the
+            shape of a free-form list's entries, say); ", or null" is added for a nullable field.
     """
 
     def __init__(self, kind, default, doc, choices=None, minimum=None, maximum=None,
-                 exclusive_min=False, exclusive_max=False, nullable=False, length=None):
+                 exclusive_min=False, exclusive_max=False, nullable=False, length=None,
+                 required=False, accepts=None):
         if kind not in KINDS:
             raise ValueError(f"Field: kind {kind!r} is not one of {', '.join(KINDS)}")
         self.kind = kind
@@ -38,6 +43,8 @@ class Field:
         self.exclusive_max = exclusive_max
         self.nullable = nullable
         self.length = length
+        self.required = required
+        self.accepts = accepts
 
     @property
     def choices(self):
@@ -45,7 +52,9 @@ class Field:
 
     def accepted(self):
         """What the field accepts, in words (used in error messages and the reference table)."""
-        if self.kind == "str" and self._choices is not None:
+        if self.accepts is not None:
+            text = self.accepts
+        elif self.kind == "str" and self._choices is not None:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
         elif self.kind == "strs":
             text = "a list of distinct strings"
@@ -54,7 +63,7 @@ class Field:
         else:
             text = {
                 "int": "an integer", "float": "a number", "bool": "true or false",
-                "str": "a string", "dict": "a mapping of keyword options",
+                "str": "a string", "dict": "a mapping of keyword options", "list": "a list",
                 "floats": f"a list of {self.length} numbers" if self.length else "a list of numbers",
             }[self.kind]
             bounds = []
@@ -168,3 +177,8 @@ class Field:
             if not isinstance(k, str):
                 raise ValueError(f"key {k!r} is not a string")
         return copy.deepcopy(value)
+
+    def _check_list(self, value):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{type(value).__name__} is not a list")
+        return copy.deepcopy(list(value))

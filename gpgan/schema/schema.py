@@ -4,7 +4,8 @@ Markdown reference.
 
 Validation reports every problem at once:
 
-* an unknown key fails and names the closest valid key (difflib, :func:`closest`);
+* an unknown key fails and names the closest valid keys (difflib, :func:`closest`);
+* a missing required key names what is accepted;
 * a wrong type or an out-of-range value names the key, the value and what is accepted.
 
 Files are read with ``yaml.safe_load`` only. A config may extend another with ``base: other.yaml``
@@ -138,11 +139,11 @@ class Schema:
         return node
 
     def hint(self, key, prefix, siblings):
-        """A '; did you mean ...?' for an unknown ``key`` under ``prefix``: the closest sibling,
-        else the closest dotted key anywhere, else the list of valid keys there."""
-        match = closest(key, siblings)
+        """A '; did you mean ...?' for an unknown ``key`` under ``prefix``: the (up to two) closest
+        siblings, else the closest dotted key anywhere, else the list of valid keys there."""
+        match = closest(key, siblings, n=2)  # two: 'axis' may mean 'axes' as well as 'x_axis'
         if match:
-            return f"; did you mean '{prefix}{match[0]}'?"
+            return "; did you mean " + " or ".join(f"'{prefix}{m}'" for m in match) + "?"
         match = closest(prefix + key, self.keys())
         if match:
             return f"; did you mean '{match[0]}'?"
@@ -159,15 +160,26 @@ class Schema:
         """Check ``raw`` against the schema and return the complete config (defaults filled in).
 
         Raises:
-            ConfigError: listing every unknown key (with the closest valid key), every wrong type
-                and every out-of-range value (key, value, what is accepted).
+            ConfigError: listing every unknown key (with the closest valid key), every missing
+                required key, every wrong type and every out-of-range value (key, value, what is
+                accepted).
         """
+        resolved, errors = self.problems(raw)
+        if errors:
+            raise ConfigError(f"invalid config ({source}):\n  " + "\n  ".join(errors))
+        return resolved
+
+    def problems(self, raw, root="config"):
+        """``(resolved config, [one-line error])``: what :meth:`validate` returns and raises, for a
+        caller that words its own error (``root`` names ``raw`` itself when it is not a mapping).
+        ``checks`` run only when the fields all passed."""
         errors = []
 
         def visit(node, data, prefix):
             out = {}
-            if not isinstance(data, dict):
-                errors.append(f"{prefix.rstrip('.') or 'config'}: got {_short(data)}; accepted: a mapping "
+            mapping = isinstance(data, dict)  # else one error says so, not one per required key
+            if not mapping:
+                errors.append(f"{prefix.rstrip('.') or root}: got {_short(data)}; accepted: a mapping "
                               f"with keys {', '.join(node)}")
                 data = {}
             for key in data:
@@ -177,6 +189,8 @@ class Schema:
                 path = prefix + key
                 if isinstance(child, Field):
                     if key not in data:
+                        if child.required and mapping:
+                            errors.append(f"missing required key '{path}'; accepted: {child.accepted()}")
                         out[key] = copy.deepcopy(child.default)
                         continue
                     try:
@@ -193,9 +207,7 @@ class Schema:
         if not errors:
             for check in self.checks:
                 errors.extend(check(resolved))
-        if errors:
-            raise ConfigError(f"invalid config ({source}):\n  " + "\n  ".join(errors))
-        return resolved
+        return resolved, errors
 
     # -- overrides ----------------------------------------------------------------------------
     def parse_override(self, text):
@@ -240,9 +252,9 @@ class Schema:
             if stripped.startswith("["):
                 return key, yaml.safe_load(stripped)
             return key, [p.strip() for p in stripped.split(",") if p.strip()]
-        if node.kind == "dict":
+        if node.kind in ("dict", "list"):
             parsed = yaml.safe_load(value)
-            return key, {} if parsed is None else parsed
+            return key, ({} if node.kind == "dict" else []) if parsed is None else parsed
         return key, stripped  # int / float: converted (and checked) by Field.check
 
     def apply_overrides(self, config, overrides):
@@ -290,7 +302,8 @@ class Schema:
                 accepted = field.accepted()
             except ImportError:  # a registry not written yet
                 accepted = "see " + field.doc
-            lines.append(f"| `{path}` | {field.type_name()} | `{_fmt_default(field.default)}` | "
+            default = "required" if field.required else f"`{_fmt_default(field.default)}`"
+            lines.append(f"| `{path}` | {field.type_name()} | {default} | "
                          f"{accepted.replace('|', '/')} | {field.doc.replace('|', '/')} |")
         return "\n".join(lines) + "\n"
 

@@ -73,7 +73,7 @@ import yaml
 
 from gpgan.metrics import direction as metric_direction
 from gpgan.metrics.real_scores import read_real_scores
-from gpgan.schema import did_you_mean
+from gpgan.schema import Field, Schema, did_you_mean
 
 __all__ = [
     "SweepError",
@@ -87,12 +87,10 @@ __all__ = [
     "format_value",
     "yaml_scalar",
     "override_text",
+    "SWEEP_SCHEMA",
+    "sweep_reference_markdown",
 ]
 
-TOP_LEVEL_KEYS = (
-    "base", "axes", "set", "variants", "metrics", "seed_axis", "x_axis", "series_axis",
-    "ignore", "exclude", "adjust", "out", "title", "notes", "reference_scores",
-)
 IGNORE_KEYS = ("when", "axes")
 ADJUST_KEYS = ("when", "set")
 DIRECTIONS = ("max", "min")
@@ -101,6 +99,51 @@ DEFAULT_X_AXIS = "penalty.weight"
 DEFAULT_SERIES_AXIS = "penalty.type"
 
 _KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+#: A sweep file's top-level keys: their types, defaults and what they mean. gpgan.schema checks
+#: the file against it (unknown keys with the closest valid one, required keys, each key's type);
+#: parse_sweep then checks what only a sweep knows (axis names, rule contents, the trainer's keys).
+SWEEP_SCHEMA = Schema({
+    "base": Field("str", None, "the config every run starts from (relative to the sweep file)",
+                  required=True, accepts="a path to a config file"),
+    "axes": Field("dict", None, "dotted config key or variant axis -> list of values; every "
+                  "combination is a run (file order: the last axis varies fastest)", required=True,
+                  accepts="a non-empty mapping of dotted config keys (or variant axes) to lists of values"),
+    "set": Field("dict", {}, "fixed overrides for every run (a key of set may not be an axis)",
+                 nullable=True, accepts="a mapping of dotted config keys to values"),
+    "variants": Field("dict", {}, "named bundles of overrides that serve as the values of an axis "
+                      "with a plain name (no dot)", nullable=True,
+                      accepts="a mapping {axis name: {variant name: {dotted key: value}}}"),
+    "metrics": Field("list", [], "the metrics the report shows, with the direction that is better; "
+                     "empty: every eval/ metric found", nullable=True,
+                     accepts="a list of metric names or {name: max|min} mappings"),
+    "seed_axis": Field("str", DEFAULT_SEED_AXIS, "mean and std are taken over this axis (the default "
+                       "only when it is an axis)", nullable=True, accepts="an axis key"),
+    "x_axis": Field("str", DEFAULT_X_AXIS, "the figures' x axis (the default only when it is an axis)",
+                    nullable=True, accepts="an axis key"),
+    "series_axis": Field("str", DEFAULT_SERIES_AXIS, "the figures draw one line per value of this "
+                         "axis (the default only when it is an axis)", nullable=True, accepts="an axis key"),
+    "ignore": Field("list", [], "axes dropped from the combinations matching when (they collapse "
+                    "into one run)", nullable=True,
+                    accepts="a list of {when: {axis: value}, axes: [axis, ...]} rules"),
+    "exclude": Field("list", [], "combinations not to run", nullable=True,
+                     accepts="a list of {axis: value or [values]} rules"),
+    "adjust": Field("list", [], "overrides for the combinations matching when, after set, the axes "
+                    "and the variants", nullable=True,
+                    accepts="a list of {when: {axis: value}, set: {key: value}} rules"),
+    "out": Field("str", None, "the default output folder (else experiments/ablations/<sweep file's "
+                 "name>)", nullable=True, accepts="a folder path"),
+    "title": Field("str", None, "REPORT.md's heading", nullable=True),
+    "notes": Field("str", None, "Markdown placed in REPORT.md under Findings", nullable=True,
+                   accepts="Markdown text (a string)"),
+    "reference_scores": Field("str", None, "real images' scores, shown as the real-data row and line",
+                              nullable=True, accepts="the path of a JSON file that `gpgan-eval real ... "
+                              "--out FILE` wrote (relative to the sweep file)"),
+})
+
+#: The Markdown table of the sweep keys that docs/studies.md embeds between its sweep-reference
+#: markers (a test keeps them in sync).
+sweep_reference_markdown = SWEEP_SCHEMA.reference_markdown
 
 
 class SweepError(ValueError):
@@ -239,6 +282,13 @@ def _err(path, where, message):
     return SweepError(f"sweep file {path}: {where}: {message}")
 
 
+def _refuse_empty(path, key, value):
+    """The schema checks a top-level key's type, not whether it is empty: ``''`` (or ``{}``) is
+    refused here, in the schema's words."""
+    if value is not None and len(value) == 0:
+        raise _err(path, key, f"got {value!r}; accepted: {SWEEP_SCHEMA.tree[key].accepted()}")
+
+
 def _check_key(path, where, key):
     if not isinstance(key, str) or not _KEY_RE.match(key):
         raise _err(path, where, f"{key!r} is not a dotted config key like 'penalty.weight'")
@@ -295,22 +345,12 @@ def _check_overrides(path, where, axes, mapping, allow_empty=False):
     return out
 
 
-def _optional_list(path, section, raw, items):
-    """The entries of an optional list section (``ignore:``, ``exclude:``, ``adjust:``,
-    ``metrics:``): ``[]`` when it is absent or empty (``None``), else ``raw`` itself, which must be
-    a list (of ``items``, as the message says)."""
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        raise _err(path, section, f"must be a list of {items}")
-    return raw
-
-
 def _rules(path, section, raw, keys, shape):
-    """``[(where, rule)]`` for a list of rules that each take exactly ``keys`` (as ``ignore:``'s
-    and ``adjust:``'s do); ``shape`` is the rule's form for the messages."""
+    """``[(where, rule)]`` for a list of rules (``raw``, already a list or None: the schema checked
+    it) that each take exactly ``keys`` (as ``ignore:``'s and ``adjust:``'s do); ``shape`` is the
+    rule's form for the messages."""
     out = []
-    for i, rule in enumerate(_optional_list(path, section, raw, f"{shape} rules")):
+    for i, rule in enumerate(raw or []):
         where = f"{section}[{i}]"
         if not isinstance(rule, dict):
             raise _err(path, where, f"must be a mapping {shape}")
@@ -333,7 +373,7 @@ def _parse_adjust(path, axes, raw):
 
 def _parse_metrics(path, raw):
     metrics = []
-    for i, item in enumerate(_optional_list(path, "metrics", raw, "metric names or {name: max|min} mappings")):
+    for i, item in enumerate(raw or []):  # a list or None: the schema checked it
         where = f"metrics[{i}]"
         if isinstance(item, str):
             name, direction = item, None
@@ -375,30 +415,27 @@ def load_sweep(path):
 
 
 def parse_sweep(raw, path):
-    """Validate an already-parsed sweep mapping; ``path`` locates ``base`` and names errors."""
-    path = os.fspath(path)
-    if not isinstance(raw, dict):
-        raise SweepError(f"sweep file {path}: must be a mapping with at least 'base' and 'axes', "
-                         f"got {type(raw).__name__}")
-    unknown = [k for k in raw if k not in TOP_LEVEL_KEYS]
-    if unknown:
-        details = "; ".join(f"{k!r}{did_you_mean(k, TOP_LEVEL_KEYS)}" for k in unknown)
-        raise SweepError(f"sweep file {path}: unknown key(s) {details}; valid keys are {list(TOP_LEVEL_KEYS)}")
-    for key in ("base", "axes"):
-        if key not in raw:
-            raise SweepError(f"sweep file {path}: missing required key {key!r}")
+    """Validate an already-parsed sweep mapping; ``path`` locates ``base`` and names errors.
 
-    base_text = raw["base"]
-    if not isinstance(base_text, str) or not base_text:
-        raise _err(path, "base", f"must be a path to a config file, got {base_text!r}")
+    :data:`SWEEP_SCHEMA` checks the top-level keys and their types; then come the rules only a
+    sweep knows (axis names and values, rule contents, the trainer's own keys and values)."""
+    path = os.fspath(path)
+    config, errors = SWEEP_SCHEMA.problems(raw, root="top level")  # absent keys: their defaults
+    if len(errors) == 1:
+        raise SweepError(f"sweep file {path}: {errors[0]}")
+    if errors:
+        raise SweepError(f"sweep file {path}: {len(errors)} problems: "
+                         + " ".join(f"({i}) {e}" for i, e in enumerate(errors, 1)))
+
+    for key in ("base", "axes", "out", "reference_scores"):
+        _refuse_empty(path, key, config[key])
+    base_text = config["base"]
     base = os.path.join(os.path.dirname(path), base_text)
     if not os.path.isfile(base):
         raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
 
-    variants = _parse_variants(path, raw.get("variants"))
-    axes_raw = raw["axes"]
-    if not isinstance(axes_raw, dict) or not axes_raw:
-        raise _err(path, "axes", "must be a non-empty mapping of dotted config keys to lists of values")
+    variants = _parse_variants(path, config["variants"])
+    axes_raw = config["axes"]
     axes = {}
     for key, values in axes_raw.items():
         where = f"axes.{key}" if isinstance(key, str) else "axes"
@@ -428,12 +465,12 @@ def parse_sweep(raw, path):
                     raise _err(path, f"variants.{name}.{variant}.{key}", "is also an axis; a key is either "
                                                                         "set by a variant or varied")
 
-    fixed = _check_overrides(path, "set", axes, raw.get("set") or {}, allow_empty=True)
+    fixed = _check_overrides(path, "set", axes, config["set"] or {}, allow_empty=True)
 
     def axis_option(name, default):
-        if name not in raw:
+        if name not in raw:  # the default applies only when it is an axis
             return default if default in axes else None
-        value = raw[name]
+        value = config[name]
         if value is None:
             return None
         if value not in axes:
@@ -449,7 +486,7 @@ def parse_sweep(raw, path):
         raise _err(path, "x_axis", f"{x_axis!r} cannot also be the series axis")
 
     ignore = []
-    for where, rule in _rules(path, "ignore", raw.get("ignore"), IGNORE_KEYS,
+    for where, rule in _rules(path, "ignore", config["ignore"], IGNORE_KEYS,
                               "{when: {axis: value}, axes: [axis, ...]}"):
         when = _check_axis_values(path, where + ".when", axes, rule["when"])
         dropped = rule["axes"]
@@ -467,26 +504,18 @@ def parse_sweep(raw, path):
         ignore.append((when, list(dropped)))
 
     exclude = [_check_axis_values(path, f"exclude[{i}]", axes, rule) for i, rule in
-               enumerate(_optional_list(path, "exclude", raw.get("exclude"), "{axis: value or [values]} rules"))]
-    adjust = _parse_adjust(path, axes, raw.get("adjust"))
+               enumerate(config["exclude"] or [])]
+    adjust = _parse_adjust(path, axes, config["adjust"])
 
-    out = raw.get("out")
-    if out is not None and (not isinstance(out, str) or not out):
-        raise _err(path, "out", f"must be a folder path, got {out!r}")
-    title = raw.get("title")
-    if title is not None and not isinstance(title, str):
-        raise _err(path, "title", f"must be a string, got {title!r}")
-    notes = raw.get("notes")
-    if notes is not None and not isinstance(notes, str):
-        raise _err(path, "notes", f"must be Markdown text (a string), got {type(notes).__name__}")
+    out = config["out"]
 
-    reference_scores, reference_scores_path = _parse_reference_scores(path, raw.get("reference_scores"))
+    reference_scores, reference_scores_path = _parse_reference_scores(path, config["reference_scores"])
 
     sweep = Sweep(
-        path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, raw.get("metrics")),
+        path=path, base=base, axes=axes, fixed=fixed, metrics=_parse_metrics(path, config["metrics"]),
         seed_axis=seed_axis, x_axis=x_axis, series_axis=series_axis, ignore=ignore, exclude=exclude,
-        out=out, title=title, base_text=base_text,
-        variants=variants, notes=notes, adjust=adjust,
+        out=out, title=config["title"], base_text=base_text,
+        variants=variants, notes=config["notes"], adjust=adjust,
         reference_scores=reference_scores, reference_scores_path=reference_scores_path,
     )
     _check_config_keys(sweep)
@@ -503,9 +532,6 @@ def _parse_reference_scores(path, text):
     is absent."""
     if text is None:
         return None, None
-    if not isinstance(text, str) or not text:
-        raise _err(path, "reference_scores", f"must be the path of a JSON file that `gpgan-eval real ... --out FILE` "
-                                             f"wrote (relative to the sweep file), got {text!r}")
     file = os.path.join(os.path.dirname(path), text)
     if not os.path.isfile(file):
         raise _err(path, "reference_scores", f"{file} (relative to the sweep file) does not exist; "
@@ -522,9 +548,7 @@ def _parse_variants(path, raw):
     critic steps and optimizer beside the common one)."""
     if raw is None:
         return {}
-    if not isinstance(raw, dict):
-        raise _err(path, "variants", "must be a mapping {axis name: {variant name: {dotted key: value}}}")
-    variants = {}
+    variants = {}  # raw is a mapping: the schema checked it
     for name, bundle in raw.items():
         where = f"variants.{name}"
         if not isinstance(name, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
