@@ -1,7 +1,8 @@
 """Helpers shared by several test files (no test file imports another): paths and the tiny
 configs of CLI runs, running gpgan-train and reading its runs, CIFAR-10 fixture files, the
-convolution cases that the kernels' tests share, the masked functions' inputs, and a stand-in
-feature network. Naive references of the maths are in naive_helpers.py."""
+convolution cases that the kernels' tests share, the masked functions' inputs, a stand-in
+feature network, and the values and gradients (to second order) on which two implementations of
+an operation are compared."""
 import json
 import os
 import pickle
@@ -10,6 +11,7 @@ import sys
 
 import numpy as np
 
+import gpgan
 import gpgan.functions as F
 from gpgan.data.cifar import TEST_FILES, TRAIN_FILES
 
@@ -227,3 +229,34 @@ class PixelNetwork:
         self.seen += len(images)
         pool3 = images.reshape(len(images), -1)[:, :8].astype(np.float64) / 255
         return {"pool3": pool3, "logits": pool3 @ np.arange(24.0).reshape(8, 3) / 10}
+
+
+# -- values and gradients two implementations are compared on -------------------------------------
+def pair(v):
+    """``(v, v)`` for a number, ``tuple(v)`` for a pair: how the functions read kernel, stride, padding."""
+    return tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+
+
+def _probed(fn, arrays):
+    """Leaf Variables of ``arrays``, fn's output on them, and the fixed weights ``r`` of the scalar
+    <fn, r> whose gradients the comparisons take."""
+    vs = [gpgan.Variable(a, requires_grad=True) for a in arrays]
+    y = fn(*vs)
+    r = gpgan.Variable(np.cos(np.arange(y.size, dtype=y.dtype)).reshape(y.shape))
+    return vs, y, r
+
+
+def values_and_grads(fn, arrays):
+    """fn's value, the gradient of <fn, r> w.r.t. every input, and the gradient of the squared
+    norm of those gradients (second order), as arrays."""
+    vs, y, r = _probed(fn, arrays)
+    grads = gpgan.grad((y * r).sum(), vs, create_graph=True)
+    second = gpgan.grad(sum((g * g).sum() for g in grads), vs, allow_unused=True)  # a bias has none
+    return [y.data] + [g.data for g in grads] + [g.data for g in second if g is not None]
+
+
+def first_order_grads(fn, arrays):
+    """fn's value and the gradient of <fn, r> w.r.t. every input, with no graph recorded (the
+    backward of a training step's last pass), as arrays."""
+    vs, y, r = _probed(fn, arrays)
+    return [y.data] + [g.data for g in gpgan.grad((y * r).sum(), vs)]

@@ -20,8 +20,16 @@ import gpgan.functions as F
 from gpgan.backend import threads
 from gpgan.kernels import switches as compiled
 from gpgan.kernels.cpu import passes as _split
-from naive_helpers import first_order_grads as _first_order_grads, pair, values_and_grads as _values_and_grads
-from helpers import CONVT_CASES, CONV_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout
+from helpers import (
+    CONV_CASES,
+    CONVT_CASES,
+    FEW_OUTPUTS_CASES,
+    KERNEL_CASES,
+    first_order_grads as _first_order_grads,
+    in_layout,
+    pair,
+    values_and_grads as _values_and_grads,
+)
 
 numba_kernels = pytest.importorskip("gpgan.kernels.cpu.numba_kernels", reason="needs Numba")
 

@@ -5,8 +5,7 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
-from naive_helpers import pair
-from helpers import CONVT_CASES, CONV_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout
+from helpers import CONV_CASES, CONVT_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout, pair
 
 
 def naive_conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):

@@ -5,7 +5,7 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
-from naive_helpers import pair
+from helpers import pair
 
 
 def naive_avg_pool2d(x, k, s=None, p=0):

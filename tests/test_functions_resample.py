@@ -8,7 +8,7 @@ import pytest
 import gpgan
 import gpgan.functions as F
 from gpgan.autograd import gradcheck, gradgradcheck
-from naive_helpers import pair
+from helpers import pair
 
 
 # -- naive references ----------------------------------------------------------------------------

@@ -23,8 +23,15 @@ import gpgan.kernels
 from gpgan.kernels import Dispatch, record_dispatch
 from gpgan.kernels import switches as compiled
 from gpgan.kernels.cpu import onednn
-from naive_helpers import pair, values_and_grads as _values_and_grads
-from helpers import CONVT_CASES, CONV_CASES, FEW_OUTPUTS_CASES, KERNEL_CASES, in_layout
+from helpers import (
+    CONV_CASES,
+    CONVT_CASES,
+    FEW_OUTPUTS_CASES,
+    KERNEL_CASES,
+    in_layout,
+    pair,
+    values_and_grads as _values_and_grads,
+)
 
 pytestmark = pytest.mark.skipif(not compiled.onednn_switch._installed(), reason="needs onednn-cpu-gomp")
 

@@ -1,6 +1,6 @@
-"""No test file imports another: what several test files share lives in helpers.py (and the
-naive references in naive_helpers.py), so that collecting one test file never runs another's
-module code and a test file can be renamed or removed alone."""
+"""No test file imports another: what several test files share lives in helpers.py, so that
+collecting one test file never runs another's module code and a test file can be renamed or
+removed alone."""
 import ast
 import os
 
