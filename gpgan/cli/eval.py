@@ -215,9 +215,10 @@ def main(argv=None):
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
+        from gpgan.data.cifar import CifarFilesMissing
         from gpgan.files import describe_os_error
 
-        if hasattr(exc, "advice"):  # CIFAR-10 missing: the advice in this command's options, not a config's
+        if isinstance(exc, CifarFilesMissing):  # the advice in this command's options, not a config's
             option = "--root" if command == "stats" else "--data-root"
             message = exc.advice(f"pass the folder that holds them as {option}", "pass --download")
         else:
