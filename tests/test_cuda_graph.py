@@ -96,3 +96,47 @@ def test_captured_step_replays_products_with_new_inputs_and_host_numbers(rng):
     assert state["count"] == 5
     np.testing.assert_allclose(cupy.asnumpy(w), w_ref, rtol=1e-12)
     assert float(result) == pytest.approx(float((w_ref * w_ref).sum()), rel=1e-12)
+
+
+def test_sums_by_index_adds_repeated_indices_in_order():
+    """The portable bilinear adjoint's scatter: float64 sums per index, as a loop adds them."""
+    from gpgan.kernels import sums_by_index
+
+    index = np.array([2, 0, 2, 2, 4, 0])
+    values = np.array([1.0, 2.0, 0.1, 0.2, -1.0, 3.0], np.float32)
+    want = np.zeros(6)
+    for i, v in zip(index, values):
+        want[i] += np.float64(v)
+    got = sums_by_index(np, index, values, 6)
+    assert got.dtype == np.float64 and np.array_equal(got, want)
+
+
+@pytest.mark.cuda
+def test_sums_by_index_and_ada_matrices_can_be_captured(rng):
+    """ADA's pieces that once stopped a capture (CuPy's bincount reads its largest index back, and
+    CuPy's own matmul refuses a capturing stream): inside a captured step they give what they give
+    eagerly, replay after replay."""
+    cupy = _cupy()
+    from gpgan.augment.ada import N_NORMAL, N_UNIFORM, geometric_matrix
+    from gpgan.kernels import sums_by_index
+
+    index = cupy.asarray(rng.integers(0, 50, 400))
+    values = cupy.asarray(rng.standard_normal(400).astype(np.float32))
+    u = cupy.asarray(rng.random((8, N_UNIFORM)))
+    z = cupy.asarray(rng.standard_normal((8, N_NORMAL)))
+    p = cupy.full((), 0.7)
+
+    def step(index, values, u, z):
+        return sums_by_index(cupy, index, values, 50), geometric_matrix(cupy, u, z, p, (16, 16))
+
+    captured = CapturedStep(step)
+    captured.rehearse(index, values, u, z)
+    captured.capture(index, values, u, z)
+    for _ in range(2):
+        values[...] = cupy.asarray(rng.standard_normal(400).astype(np.float32))
+        u[...] = cupy.asarray(rng.random((8, N_UNIFORM)))
+        sums, G = captured.replay()
+        np.testing.assert_allclose(cupy.asnumpy(sums), np.bincount(cupy.asnumpy(index), cupy.asnumpy(values),
+                                                                     minlength=50), rtol=1e-12, atol=1e-12)
+        want = geometric_matrix(np, cupy.asnumpy(u), cupy.asnumpy(z), np.float64(0.7), (16, 16))
+        np.testing.assert_allclose(cupy.asnumpy(G), want, rtol=1e-12, atol=1e-12)

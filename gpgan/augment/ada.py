@@ -55,6 +55,7 @@ import gpgan.functions as F
 from gpgan.autograd import Variable
 from gpgan.backend import constant_array, get_array_module, to_device
 from gpgan.backend.graph import host_effect, host_number
+from gpgan.kernels import matmul
 
 __all__ = ["ADA", "P_MODES", "SCHEDULED_MODES", "N_UNIFORM", "N_NORMAL", "CUTOUT_SIZE", "cutout_mask"]
 
@@ -129,26 +130,26 @@ def geometric_matrix(xp, u, z, p, hw):
     gate = lambda name, prob=p: u[:, _U[name]] < prob  # noqa: E731
     G = xp.broadcast_to(xp.eye(3), (n, 3, 3))
     i = xp.where(gate("xflip_gate"), xp.floor(u[:, _U["xflip"]] * 2), 0)
-    G = G @ scale2d(xp, 1 - 2 * i, 1)  # its own inverse
+    G = matmul(G, scale2d(xp, 1 - 2 * i, 1))  # its own inverse
     # 90-degree steps with exact cosines and sines, so that a quarter turn moves pixels exactly.
     k = xp.where(gate("rot90_gate"), xp.floor(u[:, _U["rot90"]] * 4), 0).astype(numpy.int64)
     cos4 = constant_array(xp, [1.0, 0.0, -1.0, 0.0], numpy.float64)
     sin4 = constant_array(xp, [0.0, 1.0, 0.0, -1.0], numpy.float64)
-    G = G @ rotate2d_cs(xp, cos4[k], sin4[k])  # rotate2d_inv(-pi / 2 * k)
+    G = matmul(G, rotate2d_cs(xp, cos4[k], sin4[k]))  # rotate2d_inv(-pi / 2 * k)
     t = xp.stack([u[:, _U["xint_x"]], u[:, _U["xint_y"]]], axis=1) * 2 - 1
     t = xp.where(gate("xint_gate")[:, None], t * XINT_MAX, 0)
-    G = G @ translate2d(xp, -xp.round(t[:, 0] * W), -xp.round(t[:, 1] * H))
+    G = matmul(G, translate2d(xp, -xp.round(t[:, 0] * W), -xp.round(t[:, 1] * H)))
     s = xp.where(gate("scale_gate"), xp.exp2(z[:, _N["scale"]] * SCALE_STD), 1)
-    G = G @ scale2d(xp, 1 / s, 1 / s)
+    G = matmul(G, scale2d(xp, 1 / s, 1 / s))
     p_rot = 1 - xp.sqrt(xp.clip(1 - p, 0, 1))  # one of the two rotations with probability p
     theta = xp.where(gate("rotate1_gate", p_rot), (u[:, _U["rotate1"]] * 2 - 1) * math.pi * ROTATE_MAX, 0)
-    G = G @ rotate2d(xp, theta)  # rotate2d_inv(-theta)
+    G = matmul(G, rotate2d(xp, theta))  # rotate2d_inv(-theta)
     s = xp.where(gate("aniso_gate"), xp.exp2(z[:, _N["aniso"]] * ANISO_STD), 1)
-    G = G @ scale2d(xp, 1 / s, s)
+    G = matmul(G, scale2d(xp, 1 / s, s))
     theta = xp.where(gate("rotate2_gate", p_rot), (u[:, _U["rotate2"]] * 2 - 1) * math.pi * ROTATE_MAX, 0)
-    G = G @ rotate2d(xp, theta)
+    G = matmul(G, rotate2d(xp, theta))
     t = xp.where(gate("xfrac_gate")[:, None], xp.stack([z[:, _N["xfrac_x"]], z[:, _N["xfrac_y"]]], axis=1) * XFRAC_STD, 0)
-    return G @ translate2d(xp, -t[:, 0] * W, -t[:, 1] * H)
+    return matmul(G, translate2d(xp, -t[:, 0] * W, -t[:, 1] * H))
 
 
 def color_matrix(xp, u, z, p):
@@ -158,18 +159,18 @@ def color_matrix(xp, u, z, p):
     eye = xp.eye(4)
     C = xp.broadcast_to(eye, (n, 4, 4))
     b = xp.where(gate("brightness_gate"), z[:, _N["brightness"]] * BRIGHTNESS_STD, 0)
-    C = translate3d(xp, b) @ C
+    C = matmul(translate3d(xp, b), C)
     c = xp.where(gate("contrast_gate"), xp.exp2(z[:, _N["contrast"]] * CONTRAST_STD), 1)
-    C = scale3d(xp, c) @ C
+    C = matmul(scale3d(xp, c), C)
     v = _luma_axis(xp)
     vv = xp.outer(v, v)
     i = xp.where(gate("lumaflip_gate"), xp.floor(u[:, _U["lumaflip"]] * 2), 0)
-    C = (eye - 2 * vv * i[:, None, None]) @ C  # Householder reflection
+    C = matmul((eye - 2 * vv * i[:, None, None]), C)  # Householder reflection
     theta = xp.where(gate("hue_gate"), (u[:, _U["hue"]] * 2 - 1) * math.pi * HUE_MAX, 0)
-    C = rotate3d_luma(xp, theta) @ C
+    C = matmul(rotate3d_luma(xp, theta), C)
     s = xp.where(gate("saturation_gate"), xp.exp2(z[:, _N["saturation"]] * SATURATION_STD), 1)
     # vv + (I - vv) * s, written as I + (s - 1)(I - vv) so that s = 1 is the identity exactly
-    return (eye + (s - 1)[:, None, None] * (eye - vv)) @ C
+    return matmul((eye + (s - 1)[:, None, None] * (eye - vv)), C)
 
 
 def translate3d(xp, b):
@@ -202,7 +203,7 @@ def apply_geometric(x, G):
     # captured step may not copy from the host)
     points = constant_array(xp, numpy.stack([cols.reshape(-1), rows.reshape(-1), numpy.ones(H * W)]), numpy.float64)
     centre = constant_array(xp, [[cx], [cy]], numpy.float64)
-    source = G[:, :2] @ points  # (N, 2, H * W): one product, where a pass per term would cost five times more
+    source = matmul(G[:, :2], points)  # (N, 2, H * W): one product, where a pass per term would cost five times more
     source += centre
     # coordinates in the images' dtype, as the reference's grid (whole numbers stay exact)
     source = source.astype(x.dtype).reshape(-1, 2, H, W)

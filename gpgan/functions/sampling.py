@@ -116,8 +116,7 @@ class BilinearSample(FunctionNode):
         H, W = self.in_hw
         rows, size = self._rows(xp).reshape(-1), N * H * W
         parts = gy.transpose(0, 2, 3, 1).reshape(1, -1, C) * weight.reshape(4, -1, 1)  # (4, N * P, C)
-        gx = xp.stack([xp.bincount(rows, weights=parts[..., c].reshape(-1), minlength=size) for c in range(C)],
-                      axis=1)
+        gx = xp.stack([kernels.sums_by_index(xp, rows, parts[..., c].reshape(-1), size) for c in range(C)], axis=1)
         return xp.ascontiguousarray(gx.astype(gy.dtype, copy=False).reshape(N, H, W, C).transpose(0, 3, 1, 2))
 
     def backward(self, indexes, grad_outputs):

@@ -54,7 +54,7 @@ from gpgan.kernels.convolution import (
     window_columns,
 )
 from gpgan.kernels.cpu.passes import add_arrays, array_sum, elementwise, over_batch, row_blocks
-from gpgan.kernels.pointwise import add_at, leaky_relu, rectified_gradient, relu
+from gpgan.kernels.pointwise import add_at, leaky_relu, rectified_gradient, relu, sums_by_index
 from gpgan.kernels.normalization import batch_norm_rows, batch_norm_rows_gradients, column_dots
 from gpgan.kernels.process import ProcessSettings, configure_process
 from gpgan.kernels.products import fused_affine, matmul, outer
@@ -72,7 +72,7 @@ from gpgan.kernels.switches import (
 __all__ = [
     "conv2d", "conv_transpose2d", "conv2d_grad_weight", "window_columns", "col2im_planes", "col2im_channels_last",
     "over_batch", "elementwise", "add_arrays", "array_sum", "row_blocks",
-    "relu", "leaky_relu", "rectified_gradient", "add_at",
+    "relu", "leaky_relu", "rectified_gradient", "add_at", "sums_by_index",
     "batch_norm_rows", "batch_norm_rows_gradients", "column_dots",
     "matmul", "fused_affine", "outer",
     "bilinear_taps", "bilinear_gather", "bilinear_scatter",

@@ -8,9 +8,11 @@ the arrays' dtype, made only where a kernel runs (most of a small network's arra
 form).
 """
 
+import numpy
+
 from gpgan.kernels.cpu.passes import compiled_elementwise, kernels_for
 
-__all__ = ["relu", "leaky_relu", "rectified_gradient", "add_at"]
+__all__ = ["relu", "leaky_relu", "rectified_gradient", "add_at", "sums_by_index"]
 
 
 def relu(xp, x):
@@ -50,3 +52,16 @@ def add_at(xp, target, index, values):
         import cupyx
 
         cupyx.scatter_add(target, index, values)
+
+
+def sums_by_index(xp, index, values, size):
+    """(size,) float64: ``out[i]`` the sum of ``values[k]`` over ``index[k] == i`` for 1-d arrays
+    ``index`` (integers in [0, size)) and ``values`` of one length, added in the order of ``k``
+    (``numpy.bincount(index, values, minlength=size)``). CuPy's bincount reads the largest index
+    back from the device, which a step being captured as a CUDA graph may not do, so there it is a
+    scatter-add into zeros."""
+    if xp is numpy:
+        return xp.bincount(index, weights=values, minlength=size)
+    out = xp.zeros(size, dtype=numpy.float64)
+    add_at(xp, out, index, values.astype(numpy.float64, copy=False))
+    return out
