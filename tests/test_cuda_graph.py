@@ -140,3 +140,28 @@ def test_sums_by_index_and_ada_matrices_can_be_captured(rng):
                                                                      minlength=50), rtol=1e-12, atol=1e-12)
         want = geometric_matrix(np, cupy.asnumpy(u), cupy.asnumpy(z), np.float64(0.7), (16, 16))
         np.testing.assert_allclose(cupy.asnumpy(G), want, rtol=1e-12, atol=1e-12)
+
+
+def test_lazily_penalized_steps_are_kinds_of_their_own():
+    """Each kind of training step is captured once and replayed: a step whose critic updates are
+    penalized at other places must be another kind, although R1's draws are empty dicts and its
+    input arrays have the same shapes. (When they were one kind, a replay penalized the critic
+    steps the captured step had penalized: graph and eager parted at step 3 on the H200.)"""
+    import os
+
+    from gpgan.train.build import build_components
+    from gpgan.train.config import load_config
+    from gpgan.train.feed import InputFeed
+    from gpgan.train.step import TrainingStep
+
+    quickstart = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "quickstart.yaml")
+    config = load_config(quickstart, ["penalty.type=r1", "penalty.interval=3", "train.critic_steps=2"])
+    parts = build_components(config, progress=False)
+    feed = InputFeed(parts.loader, np.random.default_rng(0), parts.penalty, parts.latent_dim, 8, 8, 2)
+    step = TrainingStep(parts, 2)
+    inputs = [feed.next(s, "cpu") for s in range(6)]
+    # critic updates 0..11, penalized every third: (j=0), (j=1), none, and again
+    assert [[c.draws is not None for c in x.critic] for x in inputs[:3]] == [[True, False], [False, True],
+                                                                             [False, False]]
+    kinds = [step._kind(x) for x in inputs]
+    assert len(set(kinds[:3])) == 3 and kinds[:3] == kinds[3:]

@@ -169,7 +169,10 @@ class TrainingStep:
     def _kind(self, inputs):
         """What a captured step depends on besides its inputs' values."""
         ema = self.parts.ema
+        # Which critic steps are penalized is its own part: R1's and R2's draws are empty dicts, so
+        # the input arrays of a lazily penalized step and of a plain one have the same shapes.
         return (tuple((name, a.shape) for name, a in inputs.named_arrays()),
+                tuple(c.draws is not None for c in inputs.critic),
                 ema is not None and self.step + 1 < ema.start_step)
 
     def _run(self, inputs):
