@@ -942,6 +942,11 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
         assert f"seed: {r['train.seed']}" in config and f"type: {r['penalty.type']}" in config
         assert (out / "logs" / run.name / "stderr.log").is_file()
     report = (out / "REPORT.md").read_text()
+    # where the runs trained and for how long, from their manifests and final.json
+    machine = json.loads((out / rows[0]["run_dir"] / "manifest.json").read_text())["device_name"]
+    assert f"- Machines (the runs' manifest.json): `{machine}` (4 runs)." in report
+    hours = sum(float(r["wall_time_s"]) for r in rows) / 3600
+    assert f"- Wall time of the finished runs: {hours:.1f} h in all" in report
     for ptype in ("r1", "wgan_gp"):
         vals = [float(r["final/eval/modes"]) for r in rows if r["penalty.type"] == ptype]
         mean, std = statistics.mean(vals), statistics.stdev(vals)

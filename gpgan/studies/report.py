@@ -340,6 +340,24 @@ def _alt_text(caption):
     return head + ")" * (head.count("(") - head.count(")"))
 
 
+def _machines_lines(records):
+    """Where the runs trained (their manifests' device names, with how many runs each) and the
+    finished runs' wall time in all."""
+    counts = {}
+    for rec in records:
+        for name in rec.machines:
+            counts[name] = counts.get(name, 0) + 1
+    lines = []
+    if counts:
+        lines.append("- Machines (the runs' manifest.json): "
+                     + ", ".join(f"`{name}` ({n} run{'s' if n != 1 else ''})" for name, n in counts.items()) + ".")
+    walls = [r.wall_time_s for r in records if r.status == "finished" and r.wall_time_s is not None]
+    if walls:
+        lines.append(f"- Wall time of the finished runs: {math.fsum(walls) / 3600:.1f} h in all "
+                     "(evaluations included).")
+    return lines
+
+
 def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     total = len(records)
     count = {}
@@ -369,6 +387,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         lines.append(f"- Excluded: {_condition(rule)}.")
     for when, settings in sweep.adjust:
         lines.append(f"- Adjusted: {_assignments(settings)} when {_condition(when)}.")
+    lines += _machines_lines(records)
     seeds = f"`{sweep.seed_axis}`" if sweep.seed_axis else "runs (no seed axis)"
     lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "
                  "n = finished runs / runs. ↑ higher is better, ↓ lower is better.")

@@ -45,6 +45,7 @@ class RunRecord:
     error: str = ""
     sample: str = None                           # samples/final.png, when there is one
     curves: dict = field(default_factory=dict)   # metric -> [(step, value)]
+    machines: tuple = ()                         # the manifest's device_name, first start and resumes
     checkpoint_step: int = None                  # an unfinished run: its newest checkpoint's step
     target_steps: int = None                     # an unfinished run: train.steps of its config
     config: dict = field(default_factory=dict)   # key of Sweep.varied_keys -> the run's resolved value
@@ -165,6 +166,16 @@ def _resolved_values(sweep, spec, run_dir, keys):
     return values
 
 
+def _machines(manifest):
+    """The distinct ``device_name`` of a run's first start and its resumes, in that order."""
+    names = []
+    for entry in [manifest] + list(manifest.get("resumes") or []):
+        name = entry.get("device_name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and name not in names:
+            names.append(name)
+    return tuple(names)
+
+
 def collect_results(sweep, out_dir, metrics=None):
     """One record per run of the sweep, in sweep order."""
     out_dir = os.fspath(out_dir)
@@ -189,6 +200,8 @@ def collect_results(sweep, out_dir, metrics=None):
             steps = final.get("steps")
             rec.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
             rec.wall_time_s = _number(final.get("wall_time_s"))
+        if run_dir is not None:
+            rec.machines = _machines(RunFolder(run_dir).read_manifest())
         if run_dir is not None and rec.status != "finished":
             _read_progress(rec, RunFolder(run_dir))
         if run_dir is not None and rec.status == "finished":
