@@ -299,6 +299,22 @@ def test_cuda_runs_are_deterministic_and_resume_exactly(tmp_path):
 
 
 @pytest.mark.cuda
+def test_cuda_graph_captures_a_spectrally_normalized_critic(tmp_path):
+    """Spectral norm's power iteration and sigma multiply by vectors (through kernels.matmul, which
+    a capture allows): a graphed run of a spectrally normalized critic equals the eager one."""
+    write_cifar_fixture(tmp_path / "cifar")
+    config = os.path.join(ROOT, "configs", "r1_cifar.yaml")
+    common = [config, *sets(TINY_DCGAN + [f"data.root={tmp_path / 'cifar'}", "train.steps=4",
+                                          "model.critic_options.norm=spectral"]),
+              "--out", str(tmp_path / "exp"), "--quiet", "--device", "cuda"]
+    gpgan_train(*common, "--name", "graph", check=0)
+    gpgan_train(*common, "--name", "eager", "--set", "train.cuda_graph=false", check=0)
+    runs = tmp_path / "exp" / "r1_cifar"
+    assert metrics(runs / "graph") == metrics(runs / "eager")
+    assert_same_weights(runs / "graph", runs / "eager")
+
+
+@pytest.mark.cuda
 def test_cuda_graph_replays_the_eager_steps_bit_for_bit(tmp_path):
     """train.cuda_graph=true (the default) against the eager path: the same metrics and weights,
     with several kinds of step (lazy R1 over two critic steps, the EMA copying until step 4), a

@@ -46,13 +46,15 @@ def test_cublas_matmul_matches_numpy(layout, dtype, rng):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("shapes", [((4, 7, 5), (4, 5, 3)), ((7, 5), (4, 5, 3)), ((4, 7, 5), (5, 3)),
-                                    ((1, 7, 5), (4, 5, 3))])
+                                    ((1, 7, 5), (4, 5, 3)), ((5,), (5, 3)), ((7, 5), (5,)), ((5,), (5,)),
+                                    ((5,), (4, 5, 3)), ((4, 7, 5), (5,))])
 def test_cublas_batched_matmul_matches_numpy(shapes, rng):
     cupy = _cupy()
     from gpgan.kernels.cuda.cublas import matmul
 
     a, b = (rng.standard_normal(s) for s in shapes)
     out = matmul(cupy.asarray(a), cupy.asarray(b))
+    assert out.shape == np.matmul(a, b).shape
     np.testing.assert_allclose(cupy.asnumpy(out), np.matmul(a, b), rtol=1e-12)
 
 

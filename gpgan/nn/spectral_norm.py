@@ -14,6 +14,7 @@ singular value of ``weight_orig`` reshaped to a matrix (out, -1):
 import gpgan.functions as F
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import device_of, get_array_module, get_rng, to_device
+from gpgan.kernels import matmul
 from gpgan.nn.module import ForwardPreHook, Module, Parameter
 
 __all__ = ["spectral_norm", "remove_spectral_norm", "SpectralNorm"]
@@ -57,8 +58,9 @@ class SpectralNorm(ForwardPreHook):
         v = getattr(module, self.name + "_v")
         xp = get_array_module(w)
         for _ in range(self.n_power_iterations):
-            v[...] = _normalize(xp, w.T @ u, self.eps)
-            u[...] = _normalize(xp, w @ v, self.eps)
+            # kernels.matmul: CuPy's own matmul refuses a stream being captured as a CUDA graph
+            v[...] = _normalize(xp, matmul(w.T, u), self.eps)
+            u[...] = _normalize(xp, matmul(w, v), self.eps)
 
     def compute_weight(self, module):
         """``W / sigma`` with ``sigma = u^T W v`` (u, v constants), as a differentiable Variable."""
@@ -86,7 +88,7 @@ class SpectralNorm(ForwardPreHook):
         w = self._matrix_array(getattr(module, self.name + "_orig").data)
         u = getattr(module, self.name + "_u")
         v = getattr(module, self.name + "_v")
-        return float((u * (w @ v)).sum())
+        return float((u * matmul(w, v)).sum())
 
 
 def spectral_norm(module, name="weight", n_power_iterations=1, eps=1e-12, dim=None, rng=None):

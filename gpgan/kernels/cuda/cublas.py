@@ -148,9 +148,19 @@ def _batch_stride(m, batch):
 
 def matmul(a, b):
     """``a @ b`` for CuPy float32/float64 arrays: (m, k) @ (k, n) -> (m, n), or with one leading
-    batch axis on either or both ((B, m, k) @ (B, k, n) -> (B, m, n); a batch of 1 broadcasts).
-    Other dtypes and dimensions go to ``cupy.matmul`` (which cannot be captured)."""
+    batch axis on either or both ((B, m, k) @ (B, k, n) -> (B, m, n); a batch of 1 broadcasts),
+    or a vector on either side ((k,) as a row on the left, a column on the right, its axis
+    dropped from the result, as NumPy's matmul does). Other dtypes and dimensions go to
+    ``cupy.matmul`` (which cannot be captured)."""
     import cupy
+
+    if (a.ndim == 1 or b.ndim == 1) and a.ndim >= 1 and b.ndim >= 1:
+        out = matmul(a[None, :] if a.ndim == 1 else a, b[:, None] if b.ndim == 1 else b)
+        if b.ndim == 1:
+            out = out[..., 0]
+        if a.ndim == 1:
+            out = out[..., 0] if b.ndim == 1 else out[..., 0, :]
+        return out
 
     if (a.dtype != b.dtype or a.dtype.type not in (numpy.float32, numpy.float64) or not 2 <= a.ndim <= 3
             or not 2 <= b.ndim <= 3 or a.shape[-1] != b.shape[-2]):
