@@ -10,8 +10,8 @@ same kind, whose backward is the first again: every order of derivative comes fo
 * :func:`bilinear_sample`: ``y[n, :, p] = sum_k w[n, p, k] * x[n, :, index[n, p, k]]`` with the four
   taps of bilinear interpolation at given source coordinates (``grid_sample`` with
   ``align_corners=False``, in pixel units), outside pixels zero or mirrored. Its adjoint adds
-  ``w * gy`` into the taps (a scatter-add: ``bincount``, whose float64 sums CuPy takes with atomic
-  adds, in no fixed order).
+  ``w * gy`` into the taps (a scatter-add in float64: :func:`gpgan.kernels.sums_by_index`, NumPy's
+  ``bincount``, and on CUDA atomic adds, in no fixed order).
 
 Everything is portable NumPy/CuPy code through the array module of ``x``.
 """
@@ -75,8 +75,8 @@ class BilinearSample(FunctionNode):
     ``adjoint`` the node maps (N, C, *out_hw) back to (N, C, *in_hw), adding each output's
     gradient times its weights into its taps. Pixels are moved channels-last for both, so that a
     tap is one row of a (N * H * W, C) table: the gather is one ``take`` of rows per tap, and the
-    adjoint's sums one ``bincount`` per channel (NumPy's and CuPy's fastest scatter-add; it sums
-    in float64).
+    adjoint's sums one :func:`gpgan.kernels.sums_by_index` per channel (NumPy's ``bincount``, its
+    fastest scatter-add; float64 sums).
     """
 
     def __init__(self, index, weight, in_hw, out_hw, adjoint=False):
