@@ -188,6 +188,9 @@ def main(argv=None):
     print(f"[gpu_check] {json.dumps(summary['environment'])}", flush=True)
 
     def record(name, status, seconds, **extra):
+        log = os.path.join(out, f"{name}.log")
+        if status != "passed" and "reason" not in extra and "failed_tests" not in extra and os.path.exists(log):
+            extra["reason"] = last_line(log)  # e.g. gpgan-train's one-line error: data missing
         summary["stages"][name] = {"status": status, "seconds": round(seconds, 1), "log": f"{name}.log", **extra}
         write_summary(out, summary)
 
