@@ -188,10 +188,10 @@ def main(argv=None):
     print(f"[gpu_check] {json.dumps(summary['environment'])}", flush=True)
 
     def record(name, status, seconds, **extra):
-        log = os.path.join(out, f"{name}.log")
-        if status != "passed" and "reason" not in extra and "failed_tests" not in extra and os.path.exists(log):
-            extra["reason"] = last_line(log)  # e.g. gpgan-train's one-line error: data missing
-        summary["stages"][name] = {"status": status, "seconds": round(seconds, 1), "log": f"{name}.log", **extra}
+        log = f"{name}.log"
+        if status != "passed" and "failed_tests" not in extra and os.path.exists(os.path.join(out, log)):
+            extra["reason"] = last_line(os.path.join(out, log))  # e.g. gpgan-train's one-line error
+        summary["stages"][name] = {"status": status, "seconds": round(seconds, 1), "log": log, **extra}
         write_summary(out, summary)
 
     py = sys.executable
@@ -248,8 +248,6 @@ def main(argv=None):
             if scores:
                 with open(os.path.join(run_dir, scores[-1]), encoding="utf-8") as f:
                     extra["scores"] = json.load(f)
-            elif status != "passed":
-                extra["reason"] = last_line(os.path.join(out, f"fid{suffix}.log"))
             record(f"fid{suffix}", status, seconds, **extra)
 
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -8,9 +8,8 @@ import sys
 
 import pytest
 
-from helpers import write_cifar_fixture
+from helpers import ROOT, write_cifar_fixture
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gpu_check  # noqa: E402
 

@@ -200,13 +200,14 @@ def collect_results(sweep, out_dir, metrics=None):
             steps = final.get("steps")
             rec.steps = steps if isinstance(steps, int) and not isinstance(steps, bool) else None
             rec.wall_time_s = _number(final.get("wall_time_s"))
-        if run_dir is not None:
-            rec.machines = _machines(RunFolder(run_dir).read_manifest())
-        if run_dir is not None and rec.status != "finished":
-            _read_progress(rec, RunFolder(run_dir))
-        if run_dir is not None and rec.status == "finished":
+        folder = None if run_dir is None else RunFolder(run_dir)
+        if folder is not None:
+            rec.machines = _machines(folder.read_manifest())
+        if folder is not None and rec.status != "finished":
+            _read_progress(rec, folder)
+        if folder is not None and rec.status == "finished":
             try:
-                rows = RunFolder(run_dir).read_metrics()
+                rows = folder.read_metrics()
             except ValueError as exc:  # a damaged metrics.jsonl: the final values still count
                 rows, rec.error = [], str(exc)
             for name, direction in metrics:
@@ -222,7 +223,7 @@ def collect_results(sweep, out_dir, metrics=None):
                     rec.final[name] = last
                 if best is not None:
                     rec.best[name] = best
-            sample = RunFolder(run_dir).sample_path()
+            sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
         records.append(rec)
     return records
