@@ -165,12 +165,12 @@ def color_matrix(xp, u, z, p):
     v = _luma_axis(xp)
     vv = xp.outer(v, v)
     i = xp.where(gate("lumaflip_gate"), xp.floor(u[:, _U["lumaflip"]] * 2), 0)
-    C = matmul((eye - 2 * vv * i[:, None, None]), C)  # Householder reflection
+    C = matmul(eye - 2 * vv * i[:, None, None], C)  # Householder reflection
     theta = xp.where(gate("hue_gate"), (u[:, _U["hue"]] * 2 - 1) * math.pi * HUE_MAX, 0)
     C = matmul(rotate3d_luma(xp, theta), C)
     s = xp.where(gate("saturation_gate"), xp.exp2(z[:, _N["saturation"]] * SATURATION_STD), 1)
     # vv + (I - vv) * s, written as I + (s - 1)(I - vv) so that s = 1 is the identity exactly
-    return matmul((eye + (s - 1)[:, None, None] * (eye - vv)), C)
+    return matmul(eye + (s - 1)[:, None, None] * (eye - vv), C)
 
 
 def translate3d(xp, b):
