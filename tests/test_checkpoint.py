@@ -218,7 +218,7 @@ def test_foreign_files_are_refused(tmp_path):
         read_meta(plain)
     junk = tmp_path / "junk.npz"
     junk.write_bytes(b"not a zip file")
-    with pytest.raises(CheckpointError, match="not a readable .npz"):
+    with pytest.raises(CheckpointError, match="checkpoint .*junk.npz is not an .npz file .*delete it"):
         read_meta(junk)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_meta(tmp_path / "missing.npz")

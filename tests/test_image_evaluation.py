@@ -241,6 +241,15 @@ def test_gpgan_eval_errors_exit_1(runs, pixel_network, tmp_path, capsys):
     with pytest.raises(SystemExit):
         eval_cli.main(["stats", "--data", "image_folder"])
     assert "--data image_folder needs --root" in capsys.readouterr().err
+    # NumPy alone would try to unpickle a file that is no zip archive, and refuse with advice to
+    # load it unsafely: the user reads what is wrong with the file instead.
+    junk = tmp_path / "stats.npz"
+    for content in (b"not an archive", b"\x80\x04K\x01."):
+        junk.write_bytes(content)
+        assert eval_cli.main([str(runs.m), "--n", "4", "--ref", str(junk), "--quiet"]) == 1
+        err = capsys.readouterr().err
+        assert err == f"gpgan-eval: error: statistics file {junk} is not an .npz file (not a zip archive: cut short, " \
+                      "or another format)\n"
     assert pixel_network.seen == 0
 
 

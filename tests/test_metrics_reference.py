@@ -54,8 +54,12 @@ def test_statistics_file_errors(tmp_path):
         load_statistics(bad)
     for junk in (b"not a zip", b"PK\x03\x04 broken"):
         bad.write_bytes(junk)
-        with pytest.raises(ValueError, match="not a readable .npz statistics file"):
+        with pytest.raises(ValueError, match="statistics file .*bad.npz is not an .npz file"):
             load_statistics(bad)
+    np.savez(bad, mu=np.zeros(3), sigma=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(ValueError, match=r"bad.npz: entry 'sigma' holds pickled Python objects; .npz files are read "
+                                         "without pickles"):
+        load_statistics(bad)
     with pytest.raises(ValueError, match="save_statistics: mu must be"):
         save_statistics(tmp_path / "x.npz", np.zeros(3), np.zeros(3))
 

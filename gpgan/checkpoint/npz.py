@@ -17,14 +17,12 @@ new one, never a torn one.
 import json
 import os
 import types
-import zipfile
-import zlib
 
 import numpy
 
 from gpgan.autograd import Variable
 from gpgan.backend import device_of, get_array_module, to_device
-from gpgan.files import atomic_write
+from gpgan.files import NpzError, atomic_write, open_npz, read_entry
 
 __all__ = ["save_checkpoint", "load_checkpoint", "read_meta", "verify", "CheckpointError", "FORMAT", "VERSION"]
 
@@ -193,43 +191,22 @@ def save_checkpoint(path, modules, optimizers, emas=None, rngs=None, meta=None):
 
 
 # -- reading -------------------------------------------------------------------------------------
-# What zipfile, zlib and NumPy raise on a damaged archive: flipped bytes (a CRC mismatch), a file
-# cut short, a garbled member header.
-_DAMAGE = (zipfile.BadZipFile, zlib.error, EOFError, OSError, ValueError, KeyError)
-
-
-def _damaged(path, exc):
-    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return CheckpointError(f"checkpoint {path} is damaged and cannot be read ({reason}); delete it, or "
-                           "use another checkpoint of the run")
+_ADVICE = "; delete it, or use another checkpoint of the run"
 
 
 def _open(path):
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise FileNotFoundError(f"checkpoint {path} does not exist")
-    if not zipfile.is_zipfile(path):  # also keeps NumPy from trying (and refusing) to unpickle it
-        raise CheckpointError(f"checkpoint {path} is not a readable .npz file without pickles (it is not a zip "
-                              "archive: cut short, or not a checkpoint); delete it, or use another checkpoint "
-                              "of the run")
     try:
-        return numpy.load(path, allow_pickle=False)
-    except _DAMAGE as exc:
-        raise _damaged(path, exc) from exc
+        return open_npz(path, "checkpoint")
+    except NpzError as exc:
+        raise CheckpointError(f"{exc}{_ADVICE}") from exc
 
 
 def _entry(path, npz, key):
     """The array ``key`` of an open checkpoint; a pickled entry or a damaged one is refused."""
     try:
-        return npz[key]
-    except ValueError as exc:
-        if "allow_pickle" in str(exc):
-            raise CheckpointError(
-                f"checkpoint {path}: entry {key!r} holds pickled Python objects; checkpoints are read "
-                "with allow_pickle=False and such entries are refused") from exc
-        raise _damaged(path, exc) from exc
-    except _DAMAGE as exc:
-        raise _damaged(path, exc) from exc
+        return read_entry(npz, key, path, "checkpoint")
+    except NpzError as exc:
+        raise CheckpointError(f"{exc}{_ADVICE}") from exc
 
 
 def _parse_meta(path, npz):

