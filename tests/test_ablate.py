@@ -427,6 +427,11 @@ def test_variant_errors(tmp_path, body, message):
     assert_sweep_error(tmp_path, "base: base.yaml\n" + body, message)
 
 
+def test_a_sweep_file_that_is_not_yaml_names_line_and_column(tmp_path):
+    assert_sweep_error(tmp_path, "axes: a: b\n", "sweep.yaml is not valid YAML: line 1, column 8: mapping values "
+                                                 "are not allowed here")
+
+
 def assert_sweep_error(tmp_path, text, message):
     """Loading a sweep file with ``text`` raises a SweepError whose message contains ``message``."""
     path = write_sweep(tmp_path, text)

@@ -104,10 +104,30 @@ def test_base_cycle_and_missing_base_fail_clearly(tmp_path):
         load_config(tmp_path / "c.yaml")
 
 
-def test_yaml_tags_are_refused(tmp_path):
-    path = write(tmp_path / "evil.yaml", "train: !!python/object/apply:os.system ['true']\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+@pytest.mark.parametrize("text, reason", [
+    ("train: !!python/object/apply:os.system ['true']\n",
+     "line 1, column 8: could not determine a constructor for the tag "
+     "'tag:yaml.org,2002:python/object/apply:os.system' (plain YAML only: tags such as !!python/... are refused)"),
+    ("train:\n\tsteps: 3\n", "line 2, column 1, while scanning for the next token: found character '\\t' that "
+                             "cannot start any token (YAML indents with spaces, not tabs)"),
+    ("train: {steps: 3\n", "line 2, column 1, while parsing a flow mapping: expected ',' or '}', but got "
+                           "'<stream end>'"),
+])
+def test_bad_yaml_is_one_line_naming_the_file_line_and_column(tmp_path, text, reason):
+    path = write(tmp_path / "c.yaml", text)
+    with pytest.raises(ConfigError) as info:
         load_config(path)
+    assert str(info.value) == f"config file {path} is not valid YAML: {reason}"
+
+
+def test_a_run_folder_whose_config_is_not_yaml_says_so(tmp_path):
+    from gpgan.train.run import RunFolder
+
+    run = RunFolder.create(tmp_path, "quickstart", "r")
+    with open(run.config_path, "w") as f:
+        f.write("train: [1,\n")
+    with pytest.raises(ConfigError, match=r"^the run's config .*config.yaml is not valid YAML: line 2, column 1"):
+        run.read_config()
 
 
 def test_overrides_are_typed_by_the_schema(tmp_path):

@@ -19,7 +19,7 @@ import yaml
 
 from gpgan.schema.field import Field
 
-__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs"]
+__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml"]
 
 #: how alike two keys must be (difflib's ratio) for one to be suggested for the other
 SIMILARITY = 0.5
@@ -308,6 +308,30 @@ class Schema:
         return "\n".join(lines) + "\n"
 
 
+def parse_yaml(text, where, error=None):
+    """``yaml.safe_load(text)``. A syntax error, or a tag that safe_load refuses (``!!python/...``),
+    is raised as ``error`` (a class; :class:`ConfigError` by default) with one line: ``where`` (e.g.
+    ``"config file c.yaml"``), the line and column, and what is wrong there."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise (error or ConfigError)(f"{where} is not valid YAML: {_yaml_reason(exc)}") from None
+
+
+def _yaml_reason(exc):
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return str(exc).splitlines()[0]
+    if isinstance(exc, yaml.constructor.ConstructorError):
+        problem += " (plain YAML only: tags such as !!python/... are refused)"
+    elif "'\\t'" in problem:
+        problem += " (YAML indents with spaces, not tabs)"
+    mark = getattr(exc, "problem_mark", None)
+    where = [f"line {mark.line + 1}, column {mark.column + 1}"] if mark else []
+    where += [exc.context] if getattr(exc, "context", None) else []  # e.g. "while parsing a flow sequence"
+    return f"{', '.join(where)}: {problem}" if where else problem
+
+
 def _read_yaml(path, chain):
     """The mapping in the YAML file ``path``, its ``base:`` merged under it. ``chain``: the files
     that named this one (to name the culprit of a missing base and to catch cycles)."""
@@ -329,10 +353,7 @@ def _read_yaml(path, chain):
                           "YAML file") from None
     except OSError as exc:
         raise ConfigError(f"{where} cannot be read: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    data = parse_yaml(text, where)
     if data is None:  # an empty file, or only comments: surely not meant to train on defaults
         raise ConfigError(f"{where} is empty: it sets no key. A config names at least a base "
                           "(`base: other.yaml`) or one key (`{}` alone takes every default)")

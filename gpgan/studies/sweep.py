@@ -73,7 +73,7 @@ import yaml
 
 from gpgan.metrics import direction as metric_direction
 from gpgan.metrics.real_scores import read_real_scores
-from gpgan.schema import Field, Schema, did_you_mean
+from gpgan.schema import Field, Schema, did_you_mean, parse_yaml
 
 __all__ = [
     "SweepError",
@@ -407,10 +407,7 @@ def load_sweep(path):
             text = f.read()
     except (OSError, UnicodeDecodeError) as exc:
         raise SweepError(f"cannot read sweep file {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SweepError(f"sweep file {path} is not valid YAML: {exc}") from None
+    raw = parse_yaml(text, f"sweep file {path}", SweepError)
     return parse_sweep(raw, path)
 
 

@@ -24,7 +24,7 @@ import yaml
 
 from gpgan.checkpoint import CheckpointError, verify
 from gpgan.files import append_text, atomic_write, is_temporary
-from gpgan.schema import get_key
+from gpgan.schema import get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
 
@@ -241,7 +241,7 @@ class RunFolder:
         if not self.exists():
             raise NotARunError(f"{self.path} is not a run folder (it has no config.yaml)")
         with open(self.config_path, encoding="utf-8") as f:
-            raw = yaml.safe_load(f)
+            raw = parse_yaml(f.read(), f"the run's config {self.config_path}")
         _as_written_before_rampup(raw)
         return validate_config(raw, source=self.config_path) if validate else raw
 
