@@ -197,3 +197,20 @@ def test_image_folder_resize_and_center_crop(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no PNG/JPEG"):
         load_image_folder(tmp_path / "empty")
+
+
+def test_an_unreadable_image_in_a_folder_is_named_with_what_is_wrong(tmp_path):
+    from PIL import Image
+
+    from gpgan.data.image_folder import ImageFileError
+
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(tmp_path / "a.png")
+    whole = (tmp_path / "a.png").read_bytes()
+    for content, reason in ((b"not an image", "not a PNG or JPEG image"),
+                            (whole[:len(whole) // 2], "damaged: image file is truncated")):
+        (tmp_path / "b.png").write_bytes(content)
+        with pytest.raises(ImageFileError) as info:
+            load_image_folder(tmp_path)
+        message = str(info.value)  # (Pillow's words about a damaged file may go on, as its version has them)
+        assert message.startswith(f"image {tmp_path / 'b.png'} cannot be read ({reason}")
+        assert message.endswith("); remove or replace it") and "\n" not in message

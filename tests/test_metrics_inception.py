@@ -272,6 +272,41 @@ def test_download_verifies_size_and_hash_and_leaves_no_partial_file(tmp_path):
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["weights.pth"]
 
 
+def test_network_failures_are_told_in_words_and_leave_nothing(tmp_path, monkeypatch):
+    import io
+    import socket
+    import urllib.error
+    import urllib.request
+
+    class Breaking(io.BytesIO):
+        """A response that sends one block, then the connection resets."""
+        headers = {"Content-Length": str(3 << 20)}
+
+        def read(self, n=-1):
+            if self.tell():
+                raise ConnectionResetError(104, "Connection reset by peer")
+            return super().read(n)
+
+    failures = {
+        urllib.error.URLError(socket.gaierror(-2, "Name or service not known")):
+            "could not download https://x.invalid/w (Name or service not known)",
+        urllib.error.HTTPError("https://x.invalid/w", 404, "Not Found", {}, None):
+            "could not download https://x.invalid/w (HTTP 404 Not Found)",
+        urllib.error.URLError(TimeoutError("timed out")): "could not download https://x.invalid/w (timed out)",
+        None: "the download of https://x.invalid/w broke off (Connection reset by peer); nothing was kept",
+    }
+    for failure, message in failures.items():
+        def urlopen(url, timeout=None, failure=failure):
+            if failure is None:
+                return Breaking(b"\0" * (1 << 20) + b"\1")
+            raise failure
+        monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+        with pytest.raises(files.DownloadError) as info:
+            files.download("https://x.invalid/w", tmp_path / "cache" / "w.pth", "0" * 64, progress=False)
+        assert str(info.value) == message
+        assert not (tmp_path / "cache").exists() or not any((tmp_path / "cache").iterdir())
+
+
 @pytest.mark.cuda
 def test_features_on_cuda_equal_cpu(state, rng):
     images = rng.integers(0, 256, (3, 3, 32, 32), dtype=np.uint8)

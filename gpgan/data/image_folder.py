@@ -7,7 +7,7 @@ import os
 
 import numpy
 
-__all__ = ["IMAGE_EXTENSIONS", "list_images", "load_image", "load_image_folder"]
+__all__ = ["IMAGE_EXTENSIONS", "ImageFileError", "list_images", "load_image", "load_image_folder"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 
@@ -23,8 +23,24 @@ def list_images(root):
     return sorted(paths)
 
 
+class ImageFileError(ValueError):
+    """A file with an image's extension that Pillow cannot read."""
+
+
 def load_image(path, size=32):
-    """One image as uint8 (3, size, size): shorter side resized to ``size``, then center-cropped."""
+    """One image as uint8 (3, size, size): shorter side resized to ``size``, then center-cropped.
+    A file Pillow cannot read (another format, cut short) is an :class:`ImageFileError`."""
+    try:
+        return _load_image(path, size)
+    except (OSError, SyntaxError, ValueError) as exc:  # Pillow raises all three on damaged files
+        if isinstance(exc, OSError) and exc.filename is not None:  # a permission or I/O error of the file
+            raise
+        unknown = "cannot identify" in str(exc)
+        reason = "not a PNG or JPEG image" if unknown else f"damaged: {str(exc).splitlines()[0]}"
+        raise ImageFileError(f"image {path} cannot be read ({reason}); remove or replace it") from None
+
+
+def _load_image(path, size):
     from PIL import Image
 
     with Image.open(path) as img:
@@ -44,6 +60,7 @@ def load_image_folder(root, size=32):
 
     Raises:
         FileNotFoundError: when ``root`` is missing or holds no PNG/JPEG file.
+        ImageFileError: when one of them cannot be read.
     """
     if root is None:
         raise ValueError("image_folder needs data.root: a folder of PNG/JPEG images")

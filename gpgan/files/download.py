@@ -5,6 +5,7 @@ checked for size and digest, and only then renamed into place: an interrupted or
 never leaves a file under the final name, nor a partial one beside it.
 """
 import hashlib
+import http.client
 import os
 import urllib.error
 import urllib.request
@@ -67,6 +68,19 @@ def store_checked(dest, chunks, checksum, size=None, algorithm="sha256", what=No
     return dest
 
 
+def network_reason(exc):
+    """What went wrong with a request, in words (``"HTTP 404 Not Found"``, ``"Name or service not
+    known"``, ``"timed out"``), without Python's exception names or ``[Errno N]``."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code} {exc.reason}"
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    if isinstance(reason, OSError):
+        return reason.strerror or str(reason) or "connection failed"
+    if isinstance(reason, http.client.IncompleteRead):
+        return f"the connection closed after {len(reason.partial)} bytes"
+    return str(reason) or "connection failed"
+
+
 def download(url, dest, checksum, size=None, algorithm="sha256", progress=True, desc=None):
     """Fetch ``url`` into ``dest``, keeping it only with digest ``checksum`` (and ``size`` bytes,
     when given; see :func:`store_checked`).
@@ -80,12 +94,19 @@ def download(url, dest, checksum, size=None, algorithm="sha256", progress=True, 
     try:
         response = urllib.request.urlopen(url, timeout=60)
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise DownloadError(f"could not download {url} ({exc})") from None
+        raise DownloadError(f"could not download {url} ({network_reason(exc)})") from None
     total = size or int(response.headers.get("Content-Length") or 0) or None
     with response, tqdm(total=total, unit="B", unit_scale=True, desc=desc or os.path.basename(dest),
                         disable=None if progress else True) as bar:
         def blocks():
-            for block in iter(lambda: response.read(1 << 20), b""):
+            while True:
+                try:  # a failure here is the network's; one in writing is the disk's (an OSError naming dest)
+                    block = response.read(1 << 20)
+                except (OSError, http.client.HTTPException) as exc:
+                    raise DownloadError(f"the download of {url} broke off ({network_reason(exc)}); nothing "
+                                        "was kept") from None
+                if not block:
+                    return
                 bar.update(len(block))
                 yield block
 
