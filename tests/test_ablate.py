@@ -1095,8 +1095,12 @@ def test_ray_address_needs_the_ray_cluster(tmp_path, capsys):
     sweep = tmp_path / "s.yaml"
     sweep.write_text(f"base: {REPO / 'configs' / 'quickstart.yaml'}\naxes:\n  train.seed: [0]\n")
     assert main([str(sweep), "--out", str(tmp_path / "o"), "--ray-address", "127.0.0.1:6379"]) == 2
-    assert "--ray-address needs --cluster ray" in capsys.readouterr().err
+    assert capsys.readouterr().err == "gpgan-ablate: error: --ray-address needs --cluster ray\n"
     assert not (tmp_path / "o").exists()
+    sweep.write_text("axes: a: b\n")
+    assert main([str(sweep), "--out", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == f"gpgan-ablate: error: sweep file {sweep} is not valid YAML: line 1, column 8: " \
+                                      "mapping values are not allowed here\n"
 
 
 def test_studies_import_the_stop_contract_not_the_training_loop():

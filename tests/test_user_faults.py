@@ -57,7 +57,7 @@ def test_report_only_without_runs_leaves_the_committed_report(tmp_path, capsys):
     sweep = os.path.join(ROOT, "configs", "ablations", "penalties_toy.yaml")
     status = ablate_cli.main([sweep, "--report-only", "--report-dir", str(report), "--out", str(tmp_path / "none")])
     assert status == 1
-    assert "no run of this sweep" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("gpgan-ablate: error: no run of this sweep")
     assert snapshot(report) == before and not (tmp_path / "none").exists()
 
 

@@ -113,16 +113,16 @@ def main(argv=None):
     try:
         sweep = load_sweep(args.sweep)
     except SweepError as exc:
-        print(f"gpgan-ablate: {exc}", file=sys.stderr)
+        print(f"gpgan-ablate: error: {exc}", file=sys.stderr)
         return 2
     out = args.out if args.out is not None else sweep.default_out()
     if args.ray_address is not None and args.cluster != "ray":
-        print("gpgan-ablate: --ray-address needs --cluster ray", file=sys.stderr)
+        print("gpgan-ablate: error: --ray-address needs --cluster ray", file=sys.stderr)
         return 2
     if args.cluster == "ray":
         jobs = args.jobs  # None: every run at once; Ray queues them by resources
         if args.devices:
-            print("gpgan-ablate: --cluster ray: one GPU per run, picked by Ray (the ids in --devices are not "
+            print("gpgan-ablate: warning: --cluster ray: one GPU per run, picked by Ray (the ids in --devices are not "
                   "used)", file=sys.stderr)
     else:
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
@@ -130,7 +130,7 @@ def main(argv=None):
     if args.dry_run:
         stale = config_mismatches(sweep, out, allow_longer=True)
         if stale:
-            print(f"gpgan-ablate: {stale_message(out, stale)}", file=sys.stderr)
+            print(f"gpgan-ablate: error: {stale_message(out, stale)}", file=sys.stderr)
             return 2
         plan = plan_runs(sweep, out)
         for spec, action, _, steps in plan:
@@ -143,7 +143,7 @@ def main(argv=None):
             summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
                                 ray_address=args.ray_address)
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
-            print(f"gpgan-ablate: {exc}", file=sys.stderr)
+            print(f"gpgan-ablate: error: {exc}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:
             print("\ngpgan-ablate: interrupted; the running trainers were stopped (with a checkpoint "
@@ -154,7 +154,7 @@ def main(argv=None):
         if all(run_state(out, spec.name)[0] == "absent" for spec in expand_runs(sweep)):
             # e.g. a fresh clone: run folders are not in git. Rebuilding would replace a committed
             # report with an empty one; leave it as it is.
-            print(f"gpgan-ablate: no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report in "
+            print(f"gpgan-ablate: error: no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report in "
                   f"{args.report_dir or out} is left as it is). Run the sweep without --report-only first, "
                   "or pass the --out it was run with.", file=sys.stderr)
             return 1
