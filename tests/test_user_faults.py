@@ -220,6 +220,30 @@ def test_bad_arguments_exit_2_and_name_the_argument(tmp_path, toy_runs):
     assert not (tmp_path / "s").exists()
 
 
+def test_an_output_path_through_a_file_names_that_file(toy_runs, image_run, tmp_path, capsys):
+    """--out under a file (a typo, a file where a folder was meant): every command names the file
+    in one line, exits 1 and writes nothing; a folder that cannot be written names the output, not
+    the temporary file beside it."""
+    straight, _, _ = toy_runs
+    blocker = tmp_path / "results"
+    blocker.write_text("a file")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"base: {QUICKSTART}\nset: {{train.steps: 1}}\naxes:\n  train.seed: [0]\n")
+    commands = [(sample_cli.main, [str(straight), "--out", str(blocker / "grid.png")], "gpgan-sample"),
+                (sample_cli.main, [str(image_run), "--out-dir", str(blocker / "pngs"), "--n", "2"], "gpgan-sample"),
+                (ablate_cli.main, [str(sweep), "--out", str(blocker / "study")], "gpgan-ablate")]
+    for main, args, program in commands:
+        assert main(args) == 1
+        assert capsys.readouterr().err == f"{program}: error: {blocker}: a file, not a folder\n"
+    proc = gpgan_train(QUICKSTART, "--out", str(blocker / "runs"), check=1)
+    assert proc.stderr.endswith(f"gpgan-train: error: {blocker}: a file, not a folder\n")
+    assert sorted(os.listdir(tmp_path)) == ["results", "sweep.yaml"]
+    if os.path.isdir("/proc/self"):  # a folder where nothing can be made
+        assert sample_cli.main([str(straight), "--out", "/proc/self/grid.png"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("gpgan-sample: error: /proc/self/grid.png: ") and ".tmp" not in err
+
+
 # -- features: fork, best checkpoint, dry run, progress ------------------------------------------------------
 def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path):
     straight, stopped, out = toy_runs

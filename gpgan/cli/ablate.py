@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 
+from gpgan.files import describe_os_error
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
 
@@ -145,6 +146,9 @@ def main(argv=None):
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
             print(f"gpgan-ablate: error: {exc}", file=sys.stderr)
             return 2
+        except OSError as exc:  # --out cannot be made or written (a file in the way, a full disk)
+            print(f"gpgan-ablate: error: {describe_os_error(exc)}", file=sys.stderr)
+            return 1
         except KeyboardInterrupt:
             print("\ngpgan-ablate: interrupted; the running trainers were stopped (with a checkpoint "
                   "where they could). Run the same command again to continue the sweep.", file=sys.stderr)
@@ -161,7 +165,11 @@ def main(argv=None):
         stale = config_mismatches(sweep, out)
         if stale:
             print(f"gpgan-ablate: warning: {stale_message(out, stale)}", file=sys.stderr)
-    records = write_report(sweep, out, args.report_dir)
+    try:
+        records = write_report(sweep, out, args.report_dir)
+    except OSError as exc:
+        print(f"gpgan-ablate: error: the report could not be written: {describe_os_error(exc)}", file=sys.stderr)
+        return 1
     failed = [r for r in records if r.status == "failed"]
     incomplete = [r for r in records if r.status not in ("finished", "failed")]
     print(f"report: {os.path.join(args.report_dir or out, 'REPORT.md')} ({len(records) - len(failed) - len(incomplete)} finished, "

@@ -15,7 +15,7 @@ import tempfile
 import numpy
 
 from gpgan.cli._process import configure
-from gpgan.files import describe_os_error
+from gpgan.files import describe_os_error, make_folder
 from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
 
 EPILOG = """\
@@ -157,9 +157,12 @@ def main(argv=None):
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-        print(f"gpgan-sample: error: {args.source}: {text}" if args.source not in text
-              else f"gpgan-sample: error: {text}", file=sys.stderr)
+        if isinstance(exc, OSError) and exc.filename is not None:  # names its own file (source or output)
+            text = describe_os_error(exc)
+        else:
+            text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+            text = text if args.source in text else f"{args.source}: {text}"
+        print(f"gpgan-sample: error: {text}", file=sys.stderr)
         return 1
 
 
@@ -328,9 +331,12 @@ def _staging_folder(out_dir):
     moved into ``out_dir`` only once every one was written, so a failure (a full disk) leaves
     no partial set behind."""
     parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(os.path.abspath(out_dir)) + ".",
-                               suffix=".tmp")
+    make_folder(parent)
+    try:
+        staging = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(os.path.abspath(out_dir)) + ".",
+                                   suffix=".tmp")
+    except OSError as exc:  # it names the staging folder, which the user never asked for
+        raise OSError(exc.errno, exc.strerror, out_dir) from None
     mask = os.umask(0)
     os.umask(mask)
     os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; it may become out_dir itself
@@ -347,8 +353,7 @@ def _publish(staging, out_dir):
 
 
 def _make_parent(path):
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    make_folder(os.path.dirname(os.path.abspath(path)))
 
 
 if __name__ == "__main__":

@@ -5,11 +5,12 @@ The temporary files are named ``.<target name>.<random>.tmp``; :func:`is_tempora
 them, so whoever prunes a folder can also remove the ones a killed process left behind.
 """
 import contextlib
+import errno
 import os
 import re
 import tempfile
 
-__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary"]
+__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary", "make_folder"]
 
 _TMP_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
@@ -18,6 +19,21 @@ _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
 def is_temporary(name):
     """Whether a file name (no folder) is one of :func:`atomic_write`'s temporary files."""
     return bool(_TEMPORARY.match(name))
+
+
+def make_folder(folder):
+    """``os.makedirs(folder, exist_ok=True)``; when a file stands where a folder of the path must be,
+    the NotADirectoryError names that file (Python's own error names ``folder`` and says "File
+    exists" or "Not a directory")."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        part = os.path.abspath(folder)
+        while part != os.path.dirname(part):
+            if os.path.lexists(part) and not os.path.isdir(part):
+                raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder", part) from None
+            part = os.path.dirname(part)
+        raise
 
 
 def _umask():
@@ -72,8 +88,11 @@ def atomic_write(path, content):
     ``path``."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=_TMP_SUFFIX)
+    make_folder(folder)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=_TMP_SUFFIX)
+    except OSError as exc:  # it names the temporary file, which the user never asked for
+        raise OSError(exc.errno, exc.strerror, path) from None
     try:
         with os.fdopen(fd, "wb") as f:
             if callable(content):

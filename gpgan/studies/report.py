@@ -9,6 +9,7 @@ import math
 import os
 from dataclasses import dataclass
 
+from gpgan.files import make_folder
 from gpgan.studies.figures import metric_figure, sample_tiles, slug
 from gpgan.viz import curves_plot
 from gpgan.studies.results import collect_results, metric_value, resolve_metrics, write_results_csv
@@ -473,7 +474,7 @@ def write_report(sweep, out_dir, report_dir=None):
     order)."""
     out_dir = os.fspath(out_dir)
     report_dir = out_dir if report_dir is None else os.fspath(report_dir)
-    os.makedirs(report_dir, exist_ok=True)
+    make_folder(report_dir)
     metrics = resolve_metrics(sweep, out_dir)
     records = collect_results(sweep, out_dir, metrics)
     write_results_csv(os.path.join(report_dir, "results.csv"), sweep, records, metrics, report_dir)

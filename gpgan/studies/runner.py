@@ -28,6 +28,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
+from gpgan.files import make_folder
 from gpgan.studies.sweep import SweepError, expand_runs, override_text, run_config
 from gpgan.studies.trainers import LocalTrainers
 from gpgan.train.run import RunFolder
@@ -358,7 +359,7 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
         devices = None  # Ray assigns the GPUs
     else:
         trainers = LocalTrainers(jobs)
-    os.makedirs(runs_root(out_dir), exist_ok=True)
+    make_folder(runs_root(out_dir))
     if skipped:
         log(f"skipping {skipped} finished run(s)")
 

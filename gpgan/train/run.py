@@ -23,7 +23,7 @@ import re
 import yaml
 
 from gpgan.checkpoint import CheckpointError, verify
-from gpgan.files import append_text, atomic_write, is_temporary
+from gpgan.files import append_text, atomic_write, is_temporary, make_folder
 from gpgan.schema import get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
@@ -121,8 +121,8 @@ class RunFolder:
             while os.path.exists(self.path):
                 k += 1
                 self.path = f"{stem}-{k}"
-        os.makedirs(self.samples_dir, exist_ok=True)
-        os.makedirs(self.checkpoints_dir, exist_ok=True)
+        make_folder(self.samples_dir)
+        make_folder(self.checkpoints_dir)
 
     def initialize(self, config, argv=None, **manifest):
         """Make the folders of a new run and write its config.yaml and manifest.json (with the
