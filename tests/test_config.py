@@ -130,6 +130,17 @@ def test_a_run_folder_whose_config_is_not_yaml_says_so(tmp_path):
         run.read_config()
 
 
+@pytest.mark.parametrize("override", ["optim.generator.betas=[0.5, ", "model.generator_options.width=[",
+                                      "model.critic_options={a: "])
+def test_an_override_that_is_not_yaml_is_one_line(tmp_path, override):
+    path = write(tmp_path / "c.yaml", {"train": {"steps": 10}})
+    with pytest.raises(ConfigError) as info:
+        load_config(path, [override])
+    message = str(info.value)
+    assert message.startswith(f"override {override!r}: the value is not valid YAML: line 1, column ")
+    assert "\n" not in message
+
+
 def test_overrides_are_typed_by_the_schema(tmp_path):
     path = write(tmp_path / "c.yaml", {"train": {"steps": 10}})
     c = load_config(path, ["train.steps=200", "penalty.weight=0.5", "train.ema.enabled=true",

@@ -227,7 +227,7 @@ class Schema:
             for i in range(len(parts) - 1, 0, -1):  # inside a free-form mapping?
                 parent = self.lookup(".".join(parts[:i]))
                 if isinstance(parent, Field) and parent.kind == "dict":
-                    return key, yaml.safe_load(value) if value.strip() else None
+                    return key, parse_yaml(value, f"override {text!r}: the value") if value.strip() else None
             parent_path = ".".join(parts[:-1])
             parent = self.lookup(parent_path) if parent_path else self.tree
             siblings = parent if isinstance(parent, dict) else {}
@@ -250,10 +250,10 @@ class Schema:
             raise ConfigError(f"override {text!r}: {key}: got {value!r}; accepted: {node.accepted()}")
         if node.kind in ("floats", "strs"):
             if stripped.startswith("["):
-                return key, yaml.safe_load(stripped)
+                return key, parse_yaml(stripped, f"override {text!r}: the value")
             return key, [p.strip() for p in stripped.split(",") if p.strip()]
         if node.kind in ("dict", "list"):
-            parsed = yaml.safe_load(value)
+            parsed = parse_yaml(value, f"override {text!r}: the value")
             return key, ({} if node.kind == "dict" else []) if parsed is None else parsed
         return key, stripped  # int / float: converted (and checked) by Field.check
 
