@@ -8,7 +8,7 @@ from gpgan.data import is_toy, make_loader
 from gpgan.losses import make_loss, make_penalty
 from gpgan.models import make_conditional, make_model
 from gpgan.optim import EMA, SGD, Adam, CosineValue, RMSprop, make_schedule
-from gpgan.train.config import images_per_step, num_classes, schedule_images
+from gpgan.train.config import ConfigError, images_per_step, num_classes, schedule_images
 
 __all__ = ["Components", "build_components", "make_generator"]
 
@@ -74,10 +74,21 @@ def _optimizer(params, section):
 def make_generator(config):
     """The generator ``config`` describes (class-conditional when model.conditional), on the CPU,
     its weights drawn from gpgan's global generator."""
+    return _network(config, "generator")
+
+
+def _network(config, role):
+    """The generator or critic (``role``) of model.<role> with model.<role>_options; an option the
+    model refuses (a width of 0) is a ConfigError naming the config key."""
     mc, classes = config["model"], num_classes(config)
-    if classes is None:
-        return make_model(mc["generator"], **mc["generator_options"])
-    return make_conditional("generator", mc["generator"], classes, mc["embedding_dim"], **mc["generator_options"])
+    options = mc[f"{role}_options"]
+    try:
+        if classes is None:
+            return make_model(mc[role], **options)
+        extra = (mc["embedding_dim"],) if role == "generator" else ()
+        return make_conditional(role, mc[role], classes, *extra, **options)
+    except ValueError as exc:
+        raise ConfigError(f"model.{role}_options: {exc}") from None
 
 
 def _lr_schedule(section, optimizer, config):
@@ -135,7 +146,7 @@ def build_components(config, progress=True):
     Args:
         progress: show a progress bar while data are downloaded or read.
     """
-    tc, data, mc, oc, pc = config["train"], config["data"], config["model"], config["optim"], config["penalty"]
+    tc, data, oc, pc = config["train"], config["data"], config["optim"], config["penalty"]
     seed, device = tc["seed"], config["device"]
     classes = num_classes(config)
     loader, sampler = make_loader(
@@ -144,11 +155,8 @@ def build_components(config, progress=True):
         labels=classes is not None)
 
     gpgan.manual_seed(seed)
-    generator = make_generator(config).to(device)
-    if classes is None:
-        critic = make_model(mc["critic"], **mc["critic_options"]).to(device)
-    else:
-        critic = make_conditional("critic", mc["critic"], classes, **mc["critic_options"]).to(device)
+    generator = _network(config, "generator").to(device)
+    critic = _network(config, "critic").to(device)
     g_opt = _optimizer(list(generator.parameters()), oc["generator"])
     d_opt = _optimizer(list(critic.parameters()), oc["critic"])
     penalty = make_penalty(pc["type"], weight=pc["weight"], center=pc["center"], interval=pc["interval"],
