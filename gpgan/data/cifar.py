@@ -124,7 +124,7 @@ class CifarFilesMissing(FileNotFoundError):
 
     def advice(self, elsewhere, download):
         """The message, with the advice ``elsewhere`` (files in another folder) and ``download``."""
-        return (f"CIFAR-10 files missing in {self.root}: {', '.join(self.missing)}. "
+        return (f"CIFAR-10 files missing in {self.root}: {', '.join(self.missing)}; "
                 + _where_to_put(self.root, elsewhere) + f", or {download}")
 
 
