@@ -139,3 +139,15 @@ def test_the_package_states_no_measured_figures():
                 if (token.type == tokenize.COMMENT or plain) and figure.search(token.string):
                     found.append(f"{os.path.relpath(path, ROOT)}:{token.start[0]}: {figure.search(token.string)[0]}")
     assert not found, f"measured figures belong in docs/benchmarks.md, not in gpgan/: {found}"
+
+
+@pytest.mark.parametrize("path", [README, os.path.join(ROOT, "docs", "design.md")],
+                         ids=lambda p: os.path.relpath(p, ROOT))
+def test_the_package_tables_name_every_package(path):
+    """The README's "Design in brief" and design.md's "Packages" tables: one row (or a shared row)
+    for every package of gpgan/, and no package that does not exist."""
+    packages = {name for name in os.listdir(os.path.join(ROOT, "gpgan"))
+                if os.path.isfile(os.path.join(ROOT, "gpgan", name, "__init__.py"))}
+    table = read(path).split("| package | owns |", 1)[1].split("\n\n", 1)[0]
+    named = {name for row in table.splitlines()[2:] for name in re.findall(r"`(\w+)`", row.split("|")[1])}
+    assert named == packages, f"missing: {sorted(packages - named)}; not packages: {sorted(named - packages)}"
