@@ -42,8 +42,12 @@ def test_required_keys_are_reported_missing_with_what_is_accepted():
     _, errors = SCHEMA.problems(None)  # an empty file: every required key is missing
     assert errors == ["missing required key 'base'; accepted: a path",
                       "missing required key 'axes'; accepted: a mapping of keyword options"]
-    with pytest.raises(ConfigError, match="invalid config \\(s.yaml\\):\n  missing required key 'base'"):
+    with pytest.raises(ConfigError, match="invalid config \\(s.yaml\\): missing required key 'base'"):
         SCHEMA.validate({"axes": {}}, "s.yaml")
+    with pytest.raises(ConfigError) as info:  # several problems: still one line
+        SCHEMA.validate({}, "s.yaml")
+    assert str(info.value) == ("invalid config (s.yaml): 2 problems: (1) missing required key 'base'; accepted: a "
+                               "path (2) missing required key 'axes'; accepted: a mapping of keyword options")
     resolved, errors = SCHEMA.problems({"base": "b.yaml", "axes": {"a": [1]}})
     assert errors == [] and resolved == {"base": "b.yaml", "axes": {"a": [1]}, "x_axis": None, "rules": []}
 

@@ -19,7 +19,7 @@ import yaml
 
 from gpgan.schema.field import Field
 
-__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml"]
+__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml", "problems_line"]
 
 #: how alike two keys must be (difflib's ratio) for one to be suggested for the other
 SIMILARITY = 0.5
@@ -166,7 +166,7 @@ class Schema:
         """
         resolved, errors = self.problems(raw)
         if errors:
-            raise ConfigError(f"invalid config ({source}):\n  " + "\n  ".join(errors))
+            raise ConfigError(f"invalid config ({source}): {problems_line(errors)}")
         return resolved
 
     def problems(self, raw, root="config"):
@@ -306,6 +306,13 @@ class Schema:
             lines.append(f"| `{path}` | {field.type_name()} | {default} | "
                          f"{accepted.replace('|', '/')} | {field.doc.replace('|', '/')} |")
         return "\n".join(lines) + "\n"
+
+
+def problems_line(errors):
+    """Several problems (strings) on one line: the problem alone, or ``"N problems: (1) ... (2) ..."``."""
+    if len(errors) == 1:
+        return errors[0]
+    return f"{len(errors)} problems: " + " ".join(f"({i}) {e}" for i, e in enumerate(errors, 1))
 
 
 def parse_yaml(text, where, error=None):

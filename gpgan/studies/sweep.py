@@ -73,7 +73,7 @@ import yaml
 
 from gpgan.metrics import direction as metric_direction
 from gpgan.metrics.real_scores import read_real_scores
-from gpgan.schema import Field, Schema, did_you_mean, parse_yaml
+from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line
 
 __all__ = [
     "SweepError",
@@ -418,11 +418,8 @@ def parse_sweep(raw, path):
     sweep knows (axis names and values, rule contents, the trainer's own keys and values)."""
     path = os.fspath(path)
     config, errors = SWEEP_SCHEMA.problems(raw, root="top level")  # absent keys: their defaults
-    if len(errors) == 1:
-        raise SweepError(f"sweep file {path}: {errors[0]}")
     if errors:
-        raise SweepError(f"sweep file {path}: {len(errors)} problems: "
-                         + " ".join(f"({i}) {e}" for i, e in enumerate(errors, 1)))
+        raise SweepError(f"sweep file {path}: {problems_line(errors)}")
 
     for key in ("base", "axes", "out", "reference_scores"):
         _refuse_empty(path, key, config[key])
