@@ -286,7 +286,7 @@ class Schema:
             ConfigError: with a message naming the file and every offending key.
         """
         raw = self.apply_overrides(self.read_file(path), overrides)
-        return self.validate(raw, source=str(path))
+        return self.validate(raw, source=f"{path} with --set" if overrides else str(path))
 
     @staticmethod
     def dump(config):
