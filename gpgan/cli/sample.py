@@ -157,11 +157,10 @@ def main(argv=None):
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        if isinstance(exc, OSError) and exc.filename is not None:  # names its own file (source or output)
-            text = describe_os_error(exc)
-        else:
-            text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-            text = text if args.source in text else f"{args.source}: {text}"
+        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        names_its_file = isinstance(exc, OSError) and exc.filename is not None  # the source or the output
+        if not names_its_file and args.source not in text:
+            text = f"{args.source}: {text}"
         print(f"gpgan-sample: error: {text}", file=sys.stderr)
         return 1
 

@@ -24,7 +24,7 @@ class NpzError(ValueError):
 
 
 def _damaged(what, path, exc):
-    reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    reason = str(exc).splitlines()[0] if str(exc) else "an entry does not read back"
     return NpzError(f"{what} {path} is damaged and cannot be read ({reason})")
 
 

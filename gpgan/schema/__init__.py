@@ -5,6 +5,8 @@ other with ``base:``; typed ``--set key.sub=value`` overrides; diffs; a Markdown
 This package knows nothing of GANs: gpgan's own schema is :data:`gpgan.train.config.SCHEMA`.
 """
 from gpgan.schema.field import Field
-from gpgan.schema.schema import ConfigError, Schema, closest, did_you_mean, diff_configs, get_key, parse_yaml, problems_line
+from gpgan.schema.schema import (ConfigError, Schema, closest, did_you_mean, diff_configs, get_key, parse_yaml,
+                                 problems_line)
 
-__all__ = ["Field", "Schema", "ConfigError", "closest", "did_you_mean", "diff_configs", "get_key", "parse_yaml", "problems_line"]
+__all__ = ["Field", "Schema", "ConfigError", "closest", "did_you_mean", "diff_configs", "get_key", "parse_yaml",
+           "problems_line"]

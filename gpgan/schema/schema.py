@@ -19,7 +19,8 @@ import yaml
 
 from gpgan.schema.field import Field
 
-__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml", "problems_line"]
+__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml",
+           "problems_line"]
 
 #: how alike two keys must be (difflib's ratio) for one to be suggested for the other
 SIMILARITY = 0.5
