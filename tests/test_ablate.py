@@ -583,7 +583,7 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
 
 
 @pytest.mark.parametrize("body, content, message", [
-    ("reference_scores: 3\n", None, "reference_scores: got 3 (int is not a string); accepted: the path of a JSON file "
+    ("reference_scores: 3\n", None, "reference_scores: got 3 (a number, not a string); accepted: the path of a JSON file "
                                     "that `gpgan-eval real ... --out FILE` wrote (relative to the sweep file), or null"),
     ("reference_scores: none.json\n", None, "none.json (relative to the sweep file) does not exist; `gpgan-eval real "
                                             "SOURCE --ref REF --out FILE` writes it"),
@@ -607,7 +607,7 @@ def test_reference_scores_errors(tmp_path, capsys, body, content, message):
 
 @pytest.mark.parametrize("body, message", [
     ("adjust: {when: {train.seed: 0}, set: {train.steps: 3}}\n",
-     "adjust: got {'when': {'train.seed': 0}, 'set': {'train.steps': 3}} (dict is not a list); accepted: a list of "
+     "adjust: got {when: {train.seed: 0}, set: {train.steps: 3}} (a mapping, not a list); accepted: a list of "
      "{when: {axis: value}, set: {key: value}} rules, or null"),
     ("adjust: [{when: {train.seed: 0}}]\n", "adjust[0]: needs both 'when' and 'set'"),
     ("adjust: [{when: {train.seed: 0}, sets: {train.steps: 3}}]\n", "unknown key(s) 'sets' (did you mean 'set'?)"),
@@ -619,12 +619,12 @@ def test_reference_scores_errors(tmp_path, capsys, body, content, message):
     ("ignore: [{when: {train.seed: 0}}]\n", "ignore[0]: needs both 'when' and 'axes'"),
     ("ignore: [3]\n", "ignore[0]: must be a mapping {when: {axis: value}, axes: [axis, ...]}"),
     # An empty mapping is no more a list than any other: each section says so, none passes silently.
-    ("ignore: {}\n", "ignore: got {} (dict is not a list); accepted: a list of {when: {axis: value}, axes: [axis, ...]} "
+    ("ignore: {}\n", "ignore: got {} (a mapping, not a list); accepted: a list of {when: {axis: value}, axes: [axis, ...]} "
                      "rules, or null"),
-    ("exclude: {}\n", "exclude: got {} (dict is not a list); accepted: a list of {axis: value or [values]} rules"),
-    ("exclude: 0\n", "exclude: got 0 (int is not a list); accepted: a list of {axis: value or [values]} rules"),
-    ("adjust: {}\n", "adjust: got {} (dict is not a list); accepted: a list of {when: {axis: value}, set: {key: value}} rules"),
-    ("metrics: {eval/modes: max}\n", "metrics: got {'eval/modes': 'max'} (dict is not a list); accepted: a list of metric "
+    ("exclude: {}\n", "exclude: got {} (a mapping, not a list); accepted: a list of {axis: value or [values]} rules"),
+    ("exclude: 0\n", "exclude: got 0 (a number, not a list); accepted: a list of {axis: value or [values]} rules"),
+    ("adjust: {}\n", "adjust: got {} (a mapping, not a list); accepted: a list of {when: {axis: value}, set: {key: value}} rules"),
+    ("metrics: {eval/modes: max}\n", "metrics: got {eval/modes: max} (a mapping, not a list); accepted: a list of metric "
                                      "names or {name: max|min} mappings"),
 ])
 def test_list_section_errors(tmp_path, body, message):
@@ -806,7 +806,7 @@ def test_mean_std_and_stderr_tail(tmp_path):
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nset: {penalty.type: r2}\n", "is also an axis"),
     ("base: base.yaml\naxes: {penalty.wieght: [1]}\n", "did you mean 'penalty.weight'"),
     ("base: base.yaml\naxes: {penalty.type: [a/b, a_b]}\n", "get the same folder name"),
-    ("- just a list\n", "top level: got ['just a list']; accepted: a mapping with keys base, axes, set"),
+    ("- just a list\n", "top level: got [just a list]; accepted: a mapping with keys base, axes, set"),
     # values the trainer's schema refuses are caught before any run starts, naming the run
     ("base: base.yaml\naxes: {penalty.type: [r1, r9]}\n",
      "run type-r9 (penalty.type=r9): invalid config"),
@@ -829,23 +829,23 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
 
 # The top-level keys and their types are SWEEP_SCHEMA's to check (gpgan.schema's messages).
 @pytest.mark.parametrize("body, message", [
-    ("base: 3\naxes: {train.seed: [0]}\n", "base: got 3 (int is not a string); accepted: a path to a config file"),
+    ("base: 3\naxes: {train.seed: [0]}\n", "base: got 3 (a number, not a string); accepted: a path to a config file"),
     ("base: ''\naxes: {train.seed: [0]}\n", "base: got ''; accepted: a path to a config file"),
-    ("base: base.yaml\naxes: [train.seed]\n", "axes: got ['train.seed'] (list is not a mapping); accepted: a non-empty "
+    ("base: base.yaml\naxes: [train.seed]\n", "axes: got [train.seed] (a list, not a mapping); accepted: a non-empty "
                                               "mapping of dotted config keys (or variant axes) to lists of values"),
     ("base: base.yaml\naxes: {}\n", "axes: got {}; accepted: a non-empty mapping"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nset: [train.steps]\n",
-     "set: got ['train.steps'] (list is not a mapping); accepted: a mapping of dotted config keys to values, or null"),
+     "set: got [train.steps] (a list, not a mapping); accepted: a mapping of dotted config keys to values, or null"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nseed_axis: [train.seed]\n",
-     "seed_axis: got ['train.seed'] (list is not a string); accepted: an axis key, or null"),
-    ("base: base.yaml\naxes: {train.seed: [0]}\ntitle: 3\n", "title: got 3 (int is not a string); accepted: a string, or null"),
+     "seed_axis: got [train.seed] (a list, not a string); accepted: an axis key, or null"),
+    ("base: base.yaml\naxes: {train.seed: [0]}\ntitle: 3\n", "title: got 3 (a number, not a string); accepted: a string, or null"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nnotes: {a: 1}\n",
-     "notes: got {'a': 1} (dict is not a string); accepted: Markdown text (a string), or null"),
+     "notes: got {a: 1} (a mapping, not a string); accepted: Markdown text (a string), or null"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nout: ''\n", "out: got ''; accepted: a folder path, or null"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nreference_scores: ''\n",
      "reference_scores: got ''; accepted: the path of a JSON file"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nvariants: [a]\n",
-     "variants: got ['a'] (list is not a mapping); accepted: a mapping {axis name: {variant name: {dotted key: value}}}"),
+     "variants: got [a] (a list, not a mapping); accepted: a mapping {axis name: {variant name: {dotted key: value}}}"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nexlcude: []\n", "unknown key 'exlcude'; did you mean 'exclude'?"),
     ("base: base.yaml\naxes: {train.seed: [0]}\nTitle: x\n", "unknown key 'Title'; did you mean 'title'?"),
     ("", "2 problems: (1) missing required key 'base'; accepted: a path to a config file (2) missing required key 'axes'"),

@@ -61,7 +61,7 @@ def test_unknown_key_names_closest_valid_key(raw, wrong, suggestion):
     ({"optim": {"generator": {"betas": [0.5, 1.0]}}}, "optim.generator.betas", "[0.5, 1.0]", "< 1"),
     ({"device": "tpu"}, "device", "'tpu'", "one of 'cpu', 'cuda'"),
     ({"loss": "wasserstein"}, "loss", "'wasserstein'", "'wgan'"),
-    ({"train": {"batch_size": True}}, "train.batch_size", "True", "an integer"),
+    ({"train": {"batch_size": True}}, "train.batch_size", "true", "an integer"),
 ])
 def test_wrong_type_or_range_names_key_value_and_accepted(raw, key, value, accepted):
     with pytest.raises(ConfigError) as info:
@@ -253,16 +253,16 @@ def test_metric_lists_are_typed_by_the_schema():
     assert field.type_name() == "list[str]" and field.accepted() == "a list of distinct values, each one of 'a', 'b'"
 
 
-@pytest.mark.parametrize("metrics, reason", [
-    (["fid", "fdi"], "entry 'fdi': not one of the accepted values"),
-    (["fid", "fid"], "'fid' is listed twice"),
-    ("fid", "str is not a list"),
+@pytest.mark.parametrize("metrics, shown, reason", [
+    (["fid", "fdi"], "[fid, fdi]", "entry 'fdi': not one of the accepted values"),
+    (["fid", "fid"], "[fid, fid]", "'fid' is listed twice"),
+    ("fid", "'fid'", "a string, not a list"),
 ])
-def test_bad_metric_lists_name_the_entry_and_what_is_accepted(metrics, reason):
+def test_bad_metric_lists_name_the_entry_and_what_is_accepted(metrics, shown, reason):
     with pytest.raises(ConfigError) as info:
         validate_config({**IMAGES, "eval": {"metrics": metrics}})
-    message = str(info.value)
-    assert f"eval.metrics: got {metrics!r} ({reason}); accepted: a list of distinct values, each one of " \
+    message = str(info.value)  # the value as YAML writes it
+    assert f"eval.metrics: got {shown} ({reason}); accepted: a list of distinct values, each one of " \
            "'fid', 'kid', 'is', 'pr'" in message
 
 

@@ -11,7 +11,7 @@ def test_list_field_passes_any_list_on_as_a_copy_and_refuses_other_types():
     checked = field.check(rules)
     assert checked == rules and checked is not rules and checked[0] is not rules[0]
     assert field.check(("a", "b")) == ["a", "b"]
-    for value, reason in [({}, "dict is not a list"), ("a", "str is not a list"), (0, "int is not a list")]:
+    for value, reason in [({}, "a mapping, not a list"), ("a", "a string, not a list"), (0, "a number, not a list")]:
         with pytest.raises(ValueError, match=reason):
             field.check(value)
     with pytest.raises(ValueError, match="null is not accepted"):
@@ -56,11 +56,11 @@ def test_problems_lists_every_error_and_names_a_non_mapping_by_root():
     _, errors = SCHEMA.problems({"base": 3, "axes": {}, "rules": {}, "axis": 1})
     assert errors == [
         "unknown key 'axis'; did you mean 'x_axis' or 'axes'?",  # best first (difflib)
-        "base: got 3 (int is not a string); accepted: a path",
-        "rules: got {} (dict is not a list); accepted: a list, or null",
+        "base: got 3 (a number, not a string); accepted: a path",
+        "rules: got {} (a mapping, not a list); accepted: a list, or null",
     ]
     _, errors = SCHEMA.problems(["a"], root="top level")
-    assert errors == ["top level: got ['a']; accepted: a mapping with keys base, axes, x_axis, rules"]
+    assert errors == ["top level: got [a]; accepted: a mapping with keys base, axes, x_axis, rules"]
 
 
 def test_the_reference_table_says_required():

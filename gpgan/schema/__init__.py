@@ -6,7 +6,7 @@ This package knows nothing of GANs: gpgan's own schema is :data:`gpgan.train.con
 """
 from gpgan.schema.field import Field
 from gpgan.schema.schema import (ConfigError, Schema, closest, did_you_mean, diff_configs, get_key, parse_yaml,
-                                 problems_line)
+                                 problems_line, yaml_kind, yaml_scalar)
 
 __all__ = ["Field", "Schema", "ConfigError", "closest", "did_you_mean", "diff_configs", "get_key", "parse_yaml",
-           "problems_line"]
+           "problems_line", "yaml_kind", "yaml_scalar"]

@@ -2,10 +2,19 @@
 import copy
 import math
 
-__all__ = ["Field", "KINDS"]
+__all__ = ["Field", "KINDS", "yaml_kind"]
 
 #: the kinds of value a field can hold
 KINDS = ("int", "float", "bool", "str", "floats", "strs", "dict", "list")
+
+
+def yaml_kind(value):
+    """What ``value`` is, in YAML's words: "a mapping", "a list", "a number", "a boolean", "a string", "null"."""
+    for kind, name in ((bool, "a boolean"), ((int, float), "a number"), (str, "a string"), (dict, "a mapping"),
+                       ((list, tuple), "a list")):
+        if isinstance(value, kind):
+            return name
+    return "null" if value is None else "not a YAML value"
 
 
 class Field:
@@ -111,7 +120,7 @@ class Field:
             except ValueError:
                 raise ValueError("not an integer") from None
         if not isinstance(value, int):
-            raise ValueError(f"{type(value).__name__} is not an integer")
+            raise ValueError(f"{yaml_kind(value)}, not an integer")
         if not self._in_range(value):
             raise ValueError("out of range")
         return value
@@ -126,7 +135,7 @@ class Field:
             except ValueError:
                 raise ValueError("not a number") from None
         if not isinstance(value, (int, float)):
-            raise ValueError(f"{type(value).__name__} is not a number")
+            raise ValueError(f"{yaml_kind(value)}, not a number")
         value = float(value)
         if not math.isfinite(value):
             raise ValueError("not a finite number")
@@ -136,12 +145,12 @@ class Field:
 
     def _check_bool(self, value):
         if not isinstance(value, bool):
-            raise ValueError(f"{type(value).__name__} is not a boolean")
+            raise ValueError(f"{yaml_kind(value)}, not a boolean")
         return value
 
     def _check_str(self, value):
         if not isinstance(value, str):
-            raise ValueError(f"{type(value).__name__} is not a string")
+            raise ValueError(f"{yaml_kind(value)}, not a string")
         choices = self.choices
         if choices is not None and value not in choices:
             raise ValueError("not one of the accepted values")
@@ -149,7 +158,7 @@ class Field:
 
     def _check_floats(self, value):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{type(value).__name__} is not a list")
+            raise ValueError(f"{yaml_kind(value)}, not a list")
         if self.length is not None and len(value) != self.length:
             raise ValueError(f"has {len(value)} entries, not {self.length}")
         item = Field("float", None, "", minimum=self.minimum, maximum=self.maximum,
@@ -158,7 +167,7 @@ class Field:
 
     def _check_strs(self, value):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{type(value).__name__} is not a list")
+            raise ValueError(f"{yaml_kind(value)}, not a list")
         item = Field("str", None, "", choices=self._choices)
         checked = []
         for v in value:
@@ -172,7 +181,7 @@ class Field:
 
     def _check_dict(self, value):
         if not isinstance(value, dict):
-            raise ValueError(f"{type(value).__name__} is not a mapping")
+            raise ValueError(f"{yaml_kind(value)}, not a mapping")
         for k in value:
             if not isinstance(k, str):
                 raise ValueError(f"key {k!r} is not a string")
@@ -180,5 +189,5 @@ class Field:
 
     def _check_list(self, value):
         if not isinstance(value, (list, tuple)):
-            raise ValueError(f"{type(value).__name__} is not a list")
+            raise ValueError(f"{yaml_kind(value)}, not a list")
         return copy.deepcopy(list(value))

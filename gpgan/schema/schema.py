@@ -17,10 +17,10 @@ import os
 
 import yaml
 
-from gpgan.schema.field import Field
+from gpgan.schema.field import Field, yaml_kind
 
 __all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml",
-           "problems_line"]
+           "problems_line", "yaml_scalar", "yaml_kind"]
 
 #: how alike two keys must be (difflib's ratio) for one to be suggested for the other
 SIMILARITY = 0.5
@@ -65,8 +65,23 @@ def diff_configs(a, b, prefix=""):
     return keys
 
 
+def yaml_scalar(value, sort_keys=True):
+    """``value`` as YAML flow text, so ``--set key=<text>`` parses back to the same value
+    (a mapping's keys sorted, unless ``sort_keys`` is false)."""
+    text = yaml.safe_dump(value, default_flow_style=True, width=10_000, sort_keys=sort_keys).strip()
+    if text.endswith("\n..."):
+        text = text[: -len("\n...")]
+    if text.endswith("..."):
+        text = text[: -len("...")].strip()
+    return text
+
+
 def _short(value):
-    text = repr(value)
+    """A value in a message as a config file would hold it (strings quoted), cut at 80 characters."""
+    try:
+        text = repr(value) if isinstance(value, str) else yaml_scalar(value, sort_keys=False)
+    except yaml.YAMLError:  # not a YAML value (an object from a caller's own mapping)
+        text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
@@ -366,7 +381,7 @@ def _read_yaml(path, chain):
         raise ConfigError(f"{where} is empty: it sets no key. A config names at least a base "
                           "(`base: other.yaml`) or one key (`{}` alone takes every default)")
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a config must be a mapping of keys, got {type(data).__name__}")
+        raise ConfigError(f"{path}: a config must be a mapping of keys, got {yaml_kind(data)}")
     base = data.pop("base", None)
     if base is None:
         return data

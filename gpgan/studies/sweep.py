@@ -73,7 +73,7 @@ import yaml
 
 from gpgan.metrics import direction as metric_direction
 from gpgan.metrics.real_scores import read_real_scores
-from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line
+from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line, yaml_scalar
 
 __all__ = [
     "SweepError",
@@ -253,16 +253,6 @@ def format_value(value):
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(format_value(v) for v in value) + "]"
     return str(value)
-
-
-def yaml_scalar(value):
-    """``value`` as YAML flow text, so ``--set key=<text>`` parses back to the same value."""
-    text = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip()
-    if text.endswith("\n..."):
-        text = text[: -len("\n...")]
-    if text.endswith("..."):
-        text = text[: -len("...")].strip()
-    return text
 
 
 def override_text(value):
