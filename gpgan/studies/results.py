@@ -13,9 +13,9 @@ import os
 from dataclasses import dataclass, field
 
 from gpgan.metrics import direction
-from gpgan.schema import get_key
+from gpgan.schema import get_key, yaml_scalar
 from gpgan.studies.runner import find_run_dir, logs_dir
-from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config, yaml_scalar
+from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config
 from gpgan.train.run import RunFolder
 
 __all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns", "metric_value"]

@@ -85,7 +85,6 @@ __all__ = [
     "expand_runs",
     "run_config",
     "format_value",
-    "yaml_scalar",
     "override_text",
     "SWEEP_SCHEMA",
     "sweep_reference_markdown",
