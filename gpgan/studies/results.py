@@ -203,8 +203,8 @@ def collect_results(sweep, out_dir, metrics=None):
         folder = None if run_dir is None else RunFolder(run_dir)
         if folder is not None:
             rec.machines = _machines(folder.read_manifest())
-        if folder is not None and rec.status != "finished":
-            _read_progress(rec, folder)
+            if rec.status != "finished":
+                _read_progress(rec, folder)
         if folder is not None and rec.status == "finished":
             try:
                 rows = folder.read_metrics()
