@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from gpgan.files import describe_os_error
+from gpgan.cli._console import Console
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
 
@@ -109,30 +109,29 @@ def build_parser():
     return p
 
 
+CONSOLE = Console("gpgan-ablate")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
         sweep = load_sweep(args.sweep)
     except SweepError as exc:
-        print(f"gpgan-ablate: error: {exc}", file=sys.stderr)
-        return 2
+        return CONSOLE.error(exc, 2)
     out = args.out if args.out is not None else sweep.default_out()
     if args.ray_address is not None and args.cluster != "ray":
-        print("gpgan-ablate: error: --ray-address needs --cluster ray", file=sys.stderr)
-        return 2
+        return CONSOLE.error("--ray-address needs --cluster ray", 2)
     if args.cluster == "ray":
         jobs = args.jobs  # None: every run at once; Ray queues them by resources
         if args.devices:
-            print("gpgan-ablate: warning: --cluster ray: one GPU per run, picked by Ray (the ids in --devices are not "
-                  "used)", file=sys.stderr)
+            CONSOLE.warn("--cluster ray: one GPU per run, picked by Ray (the ids in --devices are not used)")
     else:
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
 
     if args.dry_run:
         stale = config_mismatches(sweep, out, allow_longer=True)
         if stale:
-            print(f"gpgan-ablate: error: {stale_message(out, stale)}", file=sys.stderr)
-            return 2
+            return CONSOLE.error(stale_message(out, stale), 2)
         plan = plan_runs(sweep, out)
         for spec, action, _, steps in plan:
             print(f"{action:8s} {spec.name}" + (f" (to {steps} steps)" if steps is not None else ""))
@@ -144,32 +143,28 @@ def main(argv=None):
             summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
                                 ray_address=args.ray_address)
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
-            print(f"gpgan-ablate: error: {exc}", file=sys.stderr)
-            return 2
+            return CONSOLE.error(exc, 2)
         except OSError as exc:  # --out cannot be made or written (a file in the way, a full disk)
-            print(f"gpgan-ablate: error: {describe_os_error(exc)}", file=sys.stderr)
-            return 1
+            return CONSOLE.error(CONSOLE.text(exc))
         except KeyboardInterrupt:
-            print("\ngpgan-ablate: interrupted; the running trainers were stopped (with a checkpoint "
-                  "where they could). Run the same command again to continue the sweep.", file=sys.stderr)
+            CONSOLE.say("interrupted; the running trainers were stopped (with a checkpoint where they could). "
+                        "Run the same command again to continue the sweep.", after_progress=True)
             return 130
         print(summary.line())
     else:
         if all(run_state(out, spec.name)[0] == "absent" for spec in expand_runs(sweep)):
             # e.g. a fresh clone: run folders are not in git. Rebuilding would replace a committed
             # report with an empty one; leave it as it is.
-            print(f"gpgan-ablate: error: no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report in "
-                  f"{args.report_dir or out} is left as it is). Run the sweep without --report-only first, "
-                  "or pass the --out it was run with.", file=sys.stderr)
-            return 1
+            return CONSOLE.error(f"no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report "
+                                 f"in {args.report_dir or out} is left as it is). Run the sweep without --report-only "
+                                 "first, or pass the --out it was run with.")
         stale = config_mismatches(sweep, out)
         if stale:
-            print(f"gpgan-ablate: warning: {stale_message(out, stale)}", file=sys.stderr)
+            CONSOLE.warn(stale_message(out, stale))
     try:
         records = write_report(sweep, out, args.report_dir)
     except OSError as exc:
-        print(f"gpgan-ablate: error: the report could not be written: {describe_os_error(exc)}", file=sys.stderr)
-        return 1
+        return CONSOLE.error(f"the report could not be written: {CONSOLE.text(exc)}")
     failed = [r for r in records if r.status == "failed"]
     incomplete = [r for r in records if r.status not in ("finished", "failed")]
     print(f"report: {os.path.join(args.report_dir or out, 'REPORT.md')} ({len(records) - len(failed) - len(incomplete)} finished, "

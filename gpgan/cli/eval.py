@@ -16,7 +16,10 @@ import time
 
 import numpy
 
+from gpgan.cli._console import Console
 from gpgan.cli._process import configure
+
+CONSOLE = Console("gpgan-eval")
 EPILOG = """\
 examples:
   gpgan-eval experiments/r1_cifar/run1                        # FID, KID, IS of 50,000 samples vs the run's data
@@ -186,7 +189,7 @@ def _fetch(argv):
 
     path = fetch(args.source, progress=not args.quiet)
     if not args.quiet:
-        print(f"gpgan-eval: FID Inception weights (features only) at {path}", file=sys.stderr)
+        CONSOLE.say(f"FID Inception weights (features only) at {path}")
     return 0
 
 
@@ -202,29 +205,25 @@ def main(argv=None):
             parser.error(f"--batch-size must be at least 1, got {args.batch_size}")
         problem = configure(None if program else argv)
         if problem:
-            print(f"gpgan-eval: error: {problem}", file=sys.stderr)
-            return 1
+            return CONSOLE.error(problem)
         if command == "stats":
             return _stats(parser, args)
         if command == "real":
             return _real(parser, args)
         return _evaluate(parser, args)
     except KeyboardInterrupt:
-        print("\ngpgan-eval: interrupted", file=sys.stderr)
+        CONSOLE.say("interrupted", after_progress=True)
         return 130
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
         from gpgan.data.cifar import CifarFilesMissing
-        from gpgan.files import describe_os_error
-
         if isinstance(exc, CifarFilesMissing):  # the advice in this command's options, not a config's
             option = "--root" if command == "stats" else "--data-root"
             message = exc.advice(f"pass the folder that holds them as {option}", "pass --download")
         else:
-            message = describe_os_error(exc) if isinstance(exc, OSError) else exc
-        print(f"gpgan-eval: error: {message}", file=sys.stderr)
-        return 1
+            message = CONSOLE.text(exc)
+        return CONSOLE.error(message)
 
 
 # -- gpgan-eval stats -------------------------------------------------------------------------------
@@ -244,10 +243,10 @@ def _stats(parser, args):
                                    batch_size=args.batch_size, progress=progress)
     cached = statistics_path(args.data, net.weights_id, root, args.split)
     what = f"cifar10:{args.split}" if args.data == "cifar10" else os.path.abspath(os.path.expanduser(root))
-    print(f"gpgan-eval: statistics of {what} ({mu.shape[0]} features), cached at {cached}", file=sys.stderr)
+    CONSOLE.say(f"statistics of {what} ({mu.shape[0]} features), cached at {cached}")
     if args.out is not None:
         save_statistics(args.out, mu, sigma)
-        print(f"gpgan-eval: wrote {args.out}", file=sys.stderr)
+        CONSOLE.say(f"wrote {args.out}")
     return 0
 
 
@@ -308,7 +307,7 @@ def _real(parser, args):
                   **metrics.provenance(), "device": args.device, "time_s": time.perf_counter() - started,
                   "scores": scores}
         written = f"; wrote {write_real_scores(args.out, record)}"
-    print(f"gpgan-eval: {source.description} against {against}{written}", file=sys.stderr)
+    CONSOLE.say(f"{source.description} against {against}{written}")
     return 0
 
 
@@ -361,7 +360,7 @@ def _evaluate(parser, args):
     run, checkpoint = resolve_source(args.source, skipped)
     note = skipped_note(skipped, checkpoint)
     if note:
-        print(f"gpgan-eval: warning: {note}", file=sys.stderr)
+        CONSOLE.warn(note)
     config = run.read_config()
     if is_toy(config["data"]["name"]):
         raise ValueError(f"{run.path} trained on 2-D points ({config['data']['name']}): image metrics need an "
@@ -376,8 +375,7 @@ def _evaluate(parser, args):
     metrics = ImageMetrics.build(names, spec, args.inception_weights, cifar_root, download, args.device,
                                  args.batch_size, progress, is_optional=args.metrics is None)
     if "is" in names and "is" not in metrics.names:
-        print("gpgan-eval: the Inception Score is left out: the Inception weights have no classifier (features "
-              "only)", file=sys.stderr)
+        CONSOLE.say("the Inception Score is left out: the Inception weights have no classifier (features only)")
     started = time.perf_counter()
     noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
     scores = metrics.score(batches(generator, noise, args.device, DEFAULT_BATCH))
@@ -386,8 +384,8 @@ def _evaluate(parser, args):
                   "time_s": time.perf_counter() - started, "scores": scores}
     path = run.write_evaluation(step, evaluation)
     print(format_table(scores))
-    print(f"gpgan-eval: step {step} ({os.path.basename(checkpoint)}, {'EMA' if used_ema else 'raw'} weights), "
-          f"{args.n:,} samples against {metrics.reference.description}; wrote {path}", file=sys.stderr)
+    CONSOLE.say(f"step {step} ({os.path.basename(checkpoint)}, {'EMA' if used_ema else 'raw'} weights), "
+                f"{args.n:,} samples against {metrics.reference.description}; wrote {path}")
     return 0
 
 

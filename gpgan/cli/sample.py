@@ -14,9 +14,12 @@ import tempfile
 
 import numpy
 
+from gpgan.cli._console import Console
 from gpgan.cli._process import configure
-from gpgan.files import describe_os_error, make_folder
+from gpgan.files import make_folder
 from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
+
+CONSOLE = Console("gpgan-sample")
 
 EPILOG = """\
 examples:
@@ -150,19 +153,17 @@ def main(argv=None):
         parser.error("--side-by-side shows both the raw and the EMA weights: drop --ema/--no-ema")
     problem = configure(argv)
     if problem:
-        print(f"gpgan-sample: error: {problem}", file=sys.stderr)
-        return 1
+        return CONSOLE.error(problem)
     try:
         return _main(args)
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
-        text = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        text = CONSOLE.text(exc)
         names_its_file = isinstance(exc, OSError) and exc.filename is not None  # the source or the output
         if not names_its_file and args.source not in text:
             text = f"{args.source}: {text}"
-        print(f"gpgan-sample: error: {text}", file=sys.stderr)
-        return 1
+        return CONSOLE.error(text)
 
 
 def _progress(args, total):
@@ -180,7 +181,7 @@ def _main(args):
     run, checkpoint = resolve_source(args.source, skipped)
     note = skipped_note(skipped, checkpoint)
     if note:
-        print(f"gpgan-sample: warning: {note}", file=sys.stderr)
+        CONSOLE.warn(note)
     generator, config, used_ema = load_generator(run, checkpoint, True if args.side_by_side else args.ema,
                                                  args.device)
     args.step, args.used_ema = int(read_meta(checkpoint)["step"]), used_ema
@@ -212,8 +213,7 @@ def _main(args):
     else:
         written = _grid(args, generator, rng, latent)
     weights = "raw and EMA" if args.side_by_side else "EMA" if used_ema else "raw"
-    print(f"gpgan-sample: wrote {written} (checkpoint {checkpoint}, step {args.step}, {weights} weights)",
-          file=sys.stderr)
+    CONSOLE.say(f"wrote {written} (checkpoint {checkpoint}, step {args.step}, {weights} weights)")
     return 0
 
 

@@ -11,6 +11,7 @@ import shlex
 import sys
 import traceback
 
+from gpgan.cli._console import Console
 from gpgan.cli._process import configure
 from gpgan.train.config import VOLATILE_KEYS, ConfigError, dump_config
 
@@ -69,38 +70,30 @@ def build_parser():
     return p
 
 
-class _Console:
-    """Where gpgan-train's messages go: stderr, from rank 0 alone in a data-parallel run (every
-    process meets the same outcome), except what one process meets alone."""
+class _Console(Console):
+    """gpgan-train's messages: from rank 0 alone in a data-parallel run (every process meets the
+    same outcome), except what one process meets alone."""
 
     comm = None
 
     def speaks(self):
         return self.comm is None or self.comm.is_root
 
-    def say(self, message):
-        if self.speaks():
-            print(f"gpgan-train: {message}", file=sys.stderr)
-
     def error(self, message, status=1, alone=False):
         """Print ``gpgan-train: error: message`` (from every process when ``alone``, naming it)."""
         if alone and self.comm is not None and self.comm.size > 1:
-            print(f"gpgan-train: rank {self.comm.rank} of {self.comm.size}: error: {message}", file=sys.stderr)
-        elif self.speaks():
-            print(f"gpgan-train: error: {message}", file=sys.stderr)
-        return status
+            print(f"{self.prog}: rank {self.comm.rank} of {self.comm.size}: error: {message}", file=sys.stderr)
+            return status
+        return super().error(message, status)
 
     def text(self, exc):
-        """An exception's message, naming the process it came from when that was another one
-        (an OSError as ``PATH: reason``, without Python's ``[Errno N]``)."""
-        from gpgan.files import describe_os_error
-
+        """:meth:`Console.text`, naming the process the exception came from when that was another one."""
         rank = getattr(exc, "rank", 0)
-        message = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        message = Console.text(exc)
         return f"rank {rank}: {message}" if rank else message
 
 
-_console = _Console()
+_console = _Console("gpgan-train")
 
 
 def _say(message):
@@ -128,15 +121,13 @@ def _fit(launch):
     try:
         summary = launch.trainer.fit()
     except TrainingInterrupted as exc:  # every process stops at the same step
-        if _console.speaks():
-            print(f"\ngpgan-train: {exc}.\nResume with: {resume}", file=sys.stderr)
+        _console.say(f"{exc}.\nResume with: {resume}", after_progress=True)
         return 130, False
     except KeyboardInterrupt:
         last = run.latest_checkpoint()
         where = f"step {last[0]}" if last else "the start"
-        if _console.speaks():
-            print(f"\ngpgan-train: stopped without saving a checkpoint; `{resume}` continues from {where}.",
-                  file=sys.stderr)
+        _console.say(f"stopped without saving a checkpoint; `{resume}` continues from {where}.",
+                     after_progress=True)
         return 130, True
     except NonFiniteLossError as exc:  # every process reads the same fault record
         return _error(str(exc)), False
@@ -187,8 +178,7 @@ def _start(args, overrides, comm):
     except ConfigError as exc:
         return _error(_console.text(exc), 2), False
     except KeyboardInterrupt:  # before training started (loading data, building models)
-        if _console.speaks():
-            print("\ngpgan-train: interrupted before training started; nothing to resume", file=sys.stderr)
+        _console.say("interrupted before training started; nothing to resume", after_progress=True)
         return 130, comm.size > 1
     except (OSError, RuntimeError, ValueError, TypeError) as exc:
         # Missing data, an unusable device, unknown model options, a damaged checkpoint...: say
