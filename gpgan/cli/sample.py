@@ -6,17 +6,16 @@ Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missi
 run or checkpoint, an option the run's data do not allow).
 """
 import argparse
+import contextlib
 import math
 import os
-import shutil
 import sys
-import tempfile
 
 import numpy
 
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure
-from gpgan.files import make_folder
+from gpgan.files import make_folder, staged_folder
 from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
 
 CONSOLE = Console("gpgan-sample")
@@ -291,9 +290,9 @@ def _many_images(args, generator, rng, latent):
     z = rng.standard_normal((n, latent))
     labels = None if args.label is None else numpy.full(n, args.label)
     images = None
-    staging = _staging_folder(args.out_dir) if args.out_dir is not None else None
-    bar = _progress(args, n)
-    try:
+    with contextlib.ExitStack() as stack:
+        staging = stack.enter_context(staged_folder(args.out_dir)) if args.out_dir is not None else None
+        bar = stack.enter_context(contextlib.closing(_progress(args, n)))
         done = 0
         for batch in batches(generator, z, args.device, args.batch_size, labels):
             pixels = to_uint8(batch).transpose(0, 2, 3, 1)  # (B, H, W, C), as image files store them
@@ -302,9 +301,9 @@ def _many_images(args, generator, rng, latent):
                     path = os.path.join(staging, f"{done + k:06d}.png")
                     try:
                         Image.fromarray(image.squeeze(-1) if image.shape[-1] == 1 else image).save(path)
-                    except OSError as exc:  # a full disk: name the file it would have become
+                    except OSError as exc:  # a full disk: name the file (staged_folder: its place in out_dir)
                         if exc.filename is None:
-                            exc.filename = os.path.join(args.out_dir, os.path.basename(path))
+                            exc.filename = path
                         raise
             else:
                 if images is None:
@@ -312,43 +311,11 @@ def _many_images(args, generator, rng, latent):
                 images[done:done + len(pixels)] = pixels
             done += len(pixels)
             bar.update(len(pixels))
-        if staging is not None:
-            _publish(staging, args.out_dir)
-    finally:
-        bar.close()
-        if staging is not None:
-            shutil.rmtree(staging, ignore_errors=True)
     if args.out_dir is not None:
         return f"{n} PNG files into {args.out_dir}"
     _make_parent(args.out)
     atomic_write(args.out, lambda f: numpy.savez(f, images=images))
     return f"{args.out} ({n} images, uint8 NHWC)"
-
-
-def _staging_folder(out_dir):
-    """A new hidden folder beside ``out_dir`` (same filesystem): the PNGs are written there and
-    moved into ``out_dir`` only once every one was written, so a failure (a full disk) leaves
-    no partial set behind."""
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    make_folder(parent)
-    try:
-        staging = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(os.path.abspath(out_dir)) + ".",
-                                   suffix=".tmp")
-    except OSError as exc:  # it names the staging folder, which the user never asked for
-        raise OSError(exc.errno, exc.strerror, out_dir) from None
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; it may become out_dir itself
-    return staging
-
-
-def _publish(staging, out_dir):
-    """Move every file of ``staging`` into ``out_dir`` (renames: no new space is needed)."""
-    if not os.path.isdir(out_dir):
-        os.rename(staging, out_dir)
-        return
-    for name in sorted(os.listdir(staging)):
-        os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
 
 
 def _make_parent(path):

@@ -8,9 +8,10 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 import tempfile
 
-__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary", "make_folder"]
+__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary", "make_folder", "staged_folder"]
 
 _TMP_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
@@ -40,6 +41,25 @@ def _umask():
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def _temporary_beside(path, folder):
+    """A new empty temporary file (or ``folder``) beside ``path``, named as :func:`is_temporary`
+    knows, with the mode a plain new file (folder) would get; the folders above are made. An
+    OSError names ``path``, not the temporary, which the user never asked for."""
+    parent = os.path.dirname(os.path.abspath(path))
+    make_folder(parent)
+    options = dict(dir=parent, prefix="." + os.path.basename(os.path.abspath(path)) + ".", suffix=_TMP_SUFFIX)
+    try:
+        if folder:
+            tmp = tempfile.mkdtemp(**options)
+        else:
+            fd, tmp = tempfile.mkstemp(**options)
+            os.close(fd)
+        os.chmod(tmp, (0o777 if folder else 0o666) & ~_umask())  # tempfile makes them owner-only
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
+    return tmp
 
 
 def _fsync_folder(folder):
@@ -87,25 +107,46 @@ def atomic_write(path, content):
     disk) the temporary file is removed, ``path`` keeps what it held, and the OSError names
     ``path``."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    make_folder(folder)
+    tmp = _temporary_beside(path, folder=False)
     try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix="." + os.path.basename(path) + ".", suffix=_TMP_SUFFIX)
-    except OSError as exc:  # it names the temporary file, which the user never asked for
-        raise OSError(exc.errno, exc.strerror, path) from None
-    try:
-        with os.fdopen(fd, "wb") as f:
+        with open(tmp, "wb") as f:
             if callable(content):
                 content(f)
             else:
                 f.write(content.encode("utf-8") if isinstance(content, str) else content)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it owner-only; give it a normal file's mode
         os.replace(tmp, path)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         _name_the_file(exc, path)
         raise
-    _fsync_folder(folder)
+    _fsync_folder(os.path.dirname(os.path.abspath(path)))
+
+
+@contextlib.contextmanager
+def staged_folder(out_dir):
+    """Fill ``out_dir`` all at once: yields a new hidden folder beside it (same filesystem) to
+    write into; when the block ends without an error its files are moved into ``out_dir`` (made
+    if needed; renames, so no new space is needed), else they are removed and ``out_dir`` is left
+    as it was. An OSError that names a file of the staging folder names its place in ``out_dir``
+    instead (one that names no file names ``out_dir``)."""
+    out_dir = os.fspath(out_dir)
+    staging = _temporary_beside(out_dir, folder=True)
+    try:
+        try:
+            yield staging
+        except OSError as exc:
+            if exc.filename is None:
+                _name_the_file(exc, out_dir)
+            elif os.path.dirname(os.fspath(exc.filename)) == staging:
+                exc.filename = os.path.join(out_dir, os.path.basename(exc.filename))
+            raise
+        if not os.path.isdir(out_dir):
+            os.rename(staging, out_dir)
+            return
+        for name in sorted(os.listdir(staging)):
+            os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing left where the block failed (or all moved)

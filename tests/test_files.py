@@ -1,0 +1,92 @@
+"""gpgan.files' writers: atomic_write and staged_folder leave the old content or the new, never a
+part, name the user's path in their errors, and give new files and folders the umask's mode."""
+import errno
+import os
+import stat
+import tempfile
+
+import pytest
+
+from gpgan.files import atomic_write, is_temporary, staged_folder
+
+
+def _mode(path):
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def _umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_atomic_write_replaces_the_file_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / "deep" / "out.txt"
+    atomic_write(target, "first")
+    atomic_write(target, b"second")
+    atomic_write(target, lambda f: f.write(b"third"))
+    assert target.read_bytes() == b"third"
+    assert os.listdir(target.parent) == ["out.txt"]
+    assert _mode(target) == 0o666 & ~_umask()
+
+
+def test_a_failed_atomic_write_keeps_the_old_file_and_names_the_target(tmp_path):
+    target = tmp_path / "out.txt"
+    atomic_write(target, "old")
+
+    def full_disk(f):
+        f.write(b"par")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(OSError) as caught:
+        atomic_write(target, full_disk)
+    assert caught.value.filename == str(target)
+    assert target.read_text() == "old" and os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_a_temporary_that_cannot_be_made_is_said_of_the_target(tmp_path, monkeypatch):
+    def refused(dir, prefix, suffix):  # as a read-only folder refuses it, naming the temporary
+        raise PermissionError(errno.EACCES, "Permission denied", os.path.join(dir, prefix + "abc" + suffix))
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)
+    for write in (lambda path: atomic_write(path, "x"), lambda path: staged_folder(path).__enter__()):
+        with pytest.raises(PermissionError) as caught:
+            write(tmp_path / "x")
+        assert caught.value.filename == str(tmp_path / "x")
+    assert os.listdir(tmp_path) == []
+
+
+def test_staged_folder_moves_everything_in_at_the_end(tmp_path):
+    out = tmp_path / "pngs"
+    with staged_folder(out) as staging:
+        assert not out.exists() and is_temporary(os.path.basename(staging))
+        for name in ("a.png", "b.png"):
+            (tmp_path / staging / name).write_text(name)
+    assert sorted(os.listdir(out)) == ["a.png", "b.png"] and os.listdir(tmp_path) == ["pngs"]
+    assert _mode(out) == 0o777 & ~_umask()
+    with staged_folder(out) as staging:  # into a folder that exists: its other files stay
+        (tmp_path / staging / "b.png").write_text("new b")
+        (tmp_path / staging / "c.png").write_text("c")
+    assert sorted(os.listdir(out)) == ["a.png", "b.png", "c.png"] and (out / "b.png").read_text() == "new b"
+    assert os.listdir(tmp_path) == ["pngs"]
+
+
+def test_a_failed_staged_folder_leaves_the_folder_as_it_was_and_names_the_files_place(tmp_path):
+    out = tmp_path / "pngs"
+    out.mkdir()
+    (out / "keep.png").write_text("keep")
+    with pytest.raises(OSError) as caught:
+        with staged_folder(out) as staging:
+            (tmp_path / staging / "000000.png").write_text("x")
+            raise OSError(errno.ENOSPC, "No space left on device", os.path.join(staging, "000001.png"))
+    assert caught.value.filename == os.path.join(out, "000001.png")
+    assert os.listdir(out) == ["keep.png"] and os.listdir(tmp_path) == ["pngs"]
+    with pytest.raises(OSError) as caught:
+        with staged_folder(out):
+            raise OSError(errno.EIO, "Input/output error")
+    assert caught.value.filename == str(out)
+    with pytest.raises(ValueError):  # not an OSError: passed on as it is, nothing left behind
+        with staged_folder(tmp_path / "other"):
+            raise ValueError("stop")
+    assert sorted(os.listdir(tmp_path)) == ["pngs"]
