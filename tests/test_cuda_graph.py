@@ -165,5 +165,5 @@ def test_lazily_penalized_steps_are_kinds_of_their_own():
     # critic updates 0..11, penalized every third: (j=0), (j=1), none, and again
     assert [[c.draws is not None for c in x.critic] for x in inputs[:3]] == [[True, False], [False, True],
                                                                              [False, False]]
-    kinds = [step._kind(x) for x in inputs]
+    kinds = [step.kind(x) for x in inputs]
     assert len(set(kinds[:3])) == 3 and kinds[:3] == kinds[3:]

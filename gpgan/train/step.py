@@ -153,7 +153,7 @@ class TrainingStep:
         kind of step, holding the latest values)."""
         if not self.graph:
             return self._run(inputs)
-        kind = self._kind(inputs)
+        kind = self.kind(inputs)
         entry = self._graphs.get(kind)
         if entry is None:  # first of its kind: eager, as the capture will run it
             captured = self._graphs[kind] = CapturedStep(self._run)
@@ -166,8 +166,9 @@ class TrainingStep:
         _copy_inputs(inputs, fixed)
         return captured.replay()
 
-    def _kind(self, inputs):
-        """What a captured step depends on besides its inputs' values."""
+    def kind(self, inputs):
+        """What a captured step depends on besides its inputs' values: one CUDA graph is captured
+        for each kind met (a hashable tuple)."""
         ema = self.parts.ema
         # Which critic steps are penalized is its own part: R1's and R2's draws are empty dicts, so
         # the input arrays of a lazily penalized step and of a plain one have the same shapes.
