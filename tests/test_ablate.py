@@ -994,6 +994,12 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
     sweep.write_text(short.replace("train.steps: 12", "train.steps: 18"))
     assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
     assert "extend   type-r1__weight-1.0__seed-0 (to 18 steps)" in capsys.readouterr().out
+    # Until it is extended the run is not final at the sweep's length, and no other config's run.
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
+    assert "another config" not in capsys.readouterr().err
+    report = (out / "REPORT.md").read_text()
+    assert "- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 12 of 18" in report
+    assert "(0 unfinished" not in report and "1 unfinished" in report
     assert main([str(sweep), "--out", str(out)]) == 0, capsys.readouterr()
     assert "skipped 0, started 0, resumed 0, extended 1; finished 1" in capsys.readouterr().out
     [run] = out.glob("runs/*/*")

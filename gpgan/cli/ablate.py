@@ -158,7 +158,7 @@ def main(argv=None):
             return CONSOLE.error(f"no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report "
                                  f"in {args.report_dir or out} is left as it is). Run the sweep without --report-only "
                                  "first, or pass the --out it was run with.")
-        stale = config_mismatches(sweep, out)
+        stale = config_mismatches(sweep, out, allow_longer=True)  # runs to extend are the sweep's own
         if stale:
             CONSOLE.warn(stale_message(out, stale))
     try:

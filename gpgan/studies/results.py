@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from gpgan.metrics import direction
 from gpgan.schema import get_key, yaml_scalar
-from gpgan.studies.runner import find_run_dir, logs_dir
+from gpgan.studies.runner import find_run_dir, logs_dir, longer_steps
 from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config
 from gpgan.train.run import RunFolder
 
@@ -130,12 +130,16 @@ def _read_failure(out_dir, name):
     return status, str(data.get("error") or f"exit code {data.get('returncode')}")
 
 
-def _read_progress(rec, run):
+def _read_progress(rec, run, sweep_steps=None):
     """Where an unfinished run stands: its newest checkpoint's step, and the steps it is to run
-    (left None where the folder does not say)."""
+    (``sweep_steps`` where the sweep extends it, else its config's; left None where the folder
+    does not say)."""
     checkpoints = run.checkpoints()
     if checkpoints:
         rec.checkpoint_step = checkpoints[-1][0]
+    if sweep_steps is not None:
+        rec.target_steps = sweep_steps
+        return
     try:
         rec.target_steps = run.read_config()["train"]["steps"]
     except (OSError, ValueError, KeyError, TypeError):  # another trainer's folder, a damaged config
@@ -203,8 +207,11 @@ def collect_results(sweep, out_dir, metrics=None):
         folder = None if run_dir is None else RunFolder(run_dir)
         if folder is not None:
             rec.machines = _machines(folder.read_manifest())
+            sweep_steps = longer_steps(sweep, spec, run_dir) if rec.status != "failed" else None
+            if sweep_steps is not None and rec.status == "finished":
+                rec.status = "unfinished"  # the sweep now asks more steps: its values are not final
             if rec.status != "finished":
-                _read_progress(rec, folder)
+                _read_progress(rec, folder, sweep_steps)
         if folder is not None and rec.status == "finished":
             try:
                 rows = folder.read_metrics()

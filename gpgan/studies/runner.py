@@ -147,7 +147,7 @@ def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
     return out
 
 
-def _longer_steps(sweep, spec, run_dir):
+def longer_steps(sweep, spec, run_dir):
     """The sweep's ``train.steps`` for ``spec`` when it is larger than the run's, else None (also
     for a run that ended early by ``train.patience``: more steps would not continue it)."""
     run = RunFolder(run_dir)
@@ -170,7 +170,7 @@ def plan_runs(sweep, out_dir, specs=None):
     plan = []
     for spec in expand_runs(sweep) if specs is None else specs:
         state, run_dir = run_state(out_dir, spec.name)
-        steps = _longer_steps(sweep, spec, run_dir) if state in ("finished", "resumable") else None
+        steps = longer_steps(sweep, spec, run_dir) if state in ("finished", "resumable") else None
         if steps is not None:
             action = "extend"
         else:
