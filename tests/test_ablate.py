@@ -273,6 +273,7 @@ def test_unfinished_run_is_resumed_and_stale_one_restarted(tmp_path, fake, monke
     assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
     plan = capsys.readouterr().out
     assert "restart  type-r1__weight-1.0__seed-0" in plan and plan.count("resume   type-") == 3
+    assert plan.count(" (from step 1)") == 3, plan  # the fake trainer's folders have no config.yaml
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0
     assert "started 1, resumed 3" in capsys.readouterr().out
     assert not (stale / "leftover.txt").exists()
@@ -993,7 +994,7 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
 
     sweep.write_text(short.replace("train.steps: 12", "train.steps: 18"))
     assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
-    assert "extend   type-r1__weight-1.0__seed-0 (to 18 steps)" in capsys.readouterr().out
+    assert "extend   type-r1__weight-1.0__seed-0 (from step 12 to 18 steps)" in capsys.readouterr().out
     # Until it is extended the run is not final at the sweep's length, and no other config's run.
     assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
     assert "another config" not in capsys.readouterr().err
@@ -1013,7 +1014,7 @@ def test_longer_sweep_extends_its_runs_as_uninterrupted_ones(tmp_path, real_trai
     sweep.write_text(two_seeds + "adjust: [{when: {train.seed: 0}, set: {train.steps: 24}}]\n")
     assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
     plan = capsys.readouterr().out
-    assert "extend   type-r1__weight-1.0__seed-0 (to 24 steps)" in plan and "seed-1" in plan
+    assert "extend   type-r1__weight-1.0__seed-0 (from step 18 to 24 steps)" in plan and "seed-1" in plan
     assert "extend   type-r1__weight-1.0__seed-1" not in plan
 
     direct = tmp_path / "direct.yaml"
@@ -1050,7 +1051,7 @@ def test_a_run_that_stopped_early_is_finished_for_a_longer_sweep(tmp_path, real_
     assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
     plan = capsys.readouterr().out
     assert "skip     type-r1__weight-1.0__seed-0" in plan, plan
-    assert "extend   type-r1__weight-1.0__seed-1 (to 18 steps)" in plan, plan
+    assert "extend   type-r1__weight-1.0__seed-1 (from step 12 to 18 steps)" in plan, plan
 
 
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):

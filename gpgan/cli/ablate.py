@@ -14,6 +14,7 @@ import sys
 from gpgan.cli._console import Console
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
+from gpgan.train.run import RunFolder
 
 
 def _devices(text):
@@ -112,6 +113,21 @@ def build_parser():
 CONSOLE = Console("gpgan-ablate")
 
 
+def _where(action, run_dir, steps):
+    """Where a run to resume or extend stands, for the dry run's plan: " (from step 400 of
+    1,000)" or " (from step 1,000 to 3,000 steps)"."""
+    run = RunFolder(run_dir) if action in ("resume", "extend") else None
+    latest = run.latest_checkpoint() if run is not None else None
+    if latest is None:
+        return ""
+    if action == "extend":
+        return f" (from step {latest[0]:,} to {steps:,} steps)"
+    try:
+        return f" (from step {latest[0]:,} of {run.read_config(validate=False)['train']['steps']:,})"
+    except (OSError, ValueError, KeyError, TypeError):  # another trainer's folder, a damaged config
+        return f" (from step {latest[0]:,})"
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -133,8 +149,8 @@ def main(argv=None):
         if stale:
             return CONSOLE.error(stale_message(out, stale), 2)
         plan = plan_runs(sweep, out)
-        for spec, action, _, steps in plan:
-            print(f"{action:8s} {spec.name}" + (f" (to {steps} steps)" if steps is not None else ""))
+        for spec, action, run_dir, steps in plan:
+            print(f"{action:8s} {spec.name}{_where(action, run_dir, steps)}")
         print(f"{len(plan)} runs in {out}")
         return 0
 
