@@ -103,7 +103,8 @@ with open(run / "metrics.jsonl", "w") as fh:
         fh.write(json.dumps(row) + "\n")
 (run / "samples").mkdir(exist_ok=True)
 shade = int(40 * seed + 20 * weight) % 256
-Image.new("RGB", (40, 30), (shade, 100, 200)).save(run / "samples" / "final.png")
+size = tuple(int(n) for n in os.environ.get("FAKE_SAMPLE_SIZE", "40x30").split("x"))
+Image.new("RGB", size, (shade, 100, 200)).save(run / "samples" / "final.png")
 print("training done")
 (run / "final.json").write_text(json.dumps({"status": "finished", "steps": steps, "wall_time_s": 1.5 + seed,
                                             "final": final, "best": final}))
@@ -149,6 +150,22 @@ TINY = """\
 
 # ----------------------------------------------------------------------------------------------
 # fake trainer
+
+@pytest.mark.parametrize("data, cell", [("ring8", 200), ("cifar10", 560)])
+def test_sample_tiles_keep_image_grids_near_their_own_resolution(tmp_path, fake, monkeypatch, data, cell):
+    """The report shrinks a run's final samples to fit a cell: 200 px for a scatter plot of 2-D
+    points, 560 px for a grid of generated images (the trainer's CIFAR-10 grids, raw and EMA side
+    by side, are about 1,100 px wide: a 200 px cell left each image 12 px wide)."""
+    monkeypatch.setenv("FAKE_SAMPLE_SIZE", "1104x596")
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]")
+                        + f"    set: {{data.name: {data}}}\n")
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    with Image.open(out / "figures" / "samples.png") as tiles:
+        # two settings side by side: each cell is the shrunk sample's width plus padding
+        assert 2 * cell < tiles.width < 2 * cell + 40, tiles.size
+        assert round(596 * cell / 1104) < tiles.height < round(596 * cell / 1104) + 80
+
 
 def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     sweep = write_sweep(tmp_path, TINY)

@@ -14,11 +14,14 @@ from PIL import Image, ImageDraw, ImageFont
 from gpgan.studies.sweep import IGNORED, format_value
 from gpgan.viz import line_figure, save_figure
 
-__all__ = ["slug", "build_metric_figure", "metric_figure", "sample_tiles"]
+__all__ = ["slug", "build_metric_figure", "metric_figure", "sample_tiles", "TILE", "IMAGE_TILE"]
 
 MAX_TICKS = 12      # x values beyond this many get matplotlib's own ticks instead of one each
 
-TILE = 200          # samples are scaled to fit a TILE x TILE cell
+TILE = 200          # samples are scaled to fit a TILE x TILE cell (scatter plots of 2-D points)
+IMAGE_TILE = 560    # grids of generated images: the trainer's grids (each image at twice its size
+                    # or more, raw and EMA side by side, about 1,100 px wide for CIFAR-10) keep
+                    # about their data's own resolution in such a cell
 LABEL_H = 18        # height of the label strip above each cell
 PAD = 4
 
@@ -139,11 +142,12 @@ def _fit(img, size):
     return img
 
 
-def sample_tiles(path, cells, title=""):
+def sample_tiles(path, cells, title="", tile=TILE):
     """Tile sample images into one labelled PNG.
 
     ``cells``: list of (row, column, label, image path); rows and columns are 0-based grid
-    positions; empty grid positions stay white. Returns False when there is nothing to tile.
+    positions; empty grid positions stay white. ``tile``: each image is shrunk to fit a ``tile``
+    x ``tile`` cell (never enlarged). Returns False when there is nothing to tile.
     """
     cells = [c for c in cells if c[3] is not None]
     if not cells:
@@ -153,14 +157,14 @@ def sample_tiles(path, cells, title=""):
     images = {}
     for r, c, label, p in cells:
         with Image.open(p) as img:
-            images[r, c] = (label, _fit(img, TILE))
+            images[r, c] = (label, _fit(img, tile))
     nrows = max(r for r, _ in images) + 1
     ncols = max(c for _, c in images) + 1
     font = _font()
     measure = ImageDraw.Draw(Image.new("RGB", (1, 1)))
     label_w = max(measure.textlength(label, font=font) for label, _ in images.values())
     # Cells are wide enough for their labels (up to a limit), so small samples stay readable.
-    cw = max(max(img.width for _, img in images.values()), min(int(label_w) + 2, 2 * TILE))
+    cw = max(max(img.width for _, img in images.values()), min(int(label_w) + 2, 2 * tile))
     ch = max(img.height for _, img in images.values())
     cell_w, cell_h = cw + PAD, ch + LABEL_H + PAD
     title_h = LABEL_H + PAD if title else 0

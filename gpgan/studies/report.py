@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from gpgan.files import make_folder
-from gpgan.studies.figures import metric_figure, sample_tiles, slug
+from gpgan.studies.figures import IMAGE_TILE, TILE, metric_figure, sample_tiles, slug
 from gpgan.viz import curves_plot
 from gpgan.studies.results import collect_results, metric_value, resolve_metrics, write_results_csv
 from gpgan.studies.sweep import IGNORED, format_value
@@ -208,7 +208,7 @@ def _figures(sweep, out_dir, panels, metrics):
                               f"{real})", rel))
 
         # Sample tiles: rows = series values, columns = x values (first finished seed of each).
-        cells = []
+        cells, images = [], False
         for st in settings:
             done = [r for r in st.finished if r.sample is not None]
             if not done:
@@ -225,13 +225,15 @@ def _figures(sweep, out_dir, panels, metrics):
             if sweep.seed_axis is not None:
                 label += f" (seed {format_value(seed)})"
             cells.append((row, col, label, done[0].sample))
+            images = images or done[0].image_samples
         if cells:
             # Drop rows/columns with no image so the tile stays compact.
             rows = sorted({c[0] for c in cells})
             cols = sorted({c[1] for c in cells})
             cells = [(rows.index(r), cols.index(c), lab, p) for r, c, lab, p in cells]
             rel = f"figures/samples{suffix}.png"
-            if sample_tiles(os.path.join(out_dir, rel), cells, title=f"final samples, {heading}" if pv else "final samples"):
+            if sample_tiles(os.path.join(out_dir, rel), cells, title=f"final samples, {heading}" if pv else "final samples",
+                            tile=IMAGE_TILE if images else TILE):
                 items.append(("final samples per setting", rel))
         out.append((heading, items))
     return out

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from gpgan.data import is_toy
 from gpgan.metrics import direction
 from gpgan.schema import get_key, yaml_scalar
 from gpgan.studies.runner import find_run_dir, logs_dir, longer_steps
@@ -44,6 +45,7 @@ class RunRecord:
     wall_time_s: float = None
     error: str = ""
     sample: str = None                           # samples/final.png, when there is one
+    image_samples: bool = False                  # the sample is a grid of images (not 2-D points)
     curves: dict = field(default_factory=dict)   # metric -> [(step, value)]
     machines: tuple = ()                         # the manifest's device_name, first start and resumes
     checkpoint_step: int = None                  # an unfinished run: its newest checkpoint's step
@@ -232,6 +234,8 @@ def collect_results(sweep, out_dir, metrics=None):
                     rec.best[name] = best
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
+            data_name = _resolved_values(sweep, spec, run_dir, ["data.name"]).get("data.name")
+            rec.image_samples = isinstance(data_name, str) and not is_toy(data_name)
         records.append(rec)
     return records
 
