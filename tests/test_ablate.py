@@ -196,6 +196,12 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     kl = [1 / (1 + s) for s in (0, 1)]
     assert f"{statistics.mean(kl):.4g} ± {statistics.stdev(kl):.2g}" in report
     assert "## Failures\n\nNone." in report
+    for r in rows:  # modes peaks at step 1, reverse KL falls to its last evaluation
+        assert (r["best_step/eval/modes"], r["best_step/eval/reverse_kl"], r["ended_by"]) == ("1", "3", "train.steps")
+    assert "| r1 | 1.0 | 2/2 | 11.5 (+1) | 0.75 (-1) | train.steps |" in report  # the trend table
+    assert "By mean best value during training:\n\n- `eval/modes` ↑: penalty.type=r1, penalty.weight=1.0: 16.5 ± 0.71" \
+        in report
+    assert "| `type-r1__weight-1.0__seed-1` | 3 | train.steps | 17 at step 1 | 2.5 | 0.833 |" in report
     figures = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert figures == ["eval-modes.png", "eval-reverse_kl.png", "samples.png"]
     for name in figures:
@@ -1063,6 +1069,10 @@ def test_a_run_that_stopped_early_is_finished_for_a_longer_sweep(tmp_path, real_
     stopped = next(out.glob("runs/*/*seed-0"))
     final = json.loads((stopped / "final.json").read_text())  # as train.patience would have written it
     (stopped / "final.json").write_text(json.dumps({**final, "stop": "stopped early: eval/reverse_kl did not improve"}))
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    ended = {r["run"]: r["ended_by"] for r in read_csv(out / "results.csv")}
+    assert ended == {"type-r1__weight-1.0__seed-0": "train.patience", "type-r1__weight-1.0__seed-1": "train.steps"}
+    assert "| train.patience (1 of 2) |\n" in (out / "REPORT.md").read_text()
     capsys.readouterr()
     sweep.write_text(short.replace("train.steps: 12", "train.steps: 18"))
     assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0

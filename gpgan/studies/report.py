@@ -297,12 +297,14 @@ def _curve_groups(sweep, settings, metric):
 # ----------------------------------------------------------------------------------------------
 # REPORT.md
 
-def _best_lines(panels, metrics):
+def _best_lines(panels, metrics, which="final"):
+    """The leading setting per metric (and panel) by the mean ``which`` value, "final" or "best"."""
     lines = []
     for pv, settings in panels:
         for metric, direction in metrics:
-            scored = [(st.final[metric][0], i, st) for i, st in enumerate(settings)
-                      if st.final[metric][2] > 0 and not math.isnan(st.final[metric][0])]
+            values = [getattr(st, which)[metric] for st in settings]
+            scored = [(v[0], i, st) for i, (st, v) in enumerate(zip(settings, values))
+                      if v[2] > 0 and not math.isnan(v[0])]
             if not scored:
                 continue
             sign = -1 if direction == "max" else 1
@@ -323,7 +325,7 @@ def _best_lines(panels, metrics):
                                              for o in others)
                 ties += ")"
             lines.append(f"- `{metric}` {ARROW[direction]}{where}: {_describe(rest) or 'the only setting'}: "
-                         f"{_cell(st.final[metric])}{ties}")
+                         f"{_cell(getattr(st, which)[metric])}{ties}")
     return lines
 
 
@@ -404,7 +406,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         base = [_val(st.values[k]) for k in sweep.setting_axes] + [f"{len(st.finished)}/{len(st.records)}"]
         final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
-        trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics])
+        trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics] + [_ended_by(st.finished)])
     real = [] if sweep.reference_scores is None else ["", _real_line(sweep, report_dir)]
     if sweep.reference_scores is not None:
         final_rows.append(_real_row(sweep, metrics, trailing=1))
@@ -417,13 +419,19 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     percent = f"{TREND_FRACTION:.0%}"
     lines += ["## Still improving at the end?", "",
               f"Each cell: the mean over seeds of the metric over the last {percent} of a setting's "
-              f"evaluations, and in brackets its change from the {percent} before. A change in the "
-              "metric's better direction (↑ up, ↓ down) that is large against the spread over seeds "
-              "(± in the tables above) means the runs were still improving when they stopped.",
-              ""] + _table(header, trend_rows) + [""]
+              f"evaluations (at least one), and in brackets its change from the {percent} before. A run "
+              "that `train.patience` ended had stopped improving by that rule (its best metric did not "
+              "improve in its last `train.patience` evaluations), whatever its change. For runs that ran "
+              "all their `train.steps`, a change in the metric's better direction (↑ up, ↓ down) that is "
+              "large against the spread over seeds (± in the tables above; with one seed, against the "
+              "changes between evaluations in the figures) means they were still improving when they "
+              "stopped.",
+              ""] + _table(header + ["ended by"], trend_rows) + [""]
 
-    best = _best_lines(panels, metrics)
-    lines += ["## Best settings (by mean final value)", ""] + (best or ["No finished runs."]) + [""]
+    lines += ["## Best settings", ""]
+    for which, text in (("final", "mean final value"), ("best", "mean best value during training")):
+        best = _best_lines(panels, metrics, which)
+        lines += [f"By {text}:", ""] + (best or ["No finished runs."]) + [""]
 
     lines += ["## Figures", ""]
     any_fig = False
@@ -438,6 +446,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     if not any_fig:
         lines += ["No figures: no run has finished.", ""]
 
+    lines += _run_lines(records, metrics)
     lines += ["## Failures", ""]
     failing = [st for st in stats if any(r.status == "failed" for r in st.records)]
     if not failing:
@@ -457,6 +466,48 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
             lines.append(f"- `{r.spec.name}`: {r.status}" + _progress_text(r))
         lines += ["", "Running the sweep again resumes interrupted and unfinished runs and starts the others.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _ended_by(finished):
+    """Why a setting's finished runs ended: "train.patience", "train.steps", or "train.patience
+    (k of n)" when they differ; "n/a" without finished runs."""
+    reasons = [r.ended_by for r in finished]
+    if not reasons:
+        return "n/a"
+    if len(set(reasons)) == 1:
+        return reasons[0]
+    k = reasons.count("train.patience")
+    return f"train.patience ({k} of {len(reasons)})"
+
+
+def _seconds(s):
+    """A duration in seconds: whole seconds with thousands separators from 10 s on."""
+    return f"{s:,.0f}" if s >= 10 else f"{s:.3g}"
+
+
+def _run_lines(records, metrics):
+    """The "Each run" section: every finished run's length, why it ended, the step of its best
+    value of the first metric, and its wall time (in all and per step, evaluations included)."""
+    done = [r for r in records if r.status == "finished"]
+    if not done or not metrics:
+        return []
+    metric = metrics[0][0]
+    rows = []
+    for r in done:
+        best = r.best.get(metric)
+        step = r.best_step.get(metric)
+        at = "n/a" if best is None else _num(best) + ("" if step is None else f" at step {step:,}")
+        steps = "n/a" if r.steps is None else f"{r.steps:,}"
+        wall = "n/a" if r.wall_time_s is None else _seconds(r.wall_time_s)
+        per_step = "n/a" if r.wall_time_s is None or not r.steps else f"{r.wall_time_s / r.steps:.3g}"
+        rows.append([f"`{r.spec.name}`", steps, r.ended_by or "n/a", at, wall, per_step])
+    header = ["run", "steps", "ended by", f"best {metric}", "wall time (s)", "s per step"]
+    return (["## Each run", "",
+             "Every finished run: its generator steps, why it ended (`train.patience`: its best metric "
+             "stopped improving; `train.steps`: it ran all its steps), its best value of the first "
+             "metric and the step of that evaluation, and its wall time (evaluations and the time of "
+             "other work on the machine included).", ""]
+            + _table(header, rows) + [""])
 
 
 def _progress_text(rec):

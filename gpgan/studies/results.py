@@ -33,7 +33,9 @@ class RunRecord:
     sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
     an attempt), "not run", or any other
     status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value;
-    ``curves``: metric name -> [(step, value)] of every evaluation logged in metrics.jsonl.
+    ``best_step``: metric name -> the step of its best evaluation (the first, if tied); ``curves``:
+    metric name -> [(step, value)] of every evaluation logged in metrics.jsonl; ``ended_by``: why
+    a finished run ended, "train.patience" (its best metric stopped improving) or "train.steps".
     """
 
     spec: RunSpec
@@ -41,7 +43,9 @@ class RunRecord:
     run_dir: str = None                          # None: no run folder
     final: dict = field(default_factory=dict)    # metric -> value
     best: dict = field(default_factory=dict)
+    best_step: dict = field(default_factory=dict)
     steps: int = None
+    ended_by: str = None
     wall_time_s: float = None
     error: str = ""
     sample: str = None                           # samples/final.png, when there is one
@@ -196,6 +200,7 @@ def collect_results(sweep, out_dir, metrics=None):
             rec.config = _resolved_values(sweep, spec, run_dir, sweep.varied_keys)
         if final is not None and final.get("status") == "finished":
             rec.status = "finished"
+            rec.ended_by = "train.patience" if final.get("stop") else "train.steps"
         elif failure is not None:
             rec.status, rec.error = failure
         elif final is not None and isinstance(final.get("status"), str):
@@ -211,7 +216,7 @@ def collect_results(sweep, out_dir, metrics=None):
             rec.machines = _machines(folder.read_manifest())
             sweep_steps = longer_steps(sweep, spec, run_dir) if rec.status != "failed" else None
             if sweep_steps is not None and rec.status == "finished":
-                rec.status = "unfinished"  # the sweep now asks more steps: its values are not final
+                rec.status, rec.ended_by = "unfinished", None  # the sweep asks more steps: not final
             if rec.status != "finished":
                 _read_progress(rec, folder, sweep_steps)
         if folder is not None and rec.status == "finished":
@@ -232,6 +237,7 @@ def collect_results(sweep, out_dir, metrics=None):
                     rec.final[name] = last
                 if best is not None:
                     rec.best[name] = best
+                    rec.best_step[name] = next((step for step, v in rec.curves[name] if v == best), None)
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
             data_name = _resolved_values(sweep, spec, run_dir, ["data.name"]).get("data.name")
@@ -244,7 +250,8 @@ def csv_columns(sweep, metrics):
     """results.csv's header: the run, its status, its axis values, its values of the keys variants
     and adjust rules set (:attr:`~gpgan.studies.sweep.Sweep.varied_keys`), then the metrics."""
     return (["run", "status"] + list(sweep.axes) + sweep.varied_keys + [f"final/{m}" for m, _ in metrics]
-            + [f"best/{m}" for m, _ in metrics] + ["steps", "wall_time_s", "run_dir", "error"])
+            + [f"best/{m}" for m, _ in metrics] + [f"best_step/{m}" for m, _ in metrics]
+            + ["steps", "ended_by", "wall_time_s", "run_dir", "error"])
 
 
 def _cell(value):
@@ -270,7 +277,7 @@ def write_results_csv(path, sweep, records, metrics, relative_to):
     ``relative_to`` (the folder results.csv is in), and the error of a failed or interrupted
     run)."""
     base = os.path.realpath(relative_to)
-    with open(path, "w", newline="") as fh:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(csv_columns(sweep, metrics))
         for rec in records:
@@ -281,6 +288,6 @@ def write_results_csv(path, sweep, records, metrics, relative_to):
             writer.writerow(
                 [rec.spec.name, rec.status] + axes + [_config_cell(rec.config, k) for k in sweep.varied_keys]
                 + [_cell(rec.final.get(m)) for m, _ in metrics]
-                + [_cell(rec.best.get(m)) for m, _ in metrics]
-                + [_cell(rec.steps), _cell(rec.wall_time_s), run_dir, rec.error]
+                + [_cell(rec.best.get(m)) for m, _ in metrics] + [_cell(rec.best_step.get(m)) for m, _ in metrics]
+                + [_cell(rec.steps), rec.ended_by or "", _cell(rec.wall_time_s), run_dir, rec.error]
             )
