@@ -481,7 +481,7 @@ def _ended_by(finished):
 
 
 def _seconds(s):
-    """A duration in seconds: whole seconds with thousands separators from 10 s on."""
+    """A duration in seconds: whole seconds with thousands separators from ten seconds on."""
     return f"{s:,.0f}" if s >= 10 else f"{s:.3g}"
 
 
