@@ -423,8 +423,10 @@ def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(
     with a checkpoint there and final.json saying why; interrupted before that step and resumed,
     it stops at the same step with the same records (the count is in the checkpoint)."""
     patience = 3
+    # A constant rate: run "d" below ends at another train.steps than the others, which a decay would follow.
     args = [QUICKSTART, *sets(TINY + ["train.steps=400", "train.eval_interval=2", "train.best_metric=eval/modes",
-                                      f"train.patience={patience}"]), "--out", str(tmp_path), "--quiet"]
+                                      f"train.patience={patience}", "optim.generator.schedule=constant",
+                                      "optim.critic.schedule=constant"]), "--out", str(tmp_path), "--quiet"]
     gpgan_train(*args, "--name", "a", check=0)
     run = tmp_path / "quickstart" / "a"
     best, since, expected = None, 0, None
@@ -447,9 +449,25 @@ def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(
     proc = gpgan_train("--resume", str(run), "--quiet", check=0)
     assert "already finished (stopped early" in proc.stderr and "train.patience" in proc.stderr
 
-    gpgan_train(*args, "--name", "b", "--set", f"train.stop_after={expected - 1}", check=130)
-    resumed = tmp_path / "quickstart" / "b"
-    gpgan_train("--resume", str(resumed), "--quiet", check=0)
-    assert metrics(resumed) == metrics(run)
-    assert json.loads((resumed / "final.json").read_text())["stop"] == final["stop"]
-    assert_same_weights(resumed, run)
+    # Stopped just before that evaluation, or at it (patience spent, checkpoint saved, no
+    # final.json), and resumed: it ends at the same step with the same records.
+    for name, stop_after in (("b", expected - 1), ("c", expected)):
+        gpgan_train(*args, "--name", name, "--set", f"train.stop_after={stop_after}", check=130)
+        resumed = tmp_path / "quickstart" / name
+        gpgan_train("--resume", str(resumed), "--quiet", check=0)
+        assert metrics(resumed) == metrics(run)
+        assert json.loads((resumed / "final.json").read_text())["stop"] == final["stop"]
+        assert_same_weights(resumed, run)
+
+    # A run whose last step spends its patience ended by it too: a longer sweep does not extend it,
+    # and resumed with more steps it stays where it is. Resumed with its final.json lost (killed
+    # after its last checkpoint), it writes it again.
+    gpgan_train(*args, "--name", "d", "--set", f"train.steps={expected}", check=0)
+    capped = tmp_path / "quickstart" / "d"
+    assert json.loads((capped / "final.json").read_text())["stop"] == final["stop"]
+    gpgan_train("--resume", str(capped), "--set", "train.steps=400", "--quiet", check=0)
+    assert metrics(capped) == metrics(run) and json.loads((capped / "final.json").read_text())["steps"] == expected
+    (capped / "final.json").unlink()
+    gpgan_train("--resume", str(capped), "--quiet", check=0)
+    assert json.loads((capped / "final.json").read_text())["stop"] == final["stop"]
+    assert_same_weights(capped, run)

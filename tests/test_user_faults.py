@@ -153,8 +153,9 @@ def test_unreadable_checkpoints_are_one_line(toy_runs, tmp_path, damage, capsys)
 
 
 # -- 4. TensorBoard keeps every logged step across a resume ----------------------------------------------
-def read_events(folder):
-    """(tag, step) of every scalar and image TensorBoard would show, honouring purges."""
+def read_events(folder, counts=False):
+    """(tag, step) of every scalar and image TensorBoard would show, honouring purges (with
+    ``counts``: a dict of how many times each is shown)."""
     from tensorboardX.proto import event_pb2
 
     shown = {}
@@ -168,8 +169,8 @@ def read_events(folder):
             if event.HasField("session_log") and event.session_log.status == event_pb2.SessionLog.START:
                 shown = {key: v for key, v in shown.items() if key[1] < event.step}
             for value in event.summary.value:
-                shown[(value.tag, event.step)] = True
-    return set(shown)
+                shown[(value.tag, event.step)] = shown.get((value.tag, event.step), 0) + 1
+    return shown if counts else set(shown)
 
 
 def test_tensorboard_keeps_the_resume_step(toy_runs, tmp_path):
@@ -184,6 +185,20 @@ def test_tensorboard_keeps_the_resume_step(toy_runs, tmp_path):
                 assert (key, record["step"]) in events, (key, record["step"])
     assert ("eval/modes", 6) in events  # the resume step's own evaluation
     assert {("samples", s) for s in (2, 4, 6, 8)} <= events
+
+
+def test_tensorboard_drops_an_attempt_that_a_resume_starts_over(toy_runs, tmp_path):
+    """A run resumed with no checkpoint left starts from step 0: the earlier attempt's events
+    go, as its metrics.jsonl records do, so no step is shown twice."""
+    _, stopped, _ = toy_runs
+    run = tmp_path / "again"
+    shutil.copytree(stopped, run)
+    for checkpoint in (run / "checkpoints").glob("*.npz"):
+        checkpoint.unlink()
+    gpgan_train("--resume", str(run), "--quiet", check=0)
+    shown = read_events(run, counts=True)
+    assert ("loss/critic", 2) in shown and ("eval/modes", 6) in shown
+    assert {key: n for key, n in shown.items() if n > 1} == {}
 
 
 # -- 5-7. names, arguments, configs ------------------------------------------------------------------------

@@ -10,9 +10,10 @@ Output folder layout (``OUT`` is the sweep's output folder)::
 A run is skipped when its final.json says ``"status": "finished"``; a run folder without it is
 continued with ``--resume`` when it holds a checkpoint and otherwise cleared and started afresh.
 A run whose config differs from the sweep's only in a larger ``train.steps`` (the sweep was made
-longer) is extended: resumed from its newest checkpoint with ``--set train.steps=N``, as one
-uninterrupted run of N steps would continue. Failed runs are recorded and retried the next time
-the sweep runs.
+longer) is extended: resumed from its newest checkpoint with ``--set train.steps=N`` (the same
+as a run made N steps long from the start where no schedule follows ``train.steps`` and the old
+end fell on the evaluation and checkpoint intervals); one that ``train.patience`` ended is not.
+Failed runs are recorded and retried the next time the sweep runs.
 """
 
 import glob

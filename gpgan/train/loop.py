@@ -185,8 +185,8 @@ class Trainer:
         patience = self.tc["patience"]
         if not patience or self.evals_since_best < patience:
             return None
-        return (f"stopped early: {self.best_metric} did not improve on {self.best_value:.6g} in {patience} "
-                f"evaluations (train.patience)")
+        return (f"stopped early: {self.best_metric} did not improve on {self.best_value:.6g} in "
+                f"{self.evals_since_best} evaluations (train.patience: {patience})")
 
     # -- stops --------------------------------------------------------------------------------
     def _raise_on_fault(self):
@@ -251,7 +251,10 @@ class Trainer:
         """The steps of :meth:`fit` up to final.json (its returned summary)."""
         started = last_time = time.perf_counter()
         last_step = self.step
-        while self.step < total:
+        # A resumed run whose patience was spent when it stopped (Ctrl-C at that evaluation, or a
+        # lower train.patience on resume) ends here, as the uninterrupted run would have.
+        early = self._patience_spent()
+        while self.step < total and not early:
             self.train_step()
             bar.update(1)
             step, last = self.step, self.step == total
@@ -264,7 +267,7 @@ class Trainer:
                 self._raise_on_fault()  # before anything reads the weights or losses
             evaluation = self.monitor.evaluate(step) if evaluate else {}
             self._keep_best(evaluation)
-            early = self._patience_spent() if evaluate and not last else None
+            early = self._patience_spent() if evaluate else None  # at the last step too: final.json says so
             checkpoint = checkpoint or early
             if log:
                 now = time.perf_counter()
@@ -283,7 +286,8 @@ class Trainer:
                     raise TrainingInterrupted(step, path, stop)
             if early:
                 break
-        self.monitor.write_samples(self.step, final=True)
+        # final.png; TensorBoard has this step's picture already where it was a sample step
+        self.monitor.write_samples(self.step, final=True, log=not every(tc["sample_interval"], self.step))
         self.wall_time += time.perf_counter() - started
         return self._write_final(early)
 

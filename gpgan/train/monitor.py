@@ -23,6 +23,7 @@ depends on the machine's speed (:data:`TIMING_KEYS`).
 """
 import contextlib
 import math
+import os
 
 import numpy
 
@@ -83,7 +84,9 @@ class Monitor:
         """Start writing TensorBoard events; events logged after ``step`` by an earlier attempt
         of the run are dropped (a resumed run rewrites them), the step's own are kept."""
         if self.writes:
-            self.writer = _make_writer(self.run.path, purge_step=step + 1 if step else None)
+            # A run resumed from step 0 (no checkpoint left) drops all the earlier attempt's events.
+            earlier = step or any(name.startswith("events.out.tfevents") for name in os.listdir(self.run.path))
+            self.writer = _make_writer(self.run.path, purge_step=step + 1 if earlier else None)
 
     def close(self):
         if self.writer is not None:
@@ -133,11 +136,11 @@ class Monitor:
         self.latest_eval_step = step
         return dict(self.latest_eval)
 
-    def write_samples(self, step, final=False):
+    def write_samples(self, step, final=False, log=True):
         """samples/step_N.png (or final.png): a grid of images captioned with the step, the raw
         weights' grid beside the EMA's when an EMA is kept, upscaled to a readable size; or
         generated over real points titled with the step's evaluation (when the step was
-        evaluated)."""
+        evaluated). ``log``: also show it in TensorBoard (not twice for one step)."""
         from gpgan.viz import grid_picture, save_picture, scatter_samples
 
         path = self.run.sample_path(None if final else step)
@@ -153,7 +156,7 @@ class Monitor:
             if self.parts.ema is not None:
                 panels = [("raw weights", self.generate(self.fixed_noise, labels, use_ema=False)), ("EMA weights", out)]
             save_picture(path, grid_picture(panels, cols, caption=f"step {step}"))  # conditional: a row per class
-        if self.writer is not None:
+        if self.writer is not None and log:
             from PIL import Image
 
             with Image.open(path) as img:
