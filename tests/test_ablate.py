@@ -93,7 +93,7 @@ else:
 sets = state["sets"]
 seed, weight = sets.get("train.seed", 0), sets.get("penalty.weight", 0.0)
 final = {"eval/modes": 10 + seed + weight, "eval/high_quality": 0.5 + 0.1 * seed, "eval/reverse_kl": 1 / (1 + seed)}
-steps = 3
+steps = 3 + (seed if os.environ.get("FAKE_SEED_LONGER") else 0)  # seed 1 evaluates once more
 with open(run / "metrics.jsonl", "w") as fh:
     for step in range(1, steps + 1):
         row = {"step": step, "loss/critic": 0.1}
@@ -417,6 +417,33 @@ def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_
     # The trend table: the last evaluation's mean (10% of 3 rounds up to one) and its change.
     assert "## Still improving at the end?" in report
     assert "| common | r1 | 1.0 | 2/2 | 11.5 (+1) |" in report
+
+
+def test_a_seed_that_ran_longer_is_drawn_past_the_mean(tmp_path, fake, monkeypatch):
+    """Seeds of one setting that ended at different steps (train.patience): the mean curve covers
+    the steps every seed evaluated, and each longer seed's later evaluations are its tail, from
+    the last common step on (dotted in the figure, and said in the caption)."""
+    from gpgan.studies.report import curve_stats, curve_tails
+    from gpgan.studies.results import RunRecord
+
+    short = RunRecord(spec=None, status="finished", curves={"m": [(1, 5.0), (2, 4.0)]})
+    long = RunRecord(spec=None, status="finished", curves={"m": [(1, 7.0), (2, 6.0), (3, 3.0), (4, 2.0)]})
+    failed = RunRecord(spec=None, status="failed", curves={"m": [(1, 1.0), (2, 1.0), (3, 1.0)]})
+    steps, mean, _ = curve_stats([short, long, failed], "m")
+    assert steps == [1, 2] and mean == [6.0, 5.0]
+    assert curve_tails([short, long, failed], "m", steps[-1]) == [([2, 3, 4], [6.0, 3.0, 2.0])]
+    assert curve_tails([short, long], "m", 4) == []
+
+    from gpgan.viz import curves_plot
+
+    monkeypatch.setenv("FAKE_SEED_LONGER", "1")
+    sweep = write_sweep(tmp_path, TINY)
+    assert main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    report = (tmp_path / "out" / "REPORT.md").read_text()
+    assert "dotted: a seed's evaluations past the steps every seed evaluated" in report
+    path = tmp_path / "c.png"
+    curves_plot(path, [("all", [("a", steps, mean, None, [([2, 3, 4], [6.0, 3.0, 2.0])])])], "step", "m")
+    assert is_png(path)
 
 
 def test_end_trend_averages_the_last_tenth_of_the_seed_mean_curve():

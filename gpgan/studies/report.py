@@ -204,8 +204,10 @@ def _figures(sweep, out_dir, panels, metrics):
                 curves_plot(os.path.join(out_dir, rel), curves, "generator step", metric, title=f"{title}, during training",
                             ncols=min(4, len(curves)), references=references)
                 by = f", one panel per {sweep.series_axis}" if sweep.series_axis else ""
+                tails = any(line[4] for _, lines in curves for line in lines)
+                dotted = "; dotted: a seed's evaluations past the steps every seed evaluated" if tails else ""
                 items.append((f"{metric} against the step (mean ± std over seeds{by}; non-finite means left out"
-                              f"{real})", rel))
+                              f"{dotted}{real})", rel))
 
         # Sample tiles: rows = series values, columns = x values (first finished seed of each).
         cells, images = [], False
@@ -280,8 +282,22 @@ def _trend_cell(trend):
     return "n/a" if trend is None else f"{_num(trend[0])} ({trend[1]:+.2g})"
 
 
+def curve_tails(records, metric, last_common):
+    """``[(steps, values)]``: each finished run's evaluations of ``metric`` after ``last_common``
+    (the last step every seed evaluated; a seed that ran longer than another), from that step on
+    so that the tail joins the mean curve; runs without later evaluations are left out."""
+    tails = []
+    for r in records:
+        points = [(step, v) for step, v in r.curves.get(metric, []) if step >= last_common] \
+            if r.status == "finished" else []
+        if len(points) > 1:
+            tails.append(([step for step, _ in points], [v for _, v in points]))
+    return tails
+
+
 def _curve_groups(sweep, settings, metric):
-    """curves_plot's groups for one panel: one group per series value, one line per x value."""
+    """curves_plot's groups for one panel: one group per series value, one line per x value, with
+    the tails of seeds that ran past the steps every seed evaluated."""
     groups = {}
     for st in settings:
         stats = st.curves[metric]
@@ -290,7 +306,7 @@ def _curve_groups(sweep, settings, metric):
         s = format_value(st.values.get(sweep.series_axis)) if sweep.series_axis else "all"
         x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
         label = f"{sweep.x_axis}={_val(x)}" if sweep.x_axis else "mean"
-        groups.setdefault(s, []).append((label, *stats))
+        groups.setdefault(s, []).append((label, *stats, curve_tails(st.records, metric, stats[0][-1])))
     return list(groups.items())
 
 

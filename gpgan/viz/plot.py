@@ -465,8 +465,9 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3, references=()):
 
     Args:
         groups: list of ``(panel title, lines)`` with ``lines`` a list of ``(label, xs, mean,
-            std)``: ``std`` None or an array (the band is mean +- std). A label keeps one colour
-            in every panel. Points whose mean is not finite are left out of the line (the
+            std)`` or ``(label, xs, mean, std, tails)``: ``std`` None or an array (the band is
+            mean +- std); ``tails`` a list of ``(xs, ys)`` drawn dotted in the line's colour (one
+            seed's curve past the steps the mean covers). A label keeps one colour in every panel. Points whose mean is not finite are left out of the line (the
             caller says so). ``xs`` are counts (training steps): the x ticks fall on integers
             and read in thousands and millions (5k, 100k, 1.5M).
         xlabel, ylabel, title: shared labels and the figure's title.
@@ -502,8 +503,12 @@ def curves_figure(groups, xlabel, ylabel, title="", ncols=3, references=()):
             if logy:
                 _log_y(ax)
                 floor = _log_floor([_host(line[2]) for line in lines] + [levels])
-            for label, xs, mean, std in lines:
+            for label, xs, mean, std, *tails in lines:
                 color = rgb(PALETTE[labels.index(label) % len(PALETTE)])
+                for tail_xs, tail_ys in (tails[0] if tails else ()):
+                    tail_xs, tail_ys = _host(tail_xs), _host(tail_ys)
+                    ok = numpy.isfinite(tail_ys)
+                    ax.plot(tail_xs[ok], tail_ys[ok], color=color, linewidth=1.0, linestyle=":")
                 xs, mean = _host(xs), _host(mean)
                 shown = numpy.isfinite(mean)
                 ax.plot(xs[shown], mean[shown], color=color, linewidth=1.4, label=label)
