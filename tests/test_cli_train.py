@@ -122,7 +122,7 @@ def test_stop_after_then_resume_equals_uninterrupted(reference_runs):
     assert [r["from_step"] for r in manifest["resumes"]] == [5]
     # A finished run has nothing left to do; extending it is allowed.
     proc = gpgan_train("--resume", str(run), "--quiet", check=0)
-    assert "already finished" in proc.stderr
+    assert "already finished (all its steps); pass --set train.steps=N (larger) to continue it" in proc.stderr
 
 
 def test_sigint_saves_checkpoint_and_resume_matches(tmp_path):
@@ -447,7 +447,8 @@ def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(
     assert metrics(run)[-1]["step"] == expected
     assert (run / "checkpoints" / f"ckpt_{expected:06d}.npz").exists()
     proc = gpgan_train("--resume", str(run), "--quiet", check=0)
-    assert "already finished (stopped early" in proc.stderr and "train.patience" in proc.stderr
+    assert "already finished (stopped early" in proc.stderr
+    assert "pass --set train.patience=N (larger) to continue it" in proc.stderr
 
     # Stopped just before that evaluation, or at it (patience spent, checkpoint saved, no
     # final.json), and resumed: it ends at the same step with the same records.

@@ -166,8 +166,11 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
     config = resume_config(run, config_path, overrides)
     same_end = all(config["train"][k] == saved["train"][k] for k in ("steps", "patience"))
     if run.is_finished() and same_end:
-        return Launch(None, run, [f"{run.path} already finished ({run.stopped_early() or 'all its steps'}); "
-                                  "pass --set train.steps=N (larger) or --set train.patience=N to continue it"])
+        early = run.stopped_early()
+        # More steps do not continue a run that train.patience ended: it would stop where it is.
+        hint = "--set train.patience=N (larger)" if early else "--set train.steps=N (larger)"
+        return Launch(None, run, [f"{run.path} already finished ({early or 'all its steps'}); pass {hint} to "
+                                  "continue it"])
     trainer = make_trainer(config, run, quiet, comm)
     step, path, notes = comm.on_root(lambda: _pick_checkpoint(run))
     if path is not None:
