@@ -157,10 +157,16 @@ def test_sample_tiles_keep_image_grids_near_their_own_resolution(tmp_path, fake,
     points, 560 px for a grid of generated images (the trainer's CIFAR-10 grids, raw and EMA side
     by side, are about 1,100 px wide: a 200 px cell left each image 12 px wide)."""
     monkeypatch.setenv("FAKE_SAMPLE_SIZE", "1104x596")
+    image = ", eval.metrics: [fid, pr], eval.samples: 500, train.eval_interval: 100, train.patience: 2" \
+        if data == "cifar10" else ""
     sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]")
-                        + f"    set: {{data.name: {data}}}\n")
+                        + f"    set: {{data.name: {data}{image}}}\n")
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out)]) == 0
+    if image:  # the protocol, from the runs' config
+        assert ("- Evaluation: FID, precision/recall (k = 3) of 500 samples of the generator (fixed noise) "
+                "against cifar10:train, every 100 steps and at the end; `train.patience` 2: a run ends after that "
+                "many evaluations without a better eval/fid.\n") in (out / "REPORT.md").read_text()
     with Image.open(out / "figures" / "samples.png") as tiles:
         # two settings side by side: each cell is the shrunk sample's width plus padding
         assert 2 * cell < tiles.width < 2 * cell + 40, tiles.size
@@ -202,6 +208,8 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     assert "By mean best value during training:\n\n- `eval/modes` ↑: penalty.type=r1, penalty.weight=1.0: 16.5 ± 0.71" \
         in report
     assert "| `type-r1__weight-1.0__seed-1` | 3 | train.steps | 17 at step 1 | 2.5 | 0.833 |" in report
+    assert "- Evaluation: mode metrics (modes, high-quality samples, reverse KL) of 2,500 samples, at the end.\n" \
+        in report
     figures = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert figures == ["eval-modes.png", "eval-reverse_kl.png", "samples.png"]
     for name in figures:

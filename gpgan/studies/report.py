@@ -10,10 +10,11 @@ import os
 from dataclasses import dataclass
 
 from gpgan.files import make_folder
+from gpgan.metrics.images import PR_K
 from gpgan.studies.figures import IMAGE_TILE, TILE, metric_figure, sample_tiles, slug
 from gpgan.viz import curves_plot
 from gpgan.studies.results import collect_results, metric_value, resolve_metrics, write_results_csv
-from gpgan.studies.sweep import IGNORED, format_value
+from gpgan.studies.sweep import IGNORED, expand_runs, format_value, run_config
 
 __all__ = ["SettingStats", "end_trend", "mean_std", "summarize", "write_report"]
 
@@ -379,6 +380,44 @@ def _machines_lines(records):
     return lines
 
 
+_IMAGE_METRIC_NAMES = {"fid": "FID", "kid": "KID", "is": "Inception Score", "pr": f"precision/recall (k = {PR_K})"}
+_EVALUATION_KEYS = ("eval.metrics", "eval.samples", "eval.reference", "train.eval_interval", "train.eval_samples",
+                    "train.best_metric", "train.patience", "train.ema.enabled", "data.name", "data.split")
+
+
+def _evaluation_line(sweep):
+    """How the runs were evaluated, from the config the sweep asks of its first run: what is
+    scored, on how many samples of which generator, against what, how often, and what ends a run
+    early (keys an axis, variant or adjust rule sets are said to vary)."""
+    from gpgan.data import is_toy
+    from gpgan.train.config import best_metric
+
+    specs = expand_runs(sweep)
+    try:
+        config = run_config(sweep, specs[0])
+    except (OSError, ValueError):  # a base config the trainer refuses: the runs say why
+        return []
+    tc, ec, data = config["train"], config["eval"], config["data"]
+    interval = f"every {tc['eval_interval']:,} steps and at the end" if tc["eval_interval"] else "at the end"
+    if is_toy(data["name"]):
+        what = f"mode metrics (modes, high-quality samples, reverse KL) of {tc['eval_samples']:,} samples"
+    elif ec["metrics"]:
+        against = ec["reference"] or (f"{data['name']}:{data['split']}" if data["name"] == "cifar10"
+                                      else f"the run's own data ({data['name']})")
+        generator = "EMA generator" if tc["ema"]["enabled"] else "generator"
+        names = ", ".join(_IMAGE_METRIC_NAMES[m] for m in ec["metrics"])
+        what = f"{names} of {ec['samples']:,} samples of the {generator} (fixed noise) against {against}"
+    else:
+        return []
+    stop = f"; `train.patience` {tc['patience']}: a run ends after that many evaluations without a better " \
+           f"{best_metric(config)}" if tc["patience"] else ""
+    varied = set(sweep.axes) | set(sweep.varied_keys)
+    varies = [k for k in _EVALUATION_KEYS if k in varied]
+    verb = "vary" if len(varies) > 1 else "varies"
+    note = f" (as the first run; {', '.join(f'`{k}`' for k in varies)} {verb})" if varies else ""
+    return [f"- Evaluation{note}: {what}, {interval}{stop}."]
+
+
 def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     total = len(records)
     count = {}
@@ -408,6 +447,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         lines.append(f"- Excluded: {_condition(rule)}.")
     for when, settings in sweep.adjust:
         lines.append(f"- Adjusted: {_assignments(settings)} when {_condition(when)}.")
+    lines += _evaluation_line(sweep)
     lines += _machines_lines(records)
     seeds = f"`{sweep.seed_axis}`" if sweep.seed_axis else "runs (no seed axis)"
     lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "

@@ -13,7 +13,7 @@ __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
     "parse_override", "default_config", "diff_configs", "get_key", "config_reference_markdown",
     "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
-    "num_classes", "CONDITIONAL_PENALTIES", "OPTIMIZERS", "OPTIMIZER_OPTIONS",
+    "num_classes", "best_metric", "CONDITIONAL_PENALTIES", "OPTIMIZERS", "OPTIMIZER_OPTIONS",
 ]
 
 
@@ -455,6 +455,12 @@ def num_classes(config):
         return None
     from gpgan.data import LABELED_DATASETS
     return config["model"]["num_classes"] or LABELED_DATASETS.get(config["data"]["name"])
+
+
+def best_metric(config):
+    """The evaluation metric that picks checkpoints/best.npz and that train.patience watches:
+    train.best_metric, else FID where the run computes it, else the reverse KL (2-D data)."""
+    return config["train"]["best_metric"] or ("eval/fid" if "fid" in config["eval"]["metrics"] else "eval/reverse_kl")
 
 
 def _check_pairing(config):

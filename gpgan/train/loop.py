@@ -28,6 +28,7 @@ from gpgan.files import describe_os_error
 from gpgan.kernels import configure_process
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
+from gpgan.train.config import best_metric
 from gpgan.train.evaluation import ImageMetrics
 from gpgan.train.feed import InputFeed
 from gpgan.train.interrupt import install_signal_handlers, parent_to_watch
@@ -96,8 +97,7 @@ class Trainer:
                               tc["critic_steps"], generator_reals=self.parts.loss.pairs_real,
                               num_classes=self.parts.num_classes, augment=self.parts.augment)
         self.monitor = Monitor(self.parts, run, images=self.image_metrics)
-        computes_fid = self.image_metrics is not None and "fid" in self.image_metrics.names
-        self.best_metric = tc["best_metric"] or ("eval/fid" if computes_fid else "eval/reverse_kl")
+        self.best_metric = best_metric(config)
         self.best_value = None  # the best evaluation of best_metric so far (checkpoints/best.npz)
         self.evals_since_best = 0  # evaluations in a row that did not beat best_value (train.patience)
         self.wall_time = 0.0
