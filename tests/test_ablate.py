@@ -210,6 +210,9 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     assert "| `type-r1__weight-1.0__seed-1` | 3 | train.steps | 17 at step 1 | 2.5 | 0.833 |" in report
     assert "- Evaluation: mode metrics (modes, high-quality samples, reverse KL) of 2,500 samples, at the end.\n" \
         in report
+    import matplotlib
+    import PIL
+    assert f"figures drawn with matplotlib {matplotlib.__version__} and Pillow {PIL.__version__} " in report
     figures = sorted(p.name for p in (out / "figures").glob("*.png"))
     assert figures == ["eval-modes.png", "eval-reverse_kl.png", "samples.png"]
     for name in figures:

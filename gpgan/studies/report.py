@@ -418,6 +418,14 @@ def _evaluation_line(sweep):
     return [f"- Evaluation{note}: {what}, {interval}{stop}."]
 
 
+def _drawing_libraries():
+    """"matplotlib X and Pillow Y": the versions that decide the figures' bytes."""
+    import matplotlib
+    import PIL
+
+    return f"matplotlib {matplotlib.__version__} and Pillow {PIL.__version__}"
+
+
 def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     total = len(records)
     count = {}
@@ -426,7 +434,8 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     title = sweep.title or f"Ablation: {sweep.stem}"
     lines = [f"# {title}", ""]
     lines.append(f"Written by `gpgan-ablate` from the sweep file `{os.path.basename(sweep.path)}` "
-                 f"(base config `{sweep.base_text}`).")
+                 f"(base config `{sweep.base_text}`); figures drawn with {_drawing_libraries()} (other "
+                 "versions may draw other bytes).")
     lines.append("")
     order = ["finished", "failed", "interrupted", "unfinished", "not run"]
     order += sorted(s for s in count if s not in order)
