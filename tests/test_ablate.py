@@ -617,6 +617,8 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
     assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |\n" in report  # best
     assert ("**real data**: the real-data floor, cifar10:test (1,017 images) against cifar10:train (5,085 images) "
             "([real.json](../floors/real.json), written by `gpgan-eval real`)") in report  # linked from the report
+    assert "FID from fewer images reads higher: the floor's 1,017 images overstate it against the runs' 2,500 samples." \
+        in report
     assert "eval/modes (final, mean ± std over seeds); dashed: real data (30):" in report
     assert "non-finite means left out; dashed: real data (0.25)):" in report
     assert sorted(drawn) == [("eval-high_quality.png", []), ("eval-modes.png", [("real data", 30.0)]),

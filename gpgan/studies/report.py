@@ -155,9 +155,15 @@ def _real_line(sweep, report_dir):
     """What the real data's row is, with a link to its file (relative to the report folder)."""
     floor, path = sweep.reference_scores, sweep.reference_scores_path
     link = os.path.relpath(os.path.realpath(path), os.path.realpath(report_dir)).replace(os.sep, "/")
+    fewer = ""
+    config = _first_config(sweep)
+    samples = None if config is None else _evaluated_samples(config)
+    if samples is not None and isinstance(floor.get("images"), int) and floor["images"] < samples:
+        fewer = (f" FID from fewer images reads higher: the floor's {floor['images']:,} images overstate it "
+                 f"against the runs' {samples:,} samples.")
     return (f"**{REAL_LABEL}**: the real-data floor, {floor['source']} against {floor['reference']} "
             f"([{os.path.basename(path)}]({link}), written by `gpgan-eval real`): how far real images are from the "
-            "reference by the same metrics; dashed lines in the figures.")
+            f"reference by the same metrics; dashed lines in the figures.{fewer}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -380,6 +386,22 @@ def _machines_lines(records):
     return lines
 
 
+def _first_config(sweep):
+    """The resolved config the sweep asks of its first run, or None where the trainer refuses it
+    (the runs then say why)."""
+    try:
+        return run_config(sweep, expand_runs(sweep)[0])
+    except (OSError, ValueError):
+        return None
+
+
+def _evaluated_samples(config):
+    """Generated samples per evaluation: train.eval_samples for 2-D data, eval.samples for images."""
+    from gpgan.data import is_toy
+
+    return config["train"]["eval_samples"] if is_toy(config["data"]["name"]) else config["eval"]["samples"]
+
+
 _IMAGE_METRIC_NAMES = {"fid": "FID", "kid": "KID", "is": "Inception Score", "pr": f"precision/recall (k = {PR_K})"}
 _EVALUATION_KEYS = ("eval.metrics", "eval.samples", "eval.reference", "train.eval_interval", "train.eval_samples",
                     "train.best_metric", "train.patience", "train.ema.enabled", "data.name", "data.split")
@@ -392,21 +414,19 @@ def _evaluation_line(sweep):
     from gpgan.data import is_toy
     from gpgan.train.config import best_metric
 
-    specs = expand_runs(sweep)
-    try:
-        config = run_config(sweep, specs[0])
-    except (OSError, ValueError):  # a base config the trainer refuses: the runs say why
+    config = _first_config(sweep)
+    if config is None:
         return []
     tc, ec, data = config["train"], config["eval"], config["data"]
     interval = f"every {tc['eval_interval']:,} steps and at the end" if tc["eval_interval"] else "at the end"
     if is_toy(data["name"]):
-        what = f"mode metrics (modes, high-quality samples, reverse KL) of {tc['eval_samples']:,} samples"
+        what = f"mode metrics (modes, high-quality samples, reverse KL) of {_evaluated_samples(config):,} samples"
     elif ec["metrics"]:
         against = ec["reference"] or (f"{data['name']}:{data['split']}" if data["name"] == "cifar10"
                                       else f"the run's own data ({data['name']})")
         generator = "EMA generator" if tc["ema"]["enabled"] else "generator"
         names = ", ".join(_IMAGE_METRIC_NAMES[m] for m in ec["metrics"])
-        what = f"{names} of {ec['samples']:,} samples of the {generator} (fixed noise) against {against}"
+        what = f"{names} of {_evaluated_samples(config):,} samples of the {generator} (fixed noise) against {against}"
     else:
         return []
     stop = f"; `train.patience` {tc['patience']}: a run ends after that many evaluations without a better " \
