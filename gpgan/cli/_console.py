@@ -18,7 +18,8 @@ class Console:
         """Print ``prog: message``; ``after_progress``: start a new line first (after a progress
         bar that Ctrl-C cut off)."""
         if self.speaks():
-            print(f"{chr(10) if after_progress else ''}{self.prog}: {message}", file=sys.stderr)
+            lead = "\n" if after_progress else ""
+            print(f"{lead}{self.prog}: {message}", file=sys.stderr)
 
     def warn(self, message):
         self.say(f"warning: {message}")

@@ -20,6 +20,7 @@ from gpgan.cli._console import Console
 from gpgan.cli._process import configure
 
 CONSOLE = Console("gpgan-eval")
+
 EPILOG = """\
 examples:
   gpgan-eval experiments/r1_cifar/run1                        # FID, KID, IS of 50,000 samples vs the run's data
