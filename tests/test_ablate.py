@@ -1122,8 +1122,9 @@ def test_a_run_that_stopped_early_is_finished_for_a_longer_sweep(tmp_path, real_
 
 
 def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
-    # weight 1e38 overflows the critic's gradients at step 1 (exit 1); stop_after makes the other
-    # runs stop at step 6 with a checkpoint (exit 130), so the second sweep must resume them.
+    # weight 1e38 overflows the critic's gradients at step 1 (exit 3: diverged, not retried);
+    # stop_after makes the other runs stop at step 6 with a checkpoint (exit 130), so the second
+    # sweep must resume them.
     sweep = tmp_path / "tiny.yaml"
     sweep.write_text(REAL_TINY.replace("train.steps: 12", "train.steps: 12\n  train.stop_after: 6")
                      .replace("penalty.type: [r1, wgan_gp]", "penalty.type: [r1]")
@@ -1132,19 +1133,26 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
-    assert rows["1.0"]["status"] == "interrupted" and rows["1e+38"]["status"] == "failed"
+    assert rows["1.0"]["status"] == "interrupted" and rows["1e+38"]["status"] == "diverged"
     report = (out / "REPORT.md").read_text()
     assert re.search(r"- `type-r1__weight-1.0__seed-0`: interrupted, checkpoint at step 6 of 12\n", report)
     assert "non-finite gradient of the critic" in rows["1e+38"]["error"] and "at step 1" in rows["1e+38"]["error"]
     assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
-    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 1
-    assert "started 1, resumed 1; finished 1, failed 1" in capsys.readouterr().out
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
+    assert "skip     type-r1__weight-1e+38__seed-0\n" in capsys.readouterr().out
+    assert main([str(sweep), "--out", str(out), "--jobs", "2"]) == 0  # nothing left to run
+    printed = capsys.readouterr()
+    assert "skipped 1, started 0, resumed 1; finished 1, failed 0" in printed.out
+    assert "diverged: type-r1__weight-1e+38__seed-0: gpgan-train: error: non-finite gradient" in printed.err
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
     assert rows["1.0"]["status"] == "finished" and rows["1.0"]["steps"] == "12"
-    assert rows["1e+38"]["status"] == "failed"
-    failures = (out / "REPORT.md").read_text().split("## Failures", 1)[1]
-    assert "penalty.type=r1, penalty.weight=1e+38" in failures and failures.count("non-finite gradient") == 1
-    assert "penalty.weight=1.0" not in failures
+    assert rows["1e+38"]["status"] == "diverged"
+    report = (out / "REPORT.md").read_text()
+    failures = report.split("## Failures", 1)[1]
+    assert "- **penalty.type=r1, penalty.weight=1e+38** (1/1 runs diverged; diverged train.seed: 0)" in failures
+    assert failures.count("non-finite gradient") == 1 and "penalty.weight=1.0" not in failures
+    assert "(1 finished, 1 diverged)" in report and "## Incomplete runs" not in report
 
 
 def test_best_settings_name_every_tie():

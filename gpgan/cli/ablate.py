@@ -3,8 +3,9 @@
     gpgan-ablate SWEEP.yaml [--jobs N] [--devices 0,1,...] [--out DIR] [--report-only] [--dry-run]
     gpgan-ablate SWEEP.yaml --cluster ray [--ray-address HOST:PORT] [--devices ...] --out SHARED_DIR
 
-Exit status: 0 when every run finished, 1 when some run failed or is unfinished (the report is
-written either way), 2 for a bad sweep file or bad arguments.
+Exit status: 0 when every run finished or diverged (nothing is left to run; a run that diverged,
+gpgan-train's exit 3, is reported and not retried), 1 when some run failed or is unfinished (the
+report is written either way), 2 for a bad sweep file or bad arguments.
 """
 
 import argparse
@@ -182,12 +183,14 @@ def main(argv=None):
     except OSError as exc:
         return CONSOLE.error(f"the report could not be written: {CONSOLE.text(exc)}")
     failed = [r for r in records if r.status == "failed"]
-    incomplete = [r for r in records if r.status not in ("finished", "failed")]
-    print(f"report: {os.path.join(args.report_dir or out, 'REPORT.md')} ({len(records) - len(failed) - len(incomplete)} finished, "
-          f"{len(failed)} failed, {len(incomplete)} not finished)")
-    for rec in failed:
+    diverged = [r for r in records if r.status == "diverged"]
+    incomplete = [r for r in records if r.status not in ("finished", "failed", "diverged")]
+    finished = len(records) - len(failed) - len(diverged) - len(incomplete)
+    print(f"report: {os.path.join(args.report_dir or out, 'REPORT.md')} ({finished} finished, {len(failed)} failed, "
+          + (f"{len(diverged)} diverged, " if diverged else "") + f"{len(incomplete)} not finished)")
+    for rec in failed + diverged:
         last = rec.error.splitlines()[-1] if rec.error else ""
-        print(f"  failed: {rec.spec.name}: {last}", file=sys.stderr)
+        print(f"  {rec.status}: {rec.spec.name}: {last}", file=sys.stderr)
     return 1 if failed or incomplete else 0
 
 

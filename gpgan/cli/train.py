@@ -1,9 +1,10 @@
 """``gpgan-train``: train a GAN from a YAML config into a run folder, resume one, or fork a new run
 from one of its checkpoints.
 
-Exit status: 0 when the run finished (or --dry-run passed), 2 for a bad command line or config, 1
-for other errors (missing data, non-finite losses), 130 when interrupted (a checkpoint was saved;
-the message says how to resume).
+Exit status: 0 when the run finished (or --dry-run passed), 2 for a bad command line or config, 3
+when it diverged (a non-finite loss, penalty or gradient: resuming meets the same step again on the
+same machine and install), 1 for other errors (missing data, a full disk), 130 when interrupted (a
+checkpoint was saved; the message says how to resume).
 """
 import argparse
 import os
@@ -14,6 +15,7 @@ import traceback
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure
 from gpgan.train.config import VOLATILE_KEYS, ConfigError, dump_config
+from gpgan.train.run import EXIT_DIVERGED
 
 EPILOG = """\
 examples:
@@ -37,7 +39,8 @@ one GPU per process), rank 0 alone writes the run folder, and --resume continues
 same N exactly. `mpiexec -n 2 gpgan-train configs/r1_cifar.yaml --device cuda`.
 
 Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
-1 error (missing data, non-finite loss, a full disk), 2 bad command line or config, 130 interrupted.
+1 error (missing data, a full disk), 2 bad command line or config, 3 diverged (a non-finite loss
+or gradient), 130 interrupted.
 """.format(volatile=", ".join(VOLATILE_KEYS[:-1]) + " and " + VOLATILE_KEYS[-1])  # RESUMABLE_CHANGES: train.steps and these
 
 
@@ -130,7 +133,7 @@ def _fit(launch):
                      after_progress=True)
         return 130, True
     except NonFiniteLossError as exc:  # every process reads the same fault record
-        return _error(str(exc)), False
+        return _error(str(exc), EXIT_DIVERGED), False
     except RunWriteError as exc:  # rank 0 alone writes: in a data-parallel run the others wait for it
         if comm is None or comm.size == 1:
             return _error(f"{exc}; free space and resume with: {resume}"), False

@@ -265,6 +265,8 @@ def curve_stats(records, metric):
 
 
 TREND_FRACTION = 0.1
+#: The statuses of runs that ended without finishing (the report's Failures).
+ENDED_BADLY = ("failed", "diverged")
 
 
 def end_trend(curve, fraction=TREND_FRACTION):
@@ -457,7 +459,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
                  f"(base config `{sweep.base_text}`); figures drawn with {_drawing_libraries()} (other "
                  "versions may draw other bytes).")
     lines.append("")
-    order = ["finished", "failed", "interrupted", "unfinished", "not run"]
+    order = ["finished", "failed", "diverged", "interrupted", "unfinished", "not run"]
     order += sorted(s for s in count if s not in order)
     status_text = ", ".join(f"{count[s]} {s}" for s in order if s in count)
     lines.append(f"- Runs: {total} ({status_text}); per-run values are in [results.csv](results.csv).")
@@ -533,18 +535,22 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
 
     lines += _run_lines(records, metrics)
     lines += ["## Failures", ""]
-    failing = [st for st in stats if any(r.status == "failed" for r in st.records)]
+    failing = [st for st in stats if any(r.status in ENDED_BADLY for r in st.records)]
     if not failing:
         lines += ["None.", ""]
+    elif any(r.status == "diverged" for r in records):
+        lines += ["A run that diverged met a non-finite loss or gradient (gpgan-train's exit 3): resumed, it "
+                  "would meet the same step again, so the sweep does not retry it.", ""]
     for st in failing:
-        bad = [r for r in st.records if r.status == "failed"]
+        bad = [r for r in st.records if r.status in ENDED_BADLY]
+        what = " or ".join(status for status in ENDED_BADLY if any(r.status == status for r in bad))
         seeds = ""
         if sweep.seed_axis is not None:
-            seeds = f"; failed {sweep.seed_axis}: " + ", ".join(format_value(r.spec.seed) for r in bad)
-        lines += [f"- **{_describe(st.values) or 'the only setting'}** ({len(bad)}/{len(st.records)} runs failed{seeds}). "
+            seeds = f"; {what} {sweep.seed_axis}: " + ", ".join(format_value(r.spec.seed) for r in bad)
+        lines += [f"- **{_describe(st.values) or 'the only setting'}** ({len(bad)}/{len(st.records)} runs {what}{seeds}). "
                   f"Error of `{bad[0].spec.name}`:", "", "  ```"]
         lines += [f"  {line}" for line in bad[0].error.splitlines()] + ["  ```", ""]
-    incomplete = [r for r in records if r.status not in ("finished", "failed")]
+    incomplete = [r for r in records if r.status not in ("finished",) + ENDED_BADLY]
     if incomplete:
         lines += ["## Incomplete runs", ""]
         for r in incomplete:

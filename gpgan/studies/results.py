@@ -7,7 +7,6 @@ produced the runs.
 """
 
 import csv
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -15,13 +14,13 @@ from dataclasses import dataclass, field
 from gpgan.data import is_toy
 from gpgan.metrics import direction
 from gpgan.schema import get_key, yaml_scalar
-from gpgan.studies.runner import find_run_dir, logs_dir, longer_steps
+from gpgan.studies.runner import find_run_dir, longer_steps, read_failure
 from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config
 from gpgan.train.run import RunFolder
 
 __all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns", "metric_value"]
 
-STATUSES = ("finished", "failed", "interrupted", "unfinished", "not run")
+STATUSES = ("finished", "failed", "diverged", "interrupted", "unfinished", "not run")
 
 
 @dataclass
@@ -29,8 +28,9 @@ class RunRecord:
     """What a sweep knows about one run.
 
     ``status``: "finished", "failed" (last attempt exited non-zero; ``error`` holds the end of its
-    stderr), "interrupted" (last attempt stopped with exit 130 and left a checkpoint: the next
-    sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
+    stderr), "diverged" (last attempt stopped on a non-finite loss or gradient, gpgan-train's exit
+    3: not retried), "interrupted" (last attempt stopped with exit 130 and left a checkpoint: the
+    next sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
     an attempt), "not run", or any other
     status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value;
     ``best_step``: metric name -> the step of its best evaluation (the first, if tied); ``curves``:
@@ -123,19 +123,6 @@ def resolve_metrics(sweep, out_dir):
     return [(n, direction(n)) for n in chosen]
 
 
-def _read_failure(out_dir, name):
-    """(status, error) of the last unsuccessful attempt, from OUT/logs/<name>/failure.json."""
-    try:
-        with open(os.path.join(logs_dir(out_dir, name), "failure.json")) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    status = data.get("status") if data.get("status") in ("failed", "interrupted") else "failed"
-    return status, str(data.get("error") or f"exit code {data.get('returncode')}")
-
-
 def _read_progress(rec, run, sweep_steps=None):
     """Where an unfinished run stands: its newest checkpoint's step, and the steps it is to run
     (``sweep_steps`` where the sweep extends it, else its config's; left None where the folder
@@ -194,7 +181,7 @@ def collect_results(sweep, out_dir, metrics=None):
     for spec in expand_runs(sweep):
         run_dir = find_run_dir(out_dir, spec.name)
         final = _read_final(run_dir)
-        failure = _read_failure(out_dir, spec.name)
+        failure = read_failure(out_dir, spec.name)
         rec = RunRecord(spec=spec, status="not run", run_dir=run_dir)
         if sweep.varied_keys:
             rec.config = _resolved_values(sweep, spec, run_dir, sweep.varied_keys)

@@ -7,13 +7,15 @@ Output folder layout (``OUT`` is the sweep's output folder)::
     OUT/logs/<run name>/stderr.log       (each attempt starts with a "=== gpgan-ablate" line)
     OUT/logs/<run name>/failure.json     written when an attempt fails, removed when one succeeds
 
-A run is skipped when its final.json says ``"status": "finished"``; a run folder without it is
-continued with ``--resume`` when it holds a checkpoint and otherwise cleared and started afresh.
+A run is skipped when its final.json says ``"status": "finished"``, or when its last attempt
+diverged (a non-finite loss or gradient: resumed, it would meet the same step again; delete its
+failure.json to try it anyway). Another run folder is continued with ``--resume`` when it holds
+a checkpoint and otherwise cleared and started afresh.
 A run whose config differs from the sweep's only in a larger ``train.steps`` (the sweep was made
 longer) is extended: resumed from its newest checkpoint with ``--set train.steps=N`` (the same
 as a run made N steps long from the start where no schedule follows ``train.steps`` and the old
 end fell on the evaluation and checkpoint intervals); one that ``train.patience`` ended is not.
-Failed runs are recorded and retried the next time the sweep runs.
+Other failed runs are recorded and retried the next time the sweep runs.
 """
 
 import glob
@@ -32,7 +34,7 @@ from dataclasses import dataclass
 from gpgan.files import make_folder
 from gpgan.studies.sweep import SweepError, expand_runs, override_text, run_config
 from gpgan.studies.trainers import LocalTrainers
-from gpgan.train.run import RunFolder
+from gpgan.train.run import EXIT_DIVERGED, RunFolder
 
 __all__ = [
     "TRAINER_ENV",
@@ -87,6 +89,23 @@ def find_run_dir(out_dir, name):
         return None
     finished = [p for p in candidates if RunFolder(p).is_finished()]
     return (finished or candidates)[0]
+
+
+FAILURE_STATUSES = ("failed", "interrupted", "diverged")
+
+
+def read_failure(out_dir, name):
+    """(status, error) of run ``name``'s last unsuccessful attempt, from OUT/logs/<name>/failure.json
+    (status "failed", "interrupted" or "diverged"), or None."""
+    try:
+        with open(os.path.join(logs_dir(out_dir, name), "failure.json")) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    status = data.get("status") if data.get("status") in FAILURE_STATUSES else "failed"
+    return status, str(data.get("error") or f"exit code {data.get('returncode')}")
 
 
 def run_state(out_dir, name):
@@ -171,8 +190,11 @@ def plan_runs(sweep, out_dir, specs=None):
     plan = []
     for spec in expand_runs(sweep) if specs is None else specs:
         state, run_dir = run_state(out_dir, spec.name)
+        failure = read_failure(out_dir, spec.name) if state != "finished" else None
         steps = longer_steps(sweep, spec, run_dir) if state in ("finished", "resumable") else None
-        if steps is not None:
+        if failure is not None and failure[0] == "diverged":
+            action, steps = "skip", None  # it would diverge again at the same step
+        elif steps is not None:
             action = "extend"
         else:
             action = {"finished": "skip", "absent": "start", "stale": "restart", "resumable": "resume"}[state]
@@ -195,7 +217,7 @@ def stale_message(out_dir, stale):
 class JobResult:
     name: str
     action: str          # "start" (no folder), "restart" (stale folder cleared), "resume", "extend"
-    status: str          # "finished" | "failed" | "interrupted" (exit 130 with a checkpoint)
+    status: str          # "finished" | "failed" | "diverged" (exit 3) | "interrupted" (exit 130 with a checkpoint)
     returncode: int      # None when the trainer never ran
     seconds: float       # wall time of this attempt
     error: str = ""
@@ -219,6 +241,7 @@ class SweepSummary:
         c["finished"] = sum(r.status == "finished" for r in self.results)
         c["failed"] = len(self.failed)
         c["interrupted"] = sum(r.status == "interrupted" for r in self.results)
+        c["diverged"] = sum(r.status == "diverged" for r in self.results)
         return c
 
     def line(self):
@@ -226,6 +249,8 @@ class SweepSummary:
         extended = f", extended {c['extend']}" if c["extend"] else ""
         text = (f"{c['total']} runs: skipped {c['skipped']}, started {c['start'] + c['restart']}, "
                 f"resumed {c['resume']}{extended}; finished {c['finished']}, failed {c['failed']}")
+        if c["diverged"]:
+            text += f", diverged {c['diverged']}"
         if c["interrupted"]:
             text += f", interrupted {c['interrupted']}"
         cpu = [r.cpu_seconds for r in self.results if r.cpu_seconds is not None]
@@ -305,7 +330,7 @@ class _Runner:
             error = "\n".join(tail) or f"exit code {rc} (stderr was empty)"
             # Exit 130 (Ctrl-C, train.stop_after) with a checkpoint: stopped, not broken.
             status = ("interrupted" if rc in (130, -signal.SIGINT) and new_dir is not None
-                      and RunFolder(new_dir).has_checkpoint() else "failed")
+                      and RunFolder(new_dir).has_checkpoint() else "diverged" if rc == EXIT_DIVERGED else "failed")
             with open(failure, "w") as fh:
                 fh.write(json.dumps({"status": status, "returncode": rc, "command": cmd, "error": error}, indent=1)
                          + "\n")
@@ -327,7 +352,9 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
 
     ``devices``: list of CUDA device ids; each job gets one (``CUDA_VISIBLE_DEVICES=<id>`` and
     ``--device cuda``). Without devices the config's device is used. A failing run never stops
-    the sweep: it is returned with status "failed" and recorded in OUT/logs/<name>/failure.json.
+    the sweep: it is returned with status "failed" (or "diverged": gpgan-train's exit 3, a
+    non-finite loss or gradient; the next sweep skips it rather than meet the same step again) and
+    recorded in OUT/logs/<name>/failure.json.
 
     ``cluster="ray"``: each run is a task on the Ray cluster at ``ray_address`` (default: the
     ``RAY_ADDRESS`` environment variable, else the cluster started on this machine), with one GPU

@@ -28,10 +28,13 @@ from gpgan.schema import get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
 
-__all__ = ["RunFolder", "RunNameError", "NotARunError"]
+__all__ = ["RunFolder", "RunNameError", "NotARunError", "EXIT_DIVERGED"]
 
 _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
 STATES = ("finished", "resumable", "stale", "absent")
+#: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
+#: the same machine and install it would meet the same step again, so a sweep does not retry it.
+EXIT_DIVERGED = 3
 
 
 class RunNameError(ValueError):
