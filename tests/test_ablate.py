@@ -1153,6 +1153,11 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     assert "- **penalty.type=r1, penalty.weight=1e+38** (1/1 runs diverged; diverged train.seed: 0)" in failures
     assert failures.count("non-finite gradient") == 1 and "penalty.weight=1.0" not in failures
     assert "(1 finished, 1 diverged)" in report and "## Incomplete runs" not in report
+    # Made with another config (edited `set:`), the diverged run's folder (no checkpoint) is started again.
+    sweep.write_text(sweep.read_text().replace("train.steps: 12", "train.steps: 12\n  optim.critic.lr: 0.0002")
+                     .replace("penalty.weight: [1.0, 1.0e+38]", "penalty.weight: [1.0e+38]"))
+    assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+    assert "restart  type-r1__weight-1e+38__seed-0\n" in capsys.readouterr().out
 
 
 def test_best_settings_name_every_tie():

@@ -180,6 +180,15 @@ def longer_steps(sweep, spec, run_dir):
     return next((d[2] for d in diffs if _is_extension(d)), None)
 
 
+def _same_config(sweep, spec, run_dir):
+    """Whether the run in ``run_dir`` has the config the sweep asks (what it computes: volatile
+    keys aside); False where it cannot be read."""
+    try:
+        return not RunFolder(run_dir).config_differences(run_config(sweep, spec))
+    except (OSError, ValueError):
+        return False
+
+
 def plan_runs(sweep, out_dir, specs=None):
     """``[(spec, action, run folder or None, steps or None)]`` for every run of ``sweep``, in
     order. ``action``: "skip" (finished), "start" (no folder), "restart" (a stale folder, cleared),
@@ -190,9 +199,9 @@ def plan_runs(sweep, out_dir, specs=None):
     plan = []
     for spec in expand_runs(sweep) if specs is None else specs:
         state, run_dir = run_state(out_dir, spec.name)
-        failure = read_failure(out_dir, spec.name) if state != "finished" else None
+        failure = read_failure(out_dir, spec.name) if state in ("resumable", "stale") else None
         steps = longer_steps(sweep, spec, run_dir) if state in ("finished", "resumable") else None
-        if failure is not None and failure[0] == "diverged":
+        if failure is not None and failure[0] == "diverged" and _same_config(sweep, spec, run_dir):
             action, steps = "skip", None  # it would diverge again at the same step
         elif steps is not None:
             action = "extend"
