@@ -69,11 +69,16 @@ sweep file (YAML; every key's type, default and accepted values: docs/studies.md
 
 output folder: runs/<config>/<run>/ (gpgan-train run folders), logs/<run>/ (trainer stdout and
 stderr), results.csv, REPORT.md, figures/. Finished runs are skipped, runs with a checkpoint are
-resumed, failed runs are recorded and retried on the next invocation. A larger train.steps in the
-sweep file extends its runs from their last checkpoint; any other config change is refused.
+resumed, failed runs are recorded and retried on the next invocation, except runs that diverged
+(gpgan-train's exit 3: a non-finite loss or gradient), which would diverge again. A larger
+train.steps in the sweep file extends its runs from their last checkpoint (not those train.patience
+ended); any other config change is refused.
 GPGAN_TRAIN_CMD replaces the trainer command (default: python -m gpgan.cli.train).
 results.csv has a row per run: its axis values, its resolved value of every config key that a
-variant or an adjust rule sets (e.g. loss, penalty.type), and its final and best metrics.
+variant or an adjust rule sets (e.g. loss, penalty.type), its final and best metrics, the step of
+each best value, its steps and why it ended (train.patience or train.steps).
+Exit status: 0 when every run finished or diverged, 1 when some run failed or is unfinished, 2 for
+a bad sweep file or bad arguments.
 
 --cluster ray: every run is a Ray task on an existing cluster (`ray start --head` on one node,
 `ray start --address HEAD:PORT` on the others; pip install -e '.[ray]' on each), with one GPU
