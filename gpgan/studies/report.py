@@ -151,12 +151,12 @@ def _real_row(sweep, metrics, trailing=0):
     return label + [f"{floor['images']:,} images"] + cells + [""] * trailing
 
 
-def _real_line(sweep, report_dir):
-    """What the real data's row is, with a link to its file (relative to the report folder)."""
+def _real_line(sweep, report_dir, config):
+    """What the real data's row is, with a link to its file (relative to the report folder);
+    ``config``: the first run's (:func:`_first_config`), or None."""
     floor, path = sweep.reference_scores, sweep.reference_scores_path
     link = os.path.relpath(os.path.realpath(path), os.path.realpath(report_dir)).replace(os.sep, "/")
     fewer = ""
-    config = _first_config(sweep)
     samples = None if config is None else _evaluated_samples(config)
     if samples is not None and isinstance(floor.get("images"), int) and floor["images"] < samples:
         fewer = (f" FID from fewer images reads higher: the floor's {floor['images']:,} images overstate it "
@@ -409,14 +409,14 @@ _EVALUATION_KEYS = ("eval.metrics", "eval.samples", "eval.reference", "train.eva
                     "train.best_metric", "train.patience", "train.ema.enabled", "data.name", "data.split")
 
 
-def _evaluation_line(sweep):
-    """How the runs were evaluated, from the config the sweep asks of its first run: what is
-    scored, on how many samples of which generator, against what, how often, and what ends a run
-    early (keys an axis, variant or adjust rule sets are said to vary)."""
+def _evaluation_line(sweep, config):
+    """How the runs were evaluated, from ``config``, the one the sweep asks of its first run (None
+    where the trainer refuses it: nothing is said): what is scored, on how many samples of which
+    generator, against what, how often, and what ends a run early (keys an axis, variant or
+    adjust rule sets are said to vary)."""
     from gpgan.data import is_toy
     from gpgan.train.config import best_metric
 
-    config = _first_config(sweep)
     if config is None:
         return []
     tc, ec, data = config["train"], config["eval"], config["data"]
@@ -478,7 +478,8 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         lines.append(f"- Excluded: {_condition(rule)}.")
     for when, settings in sweep.adjust:
         lines.append(f"- Adjusted: {_assignments(settings)} when {_condition(when)}.")
-    lines += _evaluation_line(sweep)
+    first = _first_config(sweep)
+    lines += _evaluation_line(sweep, first)
     lines += _machines_lines(records)
     seeds = f"`{sweep.seed_axis}`" if sweep.seed_axis else "runs (no seed axis)"
     lines.append(f"- Cells: mean ± sample standard deviation over {seeds}, finished runs only; "
@@ -494,7 +495,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
         trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics] + [_ended_by(st.finished)])
-    real = [] if sweep.reference_scores is None else ["", _real_line(sweep, report_dir)]
+    real = [] if sweep.reference_scores is None else ["", _real_line(sweep, report_dir, first)]
     if sweep.reference_scores is not None:
         final_rows.append(_real_row(sweep, metrics, trailing=1))
         best_rows.append(_real_row(sweep, metrics))

@@ -183,8 +183,11 @@ def collect_results(sweep, out_dir, metrics=None):
         final = _read_final(run_dir)
         failure = read_failure(out_dir, spec.name)
         rec = RunRecord(spec=spec, status="not run", run_dir=run_dir)
-        if sweep.varied_keys:
-            rec.config = _resolved_values(sweep, spec, run_dir, sweep.varied_keys)
+        # One read of the run's config: the keys variants set, and for a finished run its data
+        # (whether its samples are images).
+        keys = sweep.varied_keys + (["data.name"] if final is not None and final.get("status") == "finished" else [])
+        resolved = _resolved_values(sweep, spec, run_dir, keys) if keys else {}
+        rec.config = {k: v for k, v in resolved.items() if k in sweep.varied_keys}
         if final is not None and final.get("status") == "finished":
             rec.status = "finished"
             rec.ended_by = "train.patience" if final.get("stop") else "train.steps"
@@ -227,7 +230,7 @@ def collect_results(sweep, out_dir, metrics=None):
                     rec.best_step[name] = next((step for step, v in rec.curves[name] if v == best), None)
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
-            data_name = _resolved_values(sweep, spec, run_dir, ["data.name"]).get("data.name")
+            data_name = resolved.get("data.name")
             rec.image_samples = isinstance(data_name, str) and not is_toy(data_name)
         records.append(rec)
     return records

@@ -141,6 +141,16 @@ def _is_extension(diff):
     return key == "train.steps" and isinstance(old, int) and isinstance(new, int) and new > old
 
 
+def _differences(sweep, spec, run_dir):
+    """The run folder's config differences from what the sweep asks of ``spec``
+    (:meth:`RunFolder.config_differences`), or None where the folder's config cannot be read or
+    the trainer rejects the sweep's."""
+    try:
+        return RunFolder(run_dir).config_differences(run_config(sweep, spec))
+    except (OSError, ValueError):
+        return None
+
+
 def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
     """[(run name, [(key, value in the run's config.yaml, value the sweep asks for)])] for every
     existing run folder (finished or resumable) whose config differs from base + set + axes (e.g.
@@ -156,9 +166,8 @@ def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
         run = RunFolder(run_dir)
         if not run.exists() or run.state() == "stale":  # a stale folder is cleared and started again
             continue
-        try:
-            diffs = run.config_differences(run_config(sweep, spec))
-        except (OSError, ValueError):  # an unreadable folder or a setting the trainer rejects
+        diffs = _differences(sweep, spec, run_dir)
+        if diffs is None:  # an unreadable folder or a setting the trainer rejects: left to the trainer
             continue
         if allow_longer:
             diffs = [d for d in diffs if not _is_extension(d)]
@@ -170,23 +179,10 @@ def config_mismatches(sweep, out_dir, specs=None, allow_longer=False):
 def longer_steps(sweep, spec, run_dir):
     """The sweep's ``train.steps`` for ``spec`` when it is larger than the run's, else None (also
     for a run that ended early by ``train.patience``: more steps would not continue it)."""
-    run = RunFolder(run_dir)
-    try:
-        diffs = run.config_differences(run_config(sweep, spec))
-        if run.stopped_early():
-            return None
-    except (OSError, ValueError):
+    diffs = _differences(sweep, spec, run_dir)
+    if diffs is None or RunFolder(run_dir).stopped_early():
         return None
     return next((d[2] for d in diffs if _is_extension(d)), None)
-
-
-def _same_config(sweep, spec, run_dir):
-    """Whether the run in ``run_dir`` has the config the sweep asks (what it computes: volatile
-    keys aside); False where it cannot be read."""
-    try:
-        return not RunFolder(run_dir).config_differences(run_config(sweep, spec))
-    except (OSError, ValueError):
-        return False
 
 
 def plan_runs(sweep, out_dir, specs=None):
@@ -201,7 +197,7 @@ def plan_runs(sweep, out_dir, specs=None):
         state, run_dir = run_state(out_dir, spec.name)
         failure = read_failure(out_dir, spec.name) if state in ("resumable", "stale") else None
         steps = longer_steps(sweep, spec, run_dir) if state in ("finished", "resumable") else None
-        if failure is not None and failure[0] == "diverged" and _same_config(sweep, spec, run_dir):
+        if failure is not None and failure[0] == "diverged" and _differences(sweep, spec, run_dir) == []:
             action, steps = "skip", None  # it would diverge again at the same step
         elif steps is not None:
             action = "extend"

@@ -23,7 +23,6 @@ depends on the machine's speed (:data:`TIMING_KEYS`).
 """
 import contextlib
 import math
-import os
 
 import numpy
 
@@ -85,7 +84,7 @@ class Monitor:
         of the run are dropped (a resumed run rewrites them), the step's own are kept."""
         if self.writes:
             # A run resumed from step 0 (no checkpoint left) drops all the earlier attempt's events.
-            earlier = step or any(name.startswith("events.out.tfevents") for name in os.listdir(self.run.path))
+            earlier = step or self.run.has_events()
             self.writer = _make_writer(self.run.path, purge_step=step + 1 if earlier else None)
 
     def close(self):

@@ -209,6 +209,13 @@ class RunFolder:
     def has_checkpoint(self):
         return bool(self.checkpoints())
 
+    def has_events(self):
+        """Whether TensorBoard event files (events.out.tfevents.*) are in the folder."""
+        try:
+            return any(name.startswith("events.out.tfevents") for name in os.listdir(self.path))
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+
     def state(self):
         """One of :data:`STATES`: "finished", "resumable", "stale" or "absent"."""
         if not os.path.isdir(self.path):
