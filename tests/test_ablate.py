@@ -243,15 +243,17 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     assert (out / "results.csv").read_text() == csv_text
     assert {name: (out / "figures" / name).read_bytes() for name in figures} == pngs
 
-    # --report-dir: the same report elsewhere, run folders linked relative to it.
+    # --report-dir: the same report elsewhere; results.csv names the run folders relative to --out,
+    # so it is the same file too.
     elsewhere = tmp_path / "reports" / "tiny"
     assert main([str(sweep), "--out", str(out), "--report-only", "--report-dir", str(elsewhere)]) == 0
     assert (elsewhere / "REPORT.md").read_text() == report
     assert sorted(p.name for p in (elsewhere / "figures").glob("*.png")) == figures
     assert not (elsewhere / "runs").exists()
+    assert (elsewhere / "results.csv").read_text() == csv_text
     for r in read_csv(elsewhere / "results.csv"):
-        assert r["run_dir"].startswith("../../out/runs/base/")
-        assert (elsewhere / r["run_dir"] / "final.json").is_file()
+        assert r["run_dir"].startswith("runs/base/")
+        assert (out / r["run_dir"] / "final.json").is_file()
 
 
 def test_failing_setting_is_reported_and_others_finish(tmp_path, fake, capsys):

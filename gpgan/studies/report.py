@@ -462,7 +462,8 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     order = ["finished", "failed", "diverged", "interrupted", "unfinished", "not run"]
     order += sorted(s for s in count if s not in order)
     status_text = ", ".join(f"{count[s]} {s}" for s in order if s in count)
-    lines.append(f"- Runs: {total} ({status_text}); per-run values are in [results.csv](results.csv).")
+    lines.append(f"- Runs: {total} ({status_text}); per-run values are in [results.csv](results.csv) "
+                 "(its `run_dir`: the run's folder under the sweep's output folder).")
     for key, values in sweep.axes.items():
         role = " (seeds)" if key == sweep.seed_axis else ""
         lines.append(f"- Axis `{key}`{role}: " + ", ".join(f"`{format_value(v)}`" for v in values))
@@ -622,7 +623,7 @@ def write_report(sweep, out_dir, report_dir=None):
     make_folder(report_dir)
     metrics = resolve_metrics(sweep, out_dir)
     records = collect_results(sweep, out_dir, metrics)
-    write_results_csv(os.path.join(report_dir, "results.csv"), sweep, records, metrics, report_dir)
+    write_results_csv(os.path.join(report_dir, "results.csv"), sweep, records, metrics, out_dir)
     stats = summarize(sweep, records, metrics)
     panels = _panels(sweep, stats)
     figures = _figures(sweep, report_dir, panels, metrics)

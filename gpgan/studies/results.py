@@ -261,12 +261,13 @@ def _config_cell(config, key):
     return yaml_scalar(value) if isinstance(value, dict) else format_value(value)
 
 
-def write_results_csv(path, sweep, records, metrics, relative_to):
+def write_results_csv(path, sweep, records, metrics, out_dir):
     """results.csv: one row per run (axes, the resolved values of the keys variants and adjust
-    rules set, final and best metrics, steps, wall time, status, run folder relative to
-    ``relative_to`` (the folder results.csv is in), and the error of a failed or interrupted
-    run)."""
-    base = os.path.realpath(relative_to)
+    rules set, final and best metrics, steps, wall time, status, run folder relative to the
+    sweep's ``out_dir``, and the error of a failed or interrupted run). The run folders are named
+    relative to ``out_dir``, not to the folder results.csv is in, so that a report kept apart from
+    its runs (``--report-dir``, e.g. committed) has the same results.csv wherever it lives."""
+    base = os.path.realpath(out_dir)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(csv_columns(sweep, metrics))
