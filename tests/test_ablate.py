@@ -105,6 +105,9 @@ with open(run / "metrics.jsonl", "w") as fh:
 shade = int(40 * seed + 20 * weight) % 256
 size = tuple(int(n) for n in os.environ.get("FAKE_SAMPLE_SIZE", "40x30").split("x"))
 Image.new("RGB", size, (shade, 100, 200)).save(run / "samples" / "final.png")
+if os.environ.get("FAKE_STEP_SAMPLES"):  # samples at every evaluation, as sample_interval = eval_interval
+    for step in range(1, steps):
+        Image.new("RGB", size, (shade, 10 * step, 50)).save(run / "samples" / f"step_{step:06d}.png")
 print("training done")
 (run / "final.json").write_text(json.dumps({"status": "finished", "steps": steps, "wall_time_s": 1.5 + seed,
                                             "final": final, "best": final}))
@@ -171,6 +174,29 @@ def test_sample_tiles_keep_image_grids_near_their_own_resolution(tmp_path, fake,
         # two settings side by side: each cell is the shrunk sample's width plus padding
         assert 2 * cell < tiles.width < 2 * cell + 40, tiles.size
         assert round(596 * cell / 1104) < tiles.height < round(596 * cell / 1104) + 80
+
+
+def test_samples_at_the_best_evaluation_are_tiled_beside_the_final_ones(tmp_path, fake, monkeypatch):
+    """A run that ended past its best evaluation (the fake's modes peak at step 1 of 3) also shows the
+    samples written at that step, labelled with it; without those images only the final tile is drawn."""
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    assert not (out / "figures" / "samples_best.png").exists()
+
+    monkeypatch.setenv("FAKE_STEP_SAMPLES", "1")
+    out = tmp_path / "with_steps"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    report = (out / "REPORT.md").read_text()
+    assert "samples at each run's best eval/modes per setting" in report
+    assert "figures/samples_best.png" in report
+    with Image.open(out / "figures" / "samples_best.png") as best, Image.open(out / "figures" / "samples.png") as final:
+        assert best.width > final.width  # the labels name the step
+        colours = {c for _, c in best.convert("RGB").getcolors(1 << 16)}
+        final_colours = {c for _, c in final.convert("RGB").getcolors(1 << 16)}
+    shades = [int(20 * 1.0) % 256, int(20 * 1.0) % 256]  # seed 0, weight 1 for both settings
+    assert (shades[0], 10, 50) in colours and (shades[0], 10, 50) not in final_colours     # step 1's samples
+    assert (shades[0], 100, 200) in final_colours and (shades[0], 100, 200) not in colours  # final.png's
 
 
 def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):

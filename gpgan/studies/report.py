@@ -217,35 +217,53 @@ def _figures(sweep, out_dir, panels, metrics):
                               f"{dotted}{real})", rel))
 
         # Sample tiles: rows = series values, columns = x values (first finished seed of each).
-        cells, images = [], False
-        for st in settings:
-            done = [r for r in st.finished if r.sample is not None]
-            if not done:
+        # The samples at each run's best evaluation come second, where some run ended past it.
+        first = metrics[0][0] if metrics else None
+        for kind in ("final", "best"):
+            if kind == "best" and not any(r.best_sample not in (None, r.sample) for st in settings
+                                          for r in st.finished):
                 continue
-            s = st.values.get(sweep.series_axis) if sweep.series_axis else None
-            x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
-            row = next(i for i, v in enumerate(series_values) if format_value(v) == format_value(s))
-            if x is IGNORED or not x_values:
-                col = 0 if x_values else sum(1 for c in cells if c[0] == row)
-            else:
-                col = next(i for i, v in enumerate(x_values) if format_value(v) == format_value(x))
-            label = ", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
-            seed = done[0].spec.seed
-            if sweep.seed_axis is not None:
-                label += f" (seed {format_value(seed)})"
-            cells.append((row, col, label, done[0].sample))
-            images = images or done[0].image_samples
-        if cells:
-            # Drop rows/columns with no image so the tile stays compact.
-            rows = sorted({c[0] for c in cells})
-            cols = sorted({c[1] for c in cells})
-            cells = [(rows.index(r), cols.index(c), lab, p) for r, c, lab, p in cells]
-            rel = f"figures/samples{suffix}.png"
-            if sample_tiles(os.path.join(out_dir, rel), cells, title=f"final samples, {heading}" if pv else "final samples",
-                            tile=IMAGE_TILE if images else TILE):
-                items.append(("final samples per setting", rel))
+            rel = f"figures/samples{'' if kind == 'final' else '_best'}{suffix}.png"
+            what = "final samples" if kind == "final" else f"samples at each run's best {first}"
+            if _sample_tile(sweep, settings, os.path.join(out_dir, rel), kind, f"{what}, {heading}" if pv else what,
+                            x_values, series_values, pv):
+                items.append((f"{what} per setting", rel))
         out.append((heading, items))
     return out
+
+
+def _sample_tile(sweep, settings, path, kind, title, x_values, series_values, pv):
+    """One tile of each setting's samples (rows: series values, columns: x values; the first
+    finished seed of each setting): ``kind`` "final" (samples/final.png) or "best" (the samples
+    written at the run's best evaluation of the report's first metric, labelled with its step).
+    Returns False when no run has such samples."""
+    cells, images = [], False
+    for st in settings:
+        done = [r for r in st.finished if (r.sample if kind == "final" else r.best_sample) is not None]
+        if not done:
+            continue
+        rec = done[0]
+        s = st.values.get(sweep.series_axis) if sweep.series_axis else None
+        x = st.values.get(sweep.x_axis, IGNORED) if sweep.x_axis else IGNORED
+        row = next(i for i, v in enumerate(series_values) if format_value(v) == format_value(s))
+        if x is IGNORED or not x_values:
+            col = 0 if x_values else sum(1 for c in cells if c[0] == row)
+        else:
+            col = next(i for i, v in enumerate(x_values) if format_value(v) == format_value(x))
+        label = ", ".join(_val(v) for k, v in st.values.items() if k not in pv and v is not IGNORED)
+        if sweep.seed_axis is not None:
+            label += f" (seed {format_value(rec.spec.seed)})"
+        if kind == "best":
+            label += f", step {rec.best_sample_step:,}"
+        cells.append((row, col, label, rec.sample if kind == "final" else rec.best_sample))
+        images = images or rec.image_samples
+    if not cells:
+        return False
+    # Drop rows/columns with no image so the tile stays compact.
+    rows = sorted({c[0] for c in cells})
+    cols = sorted({c[1] for c in cells})
+    cells = [(rows.index(r), cols.index(c), lab, p) for r, c, lab, p in cells]
+    return sample_tiles(path, cells, title=title, tile=IMAGE_TILE if images else TILE)
 
 
 def curve_stats(records, metric):

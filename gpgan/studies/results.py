@@ -49,6 +49,8 @@ class RunRecord:
     wall_time_s: float = None
     error: str = ""
     sample: str = None                           # samples/final.png, when there is one
+    best_sample: str = None                      # the samples written at best_sample_step, when there are
+    best_sample_step: int = None                 # the step of the best evaluation of the first metric
     image_samples: bool = False                  # the sample is a grid of images (not 2-D points)
     curves: dict = field(default_factory=dict)   # metric -> [(step, value)]
     machines: tuple = ()                         # the manifest's device_name, first start and resumes
@@ -230,10 +232,25 @@ def collect_results(sweep, out_dir, metrics=None):
                     rec.best_step[name] = next((step for step, v in rec.curves[name] if v == best), None)
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
+            _find_best_sample(rec, folder, metrics)
             data_name = resolved.get("data.name")
             rec.image_samples = isinstance(data_name, str) and not is_toy(data_name)
         records.append(rec)
     return records
+
+
+def _find_best_sample(rec, folder, metrics):
+    """The samples a finished run wrote at its best evaluation of the first metric: final.png when
+    that was the last step, else samples/step_N.png if the sample interval hit that step."""
+    step = rec.best_step.get(metrics[0][0]) if metrics else None
+    if step is None:
+        return
+    rec.best_sample_step = step
+    if step == rec.steps:
+        rec.best_sample = rec.sample
+    else:
+        path = folder.sample_path(step)
+        rec.best_sample = path if os.path.isfile(path) else None
 
 
 def csv_columns(sweep, metrics):
