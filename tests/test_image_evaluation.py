@@ -101,6 +101,32 @@ def test_logged_scores_are_the_ema_generators_on_its_own_fixed_noise(runs, monke
         assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
 
 
+def test_training_logs_density_and_coverage_against_a_folder_reference(runs, tmp_path):
+    """eval.metrics: [fid, dc] with a 12-image folder as eval.reference (dc needs more than 5):
+    both scores at every evaluation, the best of each in final.json by its direction (higher)."""
+    folder = tmp_path / "twelve"
+    folder.mkdir()
+    for i, picture in enumerate(np.random.default_rng(3).integers(0, 256, (12, 32, 32, 3), dtype=np.uint8)):
+        Image.fromarray(picture).save(folder / f"{i:02d}.png")
+    env = dict(os.environ, HOME=str(runs.home), GPGAN_INCEPTION_WEIGHTS=str(runs.weights), OPENBLAS_NUM_THREADS="1",
+               PYTHONPATH=ROOT)
+    extra = ["eval.metrics=fid,dc", "eval.samples=8", "train.eval_interval=2", f"eval.reference={folder}"]
+    proc = subprocess.run([sys.executable, "-m", "gpgan.cli.train", R1_CIFAR,
+                           *sets(TINY + [f"data.root={runs.cifar}"] + extra), "--out", str(tmp_path / "exp"),
+                           "--name", "dc", "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "exp" / "r1_cifar" / "dc"
+    records = metrics(run)
+    assert [r["step"] for r in records] == [2, 4]
+    for record in records:
+        assert [k for k in record if k.startswith("eval")] == ["eval/fid", "eval/density", "eval/coverage"]
+        assert record["eval/density"] >= 0 and 0 <= record["eval/coverage"] <= 1
+    best = json.loads((run / "final.json").read_text())["best"]
+    assert best["eval/density"] == max(r["eval/density"] for r in records)
+    assert best["eval/coverage"] == max(r["eval/coverage"] for r in records)
+    assert json.loads((run / "manifest.json").read_text())["image_metrics"]["reference"] == f"{folder} (12 images)"
+
+
 @pytest.fixture
 def offline(tmp_path, monkeypatch):
     """No Inception weights anywhere, and no network."""
@@ -211,12 +237,36 @@ def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs,
                         real=load_cifar10(str(runs.cifar))[0]), rel=1e-12)
 
 
+def test_gpgan_eval_density_and_coverage_against_a_folder(runs, pixel_network, tmp_path, capsys):
+    """dc through the command line: against a folder of 12 images (dc needs more than 5), the
+    same numbers as the scoring function on the pixel network's features, printed by name; against
+    the run's 5-image reference, a one-line error."""
+    folder = tmp_path / "twelve"
+    folder.mkdir()
+    pictures = np.random.default_rng(2).integers(0, 256, (12, 32, 32, 3), dtype=np.uint8)
+    for i, picture in enumerate(pictures):
+        Image.fromarray(picture).save(folder / f"{i:02d}.png")
+    assert eval_cli.main([str(runs.m), "--n", "8", "--metrics", "dc,pr", "--ref", str(folder), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    written = json.loads((runs.m / "eval_000004.json").read_text())
+    want = expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["pr", "dc"], 8,
+                           real=pictures.transpose(0, 3, 1, 2))
+    assert list(written["scores"]) == ["eval/precision", "eval/recall", "eval/density", "eval/coverage"]
+    assert written["scores"] == pytest.approx(want, rel=1e-12)
+    assert [line.split()[0] for line in out.splitlines()[1:]] == ["precision", "recall", "density", "coverage"]
+    assert eval_cli.main([str(runs.m), "--n", "8", "--metrics", "dc", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert ("the reference cifar10:train (5 images) has 5 images; density and coverage (dc) need more than 5 "
+            "images") in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("args, message", [
-    (["--metrics", "fid,lpips"], "--metrics 'fid,lpips': unknown image metric 'lpips'; accepted: fid, kid, is, pr"),
-    (["--metrics", "kid", "--ref", "s.npz"], "--metrics kid: kid and pr compare features, but --ref s.npz is a "
+    (["--metrics", "fid,lpips"], "--metrics 'fid,lpips': unknown image metric 'lpips'; accepted: fid, kid, is, pr, dc"),
+    (["--metrics", "kid", "--ref", "s.npz"], "--metrics kid: kid, pr and dc compare features, but --ref s.npz is a "
                                              "statistics file"),
     (["--n", "1"], "--n must be at least 2"),
     (["--metrics", "pr", "--n", "3"], "--n 3: precision and recall (pr) need more than 3 samples"),
+    (["--metrics", "fid,dc", "--n", "5"], "--n 5: density and coverage (dc) need more than 5 samples"),
     (["--ref", "cifar10:valid"], "--ref: reference 'cifar10:valid': CIFAR-10's split is train or test"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
 ])

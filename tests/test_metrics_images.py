@@ -9,7 +9,7 @@ import pytest
 from PIL import Image
 
 from gpgan.metrics import images
-from gpgan.metrics.images import check_metrics, metric_keys, needs_features, score_features
+from gpgan.metrics.images import check_metrics, check_sample_count, metric_keys, needs_features, score_features
 from gpgan.metrics.reference import (
     Reference,
     dataset_features,
@@ -20,7 +20,8 @@ from gpgan.metrics.reference import (
     save_statistics,
     statistics_path,
 )
-from gpgan.metrics.scores import feature_statistics, frechet_distance, inception_score, kid, precision_recall
+from gpgan.metrics.scores import (density_coverage, feature_statistics, frechet_distance, inception_score, kid,
+                                  precision_recall)
 from helpers import PixelNetwork
 
 
@@ -44,8 +45,9 @@ def test_metric_names_keys_and_errors():
     assert check_metrics("pr, FID,kid") == ["fid", "kid", "pr"]  # canonical order
     assert check_metrics(["is"]) == ["is"]
     assert metric_keys(["pr", "kid"]) == ["eval/kid", "eval_std/kid", "eval/precision", "eval/recall"]
-    assert needs_features(["fid", "pr"]) and not needs_features(["fid", "is"])
-    with pytest.raises(ValueError, match=r"unknown image metric 'lpips'; accepted: fid, kid, is, pr"):
+    assert needs_features(["fid", "pr"]) and needs_features(["dc"]) and not needs_features(["fid", "is"])
+    assert metric_keys(["dc", "fid"]) == ["eval/fid", "eval/density", "eval/coverage"]
+    with pytest.raises(ValueError, match=r"unknown image metric 'lpips'; accepted: fid, kid, is, pr, dc"):
         check_metrics("fid,lpips")
     with pytest.raises(ValueError, match="no image metric named"):
         check_metrics(" , ")
@@ -64,6 +66,18 @@ def test_scores_by_name_equal_the_score_functions(rng):
     chosen = np.sort(np.random.RandomState(images.KID_SEED).choice(50, 30, replace=False))
     assert (got["eval/precision"], got["eval/recall"]) == precision_recall(real[chosen], fake["pool3"], k=3)
     assert score_features(["pr"], fake, ref) == {k: got[k] for k in ("eval/precision", "eval/recall")}
+    # Density and coverage: the same subset, k = 5.
+    dc = score_features(["dc"], fake, ref)
+    assert (dc["eval/density"], dc["eval/coverage"]) == density_coverage(real[chosen], fake["pool3"], k=5)
+
+
+def test_nearest_neighbour_metrics_name_the_samples_they_need():
+    check_sample_count(["pr"], 4)
+    check_sample_count(["fid", "kid"], 2)
+    with pytest.raises(ValueError, match=r"^precision and recall \(pr\) need more than 3 samples$"):
+        check_sample_count(["pr", "dc"], 3, "samples")
+    with pytest.raises(ValueError, match=r"^density and coverage \(dc\) need more than 5 images$"):
+        check_sample_count(["fid", "pr", "dc"], 5)
 
 
 def test_small_sets_cap_kid_subsets_and_is_splits(rng):

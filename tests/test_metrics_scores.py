@@ -1,5 +1,7 @@
 """FID against closed forms, KID / IS / precision-recall against naive implementations of
-torch-fidelity's formulas, and (optional) against scipy and torch-fidelity themselves."""
+torch-fidelity's formulas, density and coverage against a naive implementation, a hand-worked case,
+their expectations for one distribution and the prdc package's numbers (a committed fixture), and
+(optional) against scipy, torch-fidelity and prdc themselves."""
 import importlib.util
 import itertools
 import math
@@ -9,7 +11,10 @@ import numpy as np
 import pytest
 
 from gpgan.metrics import scores
-from gpgan.metrics.scores import feature_statistics, fid, frechet_distance, inception_score, kid, precision_recall
+from gpgan.metrics.scores import (density_coverage, feature_statistics, fid, frechet_distance, inception_score, kid,
+                                  precision_recall)
+
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 
 def random_spd(rng, d, rank=None):
@@ -230,6 +235,80 @@ def test_precision_recall_of_identical_sets_and_errors(rng):
         precision_recall(np.full((5, 3), np.inf), x)
 
 
+# -- density and coverage ----------------------------------------------------------------------------
+def naive_density_coverage(real, fake, k):
+    dist = np.sqrt(((real[:, None, :] - fake[None, :, :]) ** 2).sum(axis=2))          # (real, fake)
+    radius = np.sort(np.sqrt(((real[:, None, :] - real[None, :, :]) ** 2).sum(axis=2)), axis=1)[:, k]
+    density = sum(sum(dist[i, j] < radius[i] for i in range(len(real))) for j in range(len(fake))) / (k * len(fake))
+    coverage = np.mean([dist[i].min() < radius[i] for i in range(len(real))])
+    return density, coverage
+
+
+@pytest.mark.parametrize("batch_size", [7, 2048])
+@pytest.mark.parametrize("k", [1, 3, 5])
+def test_density_coverage_equal_the_naive_definition(batch_size, k, rng):
+    real = rng.standard_normal((60, 4))
+    fake = rng.standard_normal((45, 4)) * 1.5 + 0.7
+    got = density_coverage(real, fake, k=k, batch_size=batch_size)
+    assert got == pytest.approx(naive_density_coverage(real, fake, k), abs=1e-15)
+    assert 0 < got[0] and 0 < got[1] < 1
+
+
+def test_density_coverage_by_hand_count_a_radius_as_outside():
+    """Reals 0, 1, 2, 3 on a line, k = 1: every radius is 1. Generated 0.5 lies in two balls, 1.0 in
+    one (it is at distance exactly 1 from 0 and 2: outside, as prdc's strict < has it), 10 in none:
+    density (2 + 1 + 0) / 3 = 1. Reals 0 and 1 have a generated sample within 1, 2 and 3 do not."""
+    real = np.array([[0.0], [1.0], [2.0], [3.0]])
+    fake = np.array([[0.5], [1.0], [10.0]])
+    assert density_coverage(real, fake, k=1) == (1.0, 0.5)
+
+
+def test_density_coverage_of_one_distribution_meet_their_expectations(rng):
+    """Naeem et al.'s Lemmas 1 and 2: for real and generated samples from one distribution, density
+    has expectation 1 and coverage 1 - prod_{i=1..k} (N - i) / (N + M - i) (N real, M generated)."""
+    n, m, k = 1500, 1000, 5
+    densities, coverages = [], []
+    for _ in range(3):
+        d, c = density_coverage(rng.standard_normal((n, 3)), rng.standard_normal((m, 3)), k=k)
+        densities.append(d)
+        coverages.append(c)
+    expected_coverage = 1 - np.prod([(n - i) / (n + m - i) for i in range(1, k + 1)])
+    assert np.mean(densities) == pytest.approx(1.0, abs=0.03)
+    assert np.mean(coverages) == pytest.approx(expected_coverage, abs=0.01)
+    # Mode collapse (every generated sample near one point of high real density): about as many
+    # real balls hold each generated sample, but almost no real ball holds one.
+    d, c = density_coverage(rng.standard_normal((n, 3)), 0.01 * rng.standard_normal((m, 3)), k=k)
+    assert 0.5 < d < 2 and c < 0.02
+    # The real samples themselves: each real ball strictly holds its own centre and k - 1 others
+    # (the k-th neighbour is on its edge, where rounding may tip a distance either way: the radii's
+    # products and these are different BLAS calls), so about N k memberships in all.
+    real = rng.standard_normal((n, 3))
+    d, c = density_coverage(real, real.copy(), k=k)
+    assert d == pytest.approx(1.0, abs=1e-3) and c == 1.0
+    # Generated samples away from the real ones: inside no ball.
+    assert density_coverage(real, rng.standard_normal((m, 3)) + 20, k=k) == (0.0, 0.0)
+
+
+def test_density_coverage_equal_prdc():
+    """The numbers of Naeem et al.'s prdc package (scripts/make_prdc_fixture.py wrote them), Gaussian
+    features and integer-grid features whose distances often equal a radius exactly."""
+    with np.load(os.path.join(FIXTURES, "prdc_reference.npz"), allow_pickle=False) as ref:
+        for name in ("gauss", "grid"):
+            for k, density, coverage in zip(ref["ks"], ref[f"{name}_density"], ref[f"{name}_coverage"]):
+                got = density_coverage(ref[f"{name}_real"], ref[f"{name}_fake"], k=int(k), batch_size=33)
+                assert got == pytest.approx((density, coverage), rel=1e-12), (name, k)
+
+
+def test_density_coverage_errors(rng):
+    x = rng.standard_normal((20, 3))
+    with pytest.raises(ValueError, match=r"the real set needs more than k=5 samples, got 5"):
+        density_coverage(x[:5], x)
+    with pytest.raises(ValueError, match="real_feats has 3 features per sample but fake_feats has 2"):
+        density_coverage(x, x[:, :2])
+    with pytest.raises(ValueError, match="fake_feats holds NaN or infinite values"):
+        density_coverage(x, np.full((4, 3), np.nan))
+
+
 # -- optional: torch-fidelity itself -------------------------------------------------------------------
 def _torch_fidelity(module):
     torch = pytest.importorskip("torch")
@@ -270,3 +349,12 @@ def test_precision_recall_equal_torch_fidelity(rng):
     # torch-fidelity's convention: features_1 generated, features_2 real.
     want = metric.calculate_precision_recall_full(torch.tensor(fake), torch.tensor(real), 3, 10000)
     assert precision_recall(real, fake, k=3, batch_size=64) == pytest.approx(want, rel=1e-7)  # torch: float32 mean
+
+
+def test_density_coverage_equal_prdc_itself(rng):
+    prdc = pytest.importorskip("prdc")
+    real = rng.standard_normal((300, 32))
+    fake = rng.standard_normal((250, 32)) * 1.3 + 0.2
+    want = prdc.compute_prdc(real, fake, 5)
+    assert density_coverage(real, fake, k=5, batch_size=64) == pytest.approx((want["density"], want["coverage"]),
+                                                                             rel=1e-12)

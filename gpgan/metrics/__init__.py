@@ -1,4 +1,5 @@
-"""Metrics: mode coverage of 2-D toy mixtures, image quality (FID, KID, IS, precision/recall), and
+"""Metrics: mode coverage of 2-D toy mixtures, image quality (FID, KID, IS, precision/recall,
+density/coverage), and
 which way each metric improves.
 
 Image metrics take features from pytorch-fid's FID Inception-v3 (:class:`InceptionV3`, run with
@@ -15,7 +16,8 @@ or by name, against a reference as users name it (:mod:`gpgan.metrics.images`)::
     scores = score_features(["fid", "kid", "is"], fake, ref)   # {"eval/fid": ..., "eval/kid": ...}
 """
 from gpgan.metrics.direction import direction, is_better
-from gpgan.metrics.images import IMAGE_METRICS, METRIC_KEYS, check_metrics, metric_keys, needs_features, score_features
+from gpgan.metrics.images import (IMAGE_METRICS, METRIC_KEYS, check_metrics, check_sample_count, metric_keys,
+                                  needs_features, score_features)
 from gpgan.metrics.inception import InceptionV3, InceptionWeightsError
 from gpgan.metrics.reference import (
     Reference,
@@ -28,14 +30,15 @@ from gpgan.metrics.reference import (
     save_statistics,
     statistics_path,
 )
-from gpgan.metrics.scores import feature_statistics, fid, frechet_distance, inception_score, kid, precision_recall
+from gpgan.metrics.scores import (density_coverage, feature_statistics, fid, frechet_distance, inception_score, kid,
+                                  precision_recall)
 from gpgan.metrics.toy import DEFAULT_NUM_SAMPLES, mode_metrics, nearest_modes
 
 __all__ = [
     "DEFAULT_NUM_SAMPLES", "mode_metrics", "nearest_modes", "direction", "is_better",
     "InceptionV3", "InceptionWeightsError",
     "feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
-    "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
+    "density_coverage", "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
     "dataset_features", "features_path", "Reference", "parse_reference", "load_reference",
-    "IMAGE_METRICS", "METRIC_KEYS", "check_metrics", "metric_keys", "needs_features", "score_features",
+    "IMAGE_METRICS", "METRIC_KEYS", "check_metrics", "check_sample_count", "metric_keys", "needs_features", "score_features",
 ]

@@ -6,7 +6,8 @@ __all__ = ["direction", "is_better", "KNOWN"]
 
 #: metrics whose direction is known by name ("max": higher is better)
 KNOWN = {"eval/modes": "max", "eval/high_quality": "max", "eval/reverse_kl": "min",
-         "eval/fid": "min", "eval/kid": "min", "eval/is": "max", "eval/precision": "max", "eval/recall": "max"}
+         "eval/fid": "min", "eval/kid": "min", "eval/is": "max", "eval/precision": "max", "eval/recall": "max",
+         "eval/density": "max", "eval/coverage": "max"}
 
 # Names that read as costs are minimized; every other metric is maximized.
 _MINIMIZED = re.compile(r"(kl|loss|fid|kid|divergence|distance|error|time)", re.IGNORECASE)

@@ -13,6 +13,8 @@ name     keys                                        compares
 ``pr``   ``eval/precision``, ``eval/recall``         pool3 features, k = 3, against a fixed random
                                                      subset of as many reference images as generated
                                                      ones (Kynkaanniemi et al. compare equal numbers)
+``dc``   ``eval/density``, ``eval/coverage``         pool3 features, k = 5 (Naeem et al.), against
+                                                     the same subset as ``pr``
 =======  ==========================================  ===============================================
 
 The spreads (standard deviations over KID's subsets and IS's splits) are logged as ``eval_std/...``
@@ -21,22 +23,27 @@ ranks ``eval/`` metrics (final.json's ``best``, the best checkpoint, the sweep r
 """
 import numpy
 
-from gpgan.metrics.scores import KID_SEED, feature_statistics, frechet_distance, inception_score, kid, precision_recall
+from gpgan.metrics.scores import (KID_SEED, density_coverage, feature_statistics, frechet_distance, inception_score,
+                                  kid, precision_recall)
 
-__all__ = ["IMAGE_METRICS", "METRIC_KEYS", "NEEDS_FEATURES", "check_metrics", "metric_keys", "needs_features",
-           "score_features", "KID_MAX_SUBSET", "KID_SUBSETS", "IS_SPLITS", "PR_K"]
+__all__ = ["IMAGE_METRICS", "METRIC_KEYS", "NEEDS_FEATURES", "check_metrics", "check_sample_count", "metric_keys",
+           "needs_features", "score_features", "KID_MAX_SUBSET", "KID_SUBSETS", "IS_SPLITS", "PR_K", "DC_K"]
 
 #: the image metrics, in the order they are computed and shown
-IMAGE_METRICS = ("fid", "kid", "is", "pr")
+IMAGE_METRICS = ("fid", "kid", "is", "pr", "dc")
 #: name -> the keys of metrics.jsonl / final.json / eval_<step>.json it writes
 METRIC_KEYS = {"fid": ("eval/fid",), "kid": ("eval/kid", "eval_std/kid"), "is": ("eval/is", "eval_std/is"),
-               "pr": ("eval/precision", "eval/recall")}
+               "pr": ("eval/precision", "eval/recall"), "dc": ("eval/density", "eval/coverage")}
 #: the metrics that need the reference images' features, not only their mean and covariance
-NEEDS_FEATURES = ("kid", "pr")
+NEEDS_FEATURES = ("kid", "pr", "dc")
 KID_MAX_SUBSET = 1000
 KID_SUBSETS = 100
 IS_SPLITS = 10
 PR_K = 3
+DC_K = 5
+#: the nearest-neighbour metrics: what they are called in messages, and their k (each set they
+#: draw balls around needs more than k samples)
+_NEIGHBOUR_METRICS = {"pr": ("precision and recall (pr)", PR_K), "dc": ("density and coverage (dc)", DC_K)}
 
 
 def check_metrics(names):
@@ -52,7 +59,7 @@ def check_metrics(names):
     unknown = [n for n in names if n not in IMAGE_METRICS]
     if unknown:
         raise ValueError(f"unknown image metric {', '.join(repr(n) for n in unknown)}; accepted: "
-                         f"{', '.join(IMAGE_METRICS)} (pr: precision and recall)")
+                         f"{', '.join(IMAGE_METRICS)} (pr: precision and recall; dc: density and coverage)")
     if not names:
         raise ValueError(f"no image metric named; accepted: {', '.join(IMAGE_METRICS)}")
     return [n for n in IMAGE_METRICS if n in names]
@@ -64,8 +71,19 @@ def metric_keys(names):
 
 
 def needs_features(names):
-    """Whether any of ``names`` needs the reference's features (KID, precision/recall)."""
+    """Whether any of ``names`` needs the reference's features (KID, precision/recall,
+    density/coverage)."""
     return any(n in NEEDS_FEATURES for n in check_metrics(names))
+
+
+def check_sample_count(names, count, unit="images"):
+    """Raise ValueError("precision and recall (pr) need more than 3 images") when ``count`` samples
+    (of the reference, or generated: the reference is cut to as many) are too few for one of the
+    nearest-neighbour metrics among ``names``; callers put what was counted before it."""
+    for name in check_metrics(names) if names else []:
+        if name in _NEIGHBOUR_METRICS and count <= _NEIGHBOUR_METRICS[name][1]:
+            label, k = _NEIGHBOUR_METRICS[name]
+            raise ValueError(f"{label} need more than {k} {unit}")
 
 
 def score_features(names, fake, reference):
@@ -83,15 +101,16 @@ def score_features(names, fake, reference):
 
     Raises:
         ValueError: too few generated or reference samples for a metric (FID and KID need 2,
-            precision/recall more than 3), or a reference without the features a metric needs.
+            precision/recall more than 3, density/coverage more than 5), or a reference without
+            the features a metric needs.
     """
     names = check_metrics(names)
     pool3 = fake["pool3"]
     n = len(pool3)
     scores = {}
     if any(m in NEEDS_FEATURES for m in names) and reference.features is None:
-        raise ValueError(f"KID and precision/recall need the reference's features; {reference.description} has "
-                         "only mu and sigma")
+        raise ValueError(f"KID, precision/recall and density/coverage need the reference's features; "
+                         f"{reference.description} has only mu and sigma")
     if "fid" in names:
         scores["eval/fid"] = frechet_distance(*feature_statistics(pool3), reference.mu, reference.sigma)
     if "kid" in names:
@@ -103,9 +122,12 @@ def score_features(names, fake, reference):
             raise ValueError("the Inception Score needs the classifier's logits, and these features have none "
                              "(Inception weights without the classifier)")
         scores["eval/is"], scores["eval_std/is"] = inception_score(fake["logits"], splits=min(IS_SPLITS, n))
-    if "pr" in names:
+    if "pr" in names or "dc" in names:
         real = reference.features
         if len(real) > n:  # the same subset at every evaluation: scores over training are comparable
             real = real[numpy.sort(numpy.random.RandomState(KID_SEED).choice(len(real), n, replace=False))]
-        scores["eval/precision"], scores["eval/recall"] = precision_recall(real, pool3, k=PR_K)
+        if "pr" in names:
+            scores["eval/precision"], scores["eval/recall"] = precision_recall(real, pool3, k=PR_K)
+        if "dc" in names:
+            scores["eval/density"], scores["eval/coverage"] = density_coverage(real, pool3, k=DC_K)
     return scores

@@ -1,4 +1,5 @@
-"""Scores on Inception features (float64 NumPy): FID, KID, Inception Score, precision and recall.
+"""Scores on Inception features (float64 NumPy): FID, KID, Inception Score, precision and recall,
+density and coverage.
 
 The definitions follow the reference code, so numbers are comparable with published ones:
 
@@ -11,6 +12,8 @@ The definitions follow the reference code, so numbers are comparable with publis
   p(y))`` per split of the samples, over the 1008 logits.
 * Precision and recall (Kynkaanniemi et al. 2019; torch-fidelity): the fraction of generated
   samples inside the union of the real samples' k-nearest-neighbour balls, and vice versa.
+* Density and coverage (Naeem et al. 2020; their ``prdc`` package): how many real balls hold each
+  generated sample, and the fraction of real balls that hold one.
 
 Distances and kernels are computed in tiles of ``batch_size`` rows, so memory stays bounded
 whatever the number of samples.
@@ -19,7 +22,8 @@ import warnings
 
 import numpy
 
-__all__ = ["feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall"]
+__all__ = ["feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
+           "density_coverage"]
 
 KID_SEED = 2020  # torch-fidelity's default rng_seed
 
@@ -261,3 +265,51 @@ def precision_recall(real_feats, fake_feats, k=3, batch_size=2048):
     precision = _fraction_inside(fake, real, _knn_radii_sq(real, k, batch_size), batch_size)
     recall = _fraction_inside(real, fake, _knn_radii_sq(fake, k, batch_size), batch_size)
     return precision, recall
+
+
+# -- density and coverage ----------------------------------------------------------------------------
+def density_coverage(real_feats, fake_feats, k=5, batch_size=2048):
+    """Density and coverage (Naeem et al. 2020), as their ``prdc`` package computes them.
+
+    Only the real samples' balls are used (each reaches its k-th nearest neighbour among the real
+    samples, itself excluded), so a few outlying samples cannot inflate them as they inflate
+    precision and recall's balls. A generated sample is inside a ball when strictly closer than its
+    radius (prdc's ``<``; precision and recall count the boundary, as torch-fidelity does).
+
+    * density: the number of real balls a generated sample lies in, averaged over the generated
+      samples and divided by k. About 1 when both sets come from one distribution (wherever the
+      generated samples fall inside the real data, since the balls shrink where it is dense), and
+      1 for the real samples themselves (but for rounding at the balls' edges); below 1 where generated samples stray from the
+      real data, above where they gather where real balls overlap most.
+    * coverage: the fraction of real samples whose ball holds at least one generated sample. For
+      two equal-size sets from one distribution it approaches ``1 - 2**-k`` (0.97 for k = 5).
+
+    Args:
+        real_feats: (N_real, D) with more than ``k`` samples; fake_feats: (N_fake, D).
+        k: the neighbour that sets the radii (prdc's ``nearest_k``; the paper uses 5).
+
+    Returns:
+        (density, coverage) floats: density in [0, N_real / k], coverage in [0, 1].
+    """
+    real, fake = _features("real_feats", real_feats), _features("fake_feats", fake_feats)
+    _same_width(real, fake, ("real_feats", "fake_feats"))
+    k, batch_size = int(k), int(batch_size)
+    if k < 1:
+        raise ValueError(f"density_coverage: k must be >= 1, got {k}")
+    if len(real) <= k:
+        raise ValueError(f"density_coverage: the real set needs more than k={k} samples, got {len(real)}")
+    if batch_size < 1:
+        raise ValueError(f"density_coverage: batch_size must be >= 1, got {batch_size}")
+    radii_sq = _knn_radii_sq(real, k, batch_size)
+    r_sq, f_sq = (real * real).sum(axis=1), (fake * fake).sum(axis=1)
+    balls = 0                                      # (real ball, generated sample inside it) pairs
+    nearest_sq = numpy.full(len(real), numpy.inf)  # each real sample's squared distance to the nearest fake
+    # Real rows against generated columns, in the tiles the radii were taken in (prdc's orientation).
+    for i in range(0, len(real), batch_size):
+        rows = slice(i, i + batch_size)
+        for j in range(0, len(fake), batch_size):
+            cols = slice(j, j + batch_size)
+            d = _squared_distances(real[rows], fake[cols], r_sq[rows], f_sq[cols])
+            balls += int((d < radii_sq[rows][:, None]).sum())
+            numpy.minimum(nearest_sq[rows], d.min(axis=1), out=nearest_sq[rows])
+    return balls / (k * len(fake)), float((nearest_sq < radii_sq).mean())

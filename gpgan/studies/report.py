@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 
 from gpgan.files import make_folder
-from gpgan.metrics.images import PR_K
+from gpgan.metrics.images import DC_K, PR_K
 from gpgan.studies.figures import IMAGE_TILE, TILE, metric_figure, sample_tiles, slug
 from gpgan.viz import curves_plot
 from gpgan.studies.results import collect_results, metric_value, resolve_metrics, write_results_csv
@@ -422,7 +422,8 @@ def _evaluated_samples(config):
     return config["train"]["eval_samples"] if is_toy(config["data"]["name"]) else config["eval"]["samples"]
 
 
-_IMAGE_METRIC_NAMES = {"fid": "FID", "kid": "KID", "is": "Inception Score", "pr": f"precision/recall (k = {PR_K})"}
+_IMAGE_METRIC_NAMES = {"fid": "FID", "kid": "KID", "is": "Inception Score", "pr": f"precision/recall (k = {PR_K})",
+                       "dc": f"density/coverage (k = {DC_K})"}
 _EVALUATION_KEYS = ("eval.metrics", "eval.samples", "eval.reference", "train.eval_interval", "train.eval_samples",
                     "train.best_metric", "train.patience", "train.ema.enabled", "data.name", "data.split")
 

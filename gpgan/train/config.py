@@ -232,7 +232,7 @@ SCHEMA = {
     },
     "eval": {
         "metrics": Field("strs", [], "image data: the metrics of each evaluation (train.eval_interval): fid, kid, "
-                         "is (Inception Score), pr (precision and recall); [] computes none and needs no "
+                         "is (Inception Score), pr (precision and recall), dc (density and coverage); [] computes none and needs no "
                          "Inception weights", choices=_image_metric_names),
         "samples": Field("int", 10000, "image data: generated images per evaluation, from fixed noise (toy "
                          "data: train.eval_samples)", minimum=2),
@@ -280,7 +280,7 @@ def _check_evaluation(config):
     """Image metrics only on images, a reference that can serve them, a best metric the run computes."""
     from gpgan.data import is_toy
     from gpgan.metrics.direction import KNOWN
-    from gpgan.metrics.images import METRIC_KEYS, NEEDS_FEATURES, PR_K
+    from gpgan.metrics.images import METRIC_KEYS, NEEDS_FEATURES, check_sample_count
     from gpgan.metrics.reference import parse_reference
 
     ec, data, best = config["eval"], config["data"], config["train"]["best_metric"]
@@ -313,8 +313,10 @@ def _check_evaluation(config):
         if kind == "cifar10" and data["name"] != "cifar10":
             errors.append(f"eval.reference {ec['reference']!r} reads CIFAR-10 from data.root, but data.name is "
                           f"{data['name']!r}; give a statistics file or a folder of images")
-    if "pr" in metrics and ec["samples"] <= PR_K:
-        errors.append(f"eval.samples {ec['samples']}: precision and recall (pr) need more than {PR_K} samples")
+    try:
+        check_sample_count(metrics, ec["samples"], "samples")
+    except ValueError as exc:
+        errors.append(f"eval.samples {ec['samples']}: {exc}")
     return errors
 
 

@@ -83,8 +83,7 @@ class ImageMetrics:
                 not the FID network, or without the classifier while ``is`` is asked for.
             FileNotFoundError, ValueError: a reference that cannot be had, or with too few images.
         """
-        from gpgan.metrics import InceptionV3, check_metrics, load_reference, needs_features
-        from gpgan.metrics.images import PR_K
+        from gpgan.metrics import InceptionV3, check_metrics, check_sample_count, load_reference, needs_features
         from gpgan.metrics.inception import weights_path
 
         names = check_metrics(names)
@@ -103,9 +102,12 @@ class ImageMetrics:
             note = f"{spec}: features to be computed once before training, then cached"
         else:
             note = reference.description + ("" if compute else " (cached)")
-            if reference.features is not None and "pr" in names and len(reference.features) <= PR_K:
-                raise ValueError(f"the reference {reference.description} has {len(reference.features)} images; "
-                                 f"precision and recall (pr) need more than {PR_K}")
+            if reference.features is not None:
+                try:
+                    check_sample_count(names, len(reference.features))
+                except ValueError as exc:
+                    raise ValueError(f"the reference {reference.description} has {len(reference.features)} "
+                                     f"images; {exc}") from None
         return cls(names, net, reference, batch_size, progress, f"{', '.join(names)} against {note}; "
                                                                 f"Inception weights {path}{left_out}")
 
@@ -148,7 +150,7 @@ class ImageMetrics:
                 among the metrics (it rates images alone; the cached features have no logits), or
                 too few images for a metric.
         """
-        from gpgan.metrics import load_reference, parse_reference, score_features
+        from gpgan.metrics import check_sample_count, load_reference, parse_reference, score_features
 
         if self.reference is None:
             raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
@@ -157,13 +159,13 @@ class ImageMetrics:
                              "or a folder of images")
         if "is" in self.names:
             raise ValueError("the Inception Score rates images alone, not against a reference; a data set is scored "
-                             "with fid, kid and pr")
-        from gpgan.metrics.images import PR_K
-
+                             "with fid, kid, pr and dc")
         source = load_reference(self.net, spec, cifar_root=cifar_root, download=download, features=True,
                                 batch_size=self.batch_size, progress=self.progress)
-        if "pr" in self.names and len(source.features) <= PR_K:
-            raise ValueError(f"{source.description}: precision and recall (pr) need more than {PR_K} images")
+        try:
+            check_sample_count(self.names, len(source.features))
+        except ValueError as exc:
+            raise ValueError(f"{source.description}: {exc}") from None
         return source, score_features(self.names, {"pool3": source.features}, self.reference)
 
     def provenance(self):
