@@ -15,8 +15,8 @@ from PIL import Image
 from gpgan.cli import eval as eval_cli
 from gpgan.data import load_cifar10, load_image_folder
 from gpgan.metrics import InceptionV3, inception, kid, precision_recall
-from gpgan.metrics import feature_statistics, frechet_distance
-from gpgan.metrics.images import KID_SUBSETS, PR_K
+from gpgan.metrics import density_coverage, feature_statistics, frechet_distance
+from gpgan.metrics.images import DC_K, KID_SUBSETS, PR_K
 from gpgan.metrics.inception import random_state_dict
 from gpgan.metrics.real_scores import read_real_scores
 from gpgan.metrics.scores import KID_SEED
@@ -111,6 +111,14 @@ def test_test_split_against_training_split_equals_the_metric_functions(data, pix
     assert pixel_network.seen == seen
     assert capsys.readouterr().out.splitlines()[1].split() == ["FID", f"{want['eval/fid']:.6g}"]
 
+    # Density and coverage on request: the same reference subset, k = 5.
+    dc_file = data / "reports" / "dc.json"
+    assert eval_cli.main(["real", "cifar10:test", "--ref", "cifar10:train", "--data-root", str(data / "cifar"),
+                          "--metrics", "dc", "--out", str(dc_file), "--quiet"]) == 0
+    density, coverage = density_coverage(subset, test, k=DC_K)
+    assert read_real_scores(dc_file)["scores"] == pytest.approx({"eval/density": density, "eval/coverage": coverage},
+                                                                rel=1e-9)
+
 
 def test_a_statistics_file_reference_gives_fid_only(data, pixel_network, capsys):
     stats = data / "train.npz"
@@ -201,12 +209,14 @@ def test_missing_or_too_little_data_fails_in_one_line(data, pixel_network, capsy
         Image.fromarray(np.full((32, 32, 3), 40 * i, np.uint8)).save(three / f"{i}.png")
     cases.append((["real", str(three), "--ref", "cifar10:train", "--metrics", "pr", *cifar],
                   f"{three} (3 images): precision and recall (pr) need more than 3 images"))
+    cases.append((["real", str(three), "--ref", "cifar10:train", "--metrics", "fid,dc", *cifar],
+                  f"{three} (3 images): density and coverage (dc) need more than 5 images"))
     for k, (args, message) in enumerate(cases):
         assert eval_cli.main([*args, "--quiet"]) == 1, args
         err = capsys.readouterr().err
         assert err.startswith("gpgan-eval: error: ") and message in err, err
         assert len(err.strip().splitlines()) == 1 and "Error" not in err.split(": error: ")[1].split(" ")[0]
-        if k < len(cases) - 1:  # missing data is found before any image goes through the network
+        if k < len(cases) - 2:  # missing data is found before any image goes through the network
             assert pixel_network.seen == 0
         if k == 0:  # the advice names this command's options, not a training config's keys
             assert err.rstrip().endswith("or pass the folder that holds them as --data-root, or pass --download"), err
