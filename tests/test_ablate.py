@@ -199,6 +199,21 @@ def test_samples_at_the_best_evaluation_are_tiled_beside_the_final_ones(tmp_path
     assert (shades[0], 100, 200) in final_colours and (shades[0], 100, 200) not in colours  # final.png's
 
 
+def test_an_incomplete_run_shows_its_evaluations_so_far(tmp_path, fake):
+    """A run folder without final.json (e.g. a trainer killed after its last log) is unfinished: the
+    report names its checkpoint and its first metric's best (by that metric's direction) and last
+    evaluation so far; the fake's modes peak at step 1 (final + 5) and end at step 3."""
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    run = next((out / "runs").glob("*/type-r1__weight-1.0__seed-0"))
+    (run / "final.json").unlink()
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
+    final = 10 + 0 + 1.0
+    assert (f"- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 1; eval/modes so far: best {final + 5:.4g} "
+            f"at step 1, last {final:.4g} at step 3 (3 evaluations)\n") in (out / "REPORT.md").read_text()
+
+
 def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     sweep = write_sweep(tmp_path, TINY)
     out = tmp_path / "out"
@@ -1163,7 +1178,13 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
     assert rows["1.0"]["status"] == "interrupted" and rows["1e+38"]["status"] == "diverged"
     report = (out / "REPORT.md").read_text()
-    assert re.search(r"- `type-r1__weight-1.0__seed-0`: interrupted, checkpoint at step 6 of 12\n", report)
+    # An incomplete run shows its first metric's evaluations so far.
+    logged = [json.loads(line) for line in (out / "runs" / "quickstart" / "type-r1__weight-1.0__seed-0" /
+                                            "metrics.jsonl").read_text().splitlines()]
+    modes = [r["eval/modes"] for r in logged if "eval/modes" in r]
+    assert len(modes) == 1
+    assert (f"- `type-r1__weight-1.0__seed-0`: interrupted, checkpoint at step 6 of 12; eval/modes so far: best "
+            f"{modes[0]:.4g} at step 6, last {modes[0]:.4g} at step 6 (1 evaluation)\n") in report
     assert "non-finite gradient of the critic" in rows["1e+38"]["error"] and "at step 1" in rows["1e+38"]["error"]
     assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
     capsys.readouterr()

@@ -575,7 +575,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
     if incomplete:
         lines += ["## Incomplete runs", ""]
         for r in incomplete:
-            lines.append(f"- `{r.spec.name}`: {r.status}" + _progress_text(r))
+            lines.append(f"- `{r.spec.name}`: {r.status}" + _progress_text(r, metrics))
         lines += ["", "Running the sweep again resumes interrupted and unfinished runs and starts the others.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -622,12 +622,23 @@ def _run_lines(records, metrics):
             + _table(header, rows) + [""])
 
 
-def _progress_text(rec):
-    """Where an incomplete run stands: its checkpoint (the step a new sweep resumes it from),
-    else the last line of its error."""
+def _progress_text(rec, metrics):
+    """Where an incomplete run stands: its checkpoint (the step a new sweep resumes it from) and
+    the first metric's evaluations so far, else the last line of its error."""
     if rec.checkpoint_step is not None:
         of = f" of {rec.target_steps:,}" if rec.target_steps is not None else ""
-        return f", checkpoint at step {rec.checkpoint_step:,}{of}"
+        text = f", checkpoint at step {rec.checkpoint_step:,}{of}"
+        finite = [(step, v) for step, v in rec.so_far if math.isfinite(v)]
+        if finite and metrics:
+            metric, direction = metrics[0]
+            values = [v for _, v in finite]
+            best = min(values) if direction == "min" else max(values)
+            best_step = next(step for step, v in finite if v == best)  # the first, if tied
+            last_step, last = rec.so_far[-1]
+            count = len(rec.so_far)
+            text += (f"; {metric} so far: best {_num(best)} at step {best_step:,}, last {_num(last)} at step "
+                     f"{last_step:,} ({count:,} evaluation{'s' if count != 1 else ''})")
+        return text
     last = rec.error.splitlines()[-1] if rec.error else ""
     return f" ({last})" if last else ""
 

@@ -56,6 +56,7 @@ class RunRecord:
     machines: tuple = ()                         # the manifest's device_name, first start and resumes
     checkpoint_step: int = None                  # an unfinished run: its newest checkpoint's step
     target_steps: int = None                     # an unfinished run: train.steps of its config
+    so_far: list = field(default_factory=list)   # an unfinished run: [(step, value)] of the first metric logged
     config: dict = field(default_factory=dict)   # key of Sweep.varied_keys -> the run's resolved value
 
 
@@ -125,13 +126,18 @@ def resolve_metrics(sweep, out_dir):
     return [(n, direction(n)) for n in chosen]
 
 
-def _read_progress(rec, run, sweep_steps=None):
-    """Where an unfinished run stands: its newest checkpoint's step, and the steps it is to run
+def _read_progress(rec, run, sweep_steps=None, metrics=()):
+    """Where an unfinished run stands: its newest checkpoint's step, the steps it is to run
     (``sweep_steps`` where the sweep extends it, else its config's; left None where the folder
-    does not say)."""
+    does not say) and the evaluations of the first of ``metrics`` logged so far."""
     checkpoints = run.checkpoints()
     if checkpoints:
         rec.checkpoint_step = checkpoints[-1][0]
+    if metrics:
+        try:
+            rec.so_far = _curve(run.read_metrics(), metrics[0][0])
+        except (OSError, ValueError):  # no metrics.jsonl yet, or a damaged one: nothing to show
+            rec.so_far = []
     if sweep_steps is not None:
         rec.target_steps = sweep_steps
         return
@@ -210,7 +216,7 @@ def collect_results(sweep, out_dir, metrics=None):
             if sweep_steps is not None and rec.status == "finished":
                 rec.status, rec.ended_by = "unfinished", None  # the sweep asks more steps: not final
             if rec.status != "finished":
-                _read_progress(rec, folder, sweep_steps)
+                _read_progress(rec, folder, sweep_steps, metrics)
         if folder is not None and rec.status == "finished":
             try:
                 rows = folder.read_metrics()
