@@ -131,6 +131,39 @@ def test_resume_skips_a_damaged_checkpoint_and_still_matches(toy_runs, tmp_path)
     assert_same_weights(run, straight)
 
 
+def test_resume_before_the_best_checkpoint_sets_it_aside(toy_runs, tmp_path):
+    """best.npz written after the step a resume falls back to belongs to training the resume
+    discards: it is set aside (renamed best.npz.discarded, not deleted), and the resumed run writes
+    best.npz again; on the same machine it ends with the uninterrupted run's metrics and best."""
+    from gpgan.checkpoint import read_meta
+
+    straight, stopped, _ = toy_runs
+    run = tmp_path / "stopped"
+    shutil.copytree(stopped, run)
+    best_step = read_meta(str(run / "checkpoints" / "best.npz"))["step"]
+    for step in (2, 4, 6):  # damage every checkpoint from the best one on
+        if step >= best_step:
+            flip_bytes(run / "checkpoints" / f"ckpt_{step:06d}.npz")
+    resumed_from = max([s for s in (2, 4, 6) if s < best_step], default=0)
+    proc = gpgan_train("--resume", str(run), "--quiet", check=0)
+    assert (f"set aside {run / 'checkpoints' / 'best.npz'} (from step {best_step}, after the resumed step "
+            f"{resumed_from}) as best.npz.discarded") in proc.stderr, proc.stderr
+    assert read_meta(str(run / "checkpoints" / "best.npz.discarded"))["step"] == best_step
+    assert metrics(run) == metrics(straight)
+    assert read_meta(str(run / "checkpoints" / "best.npz")) == read_meta(str(straight / "checkpoints" / "best.npz"))
+
+
+def test_resume_keeps_a_best_checkpoint_it_has_seen(toy_runs, tmp_path):
+    _, stopped, _ = toy_runs
+    run = tmp_path / "stopped"
+    shutil.copytree(stopped, run)
+    before = (run / "checkpoints" / "best.npz").read_bytes()
+    proc = gpgan_train("--resume", str(run), "--set", "train.stop_after=7", "--quiet", check=130)
+    assert "set aside" not in proc.stderr
+    assert not (run / "checkpoints" / "best.npz.discarded").exists()
+    assert (run / "checkpoints" / "best.npz").read_bytes() == before  # no evaluation since step 6
+
+
 @pytest.mark.parametrize("damage", ["flip", "truncate", "garbage"])
 def test_unreadable_checkpoints_are_one_line(toy_runs, tmp_path, damage, capsys):
     _, stopped, _ = toy_runs

@@ -178,10 +178,14 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
 
     def record():
         run.truncate_metrics(step)
+        set_aside = run.set_aside_later_best(step)
         run.clear_final()
         run.write_config(config)
         run.record_resume(step, config, argv, **trainer.manifest_entries())
-    comm.on_root(record)
+        return set_aside
+    set_aside = comm.on_root(record)
+    if set_aside:
+        notes.append(set_aside)
     notes.append(f"resuming {run.path} from step {step}")
     return Launch(trainer, run, notes)
 

@@ -8,7 +8,8 @@ Layout (``<out>/<config name>/<name or timestamp>/``)::
     metrics.jsonl      one JSON object per logged step
     events.out.tfevents.*   TensorBoard scalars and sample grids (tensorboardX)
     samples/           step_000100.png ... and final.png
-    checkpoints/       ckpt_000100.npz ... (the last K kept) and best.npz (never pruned)
+    checkpoints/       ckpt_000100.npz ... (the last K kept) and best.npz (never pruned; set aside
+                       as best.npz.discarded by a resume from an earlier step)
     final.json         written only when the run finished: {"status": "finished", ...}
     eval_000100.json   gpgan-eval's evaluation of the checkpoint of step 100 (image metrics)
 
@@ -22,7 +23,7 @@ import re
 
 import yaml
 
-from gpgan.checkpoint import CheckpointError, verify
+from gpgan.checkpoint import CheckpointError, read_meta, verify
 from gpgan.files import append_text, atomic_write, is_temporary, make_folder
 from gpgan.schema import get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
@@ -308,6 +309,25 @@ class RunFolder:
                 continue
             return step, path, skipped
         return None, None, skipped
+
+    def set_aside_later_best(self, step):
+        """Rename best.npz to best.npz.discarded when it was written after ``step``: by training
+        that a resume from ``step`` discards (newer checkpoints damaged, or a crash after an
+        evaluation that beat the best and before the next checkpoint). The resumed run writes
+        best.npz again when an evaluation beats the best its checkpoint recorded. Returns a note
+        for the user, or None when best.npz is absent or not later than ``step``."""
+        path = self.best_checkpoint_path
+        if not os.path.isfile(path):
+            return None
+        try:
+            best_step = int(read_meta(path)["step"])
+        except (OSError, ValueError, KeyError, TypeError):  # damaged: not this question's to settle
+            return None
+        if best_step <= step:
+            return None
+        os.replace(path, path + ".discarded")
+        return (f"set aside {path} (from step {best_step}, after the resumed step {step}) as "
+                "best.npz.discarded; best.npz is written again when an evaluation beats the best so far")
 
     def prune_checkpoints(self, keep):
         """Delete all but the ``keep`` newest periodic checkpoints, and the temporary files that
