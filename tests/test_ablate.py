@@ -26,7 +26,7 @@ from PIL import Image
 
 from gpgan.cli.ablate import main
 from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
-from gpgan.studies.report import mean_std
+from gpgan.studies.statistics import mean_std
 from gpgan.studies.runner import stderr_tail
 
 REPO = Path(__file__).resolve().parent.parent
@@ -460,7 +460,7 @@ def test_variants_bundle_overrides_and_the_report_shows_curves_and_findings(tmp_
     assert all(a.count("(") == a.count(")") for a in alt_texts), alt_texts
     # The curve is the mean over seeds at each step: the fake trainer logs modes = 10 + seed + weight
     # + (5 at step 1, step - 3 after), so seeds 0 and 1 at weight 1 average 11.5 + that.
-    from gpgan.studies.report import curve_stats
+    from gpgan.studies.statistics import curve_stats
     from gpgan.studies.results import collect_results
 
     records = [r for r in collect_results(load_sweep(sweep_path), out)
@@ -477,7 +477,7 @@ def test_a_seed_that_ran_longer_is_drawn_past_the_mean(tmp_path, fake, monkeypat
     """Seeds of one setting that ended at different steps (train.patience): the mean curve covers
     the steps every seed evaluated, and each longer seed's later evaluations are its tail, from
     the last common step on (dotted in the figure, and said in the caption)."""
-    from gpgan.studies.report import curve_stats, curve_tails
+    from gpgan.studies.statistics import curve_stats, curve_tails
     from gpgan.studies.results import RunRecord
 
     short = RunRecord(spec=None, status="finished", curves={"m": [(1, 5.0), (2, 4.0)]})
@@ -501,7 +501,7 @@ def test_a_seed_that_ran_longer_is_drawn_past_the_mean(tmp_path, fake, monkeypat
 
 
 def test_end_trend_averages_the_last_tenth_of_the_seed_mean_curve():
-    from gpgan.studies.report import curve_stats, end_trend
+    from gpgan.studies.statistics import curve_stats, end_trend
     from gpgan.studies.results import RunRecord
 
     def run(values, status="finished"):

@@ -157,7 +157,7 @@ def test_schedules_in_images_drive_rate_beta2_penalty_weight_and_ema(tmp_path):
         "optim.critic.schedule=cosine", "optim.critic.lr=2e-4", "optim.critic.betas=0,0.9",
         "schedule.total_images=48", "schedule.warmup_images=8",
         "train.ema.enabled=true", "train.ema.half_life_images=16", "train.ema.half_life_ramp=true")
-    parts, step_fn = trainer.parts, trainer.step_fn
+    parts = trainer.parts
     weights, decays = [], []
     evaluate = parts.penalty.evaluate
 

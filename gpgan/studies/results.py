@@ -222,13 +222,13 @@ def collect_results(sweep, out_dir, metrics=None):
                 rows = folder.read_metrics()
             except ValueError as exc:  # a damaged metrics.jsonl: the final values still count
                 rows, rec.error = [], str(exc)
-            for name, direction in metrics:
+            for name, metric_direction in metrics:
                 rec.curves[name] = _curve(rows, name)
                 series = [v for _, v in rec.curves[name]]
                 last = _lookup((final or {}).get("final"), name)
                 if last is None and series:
                     last = series[-1]
-                best = _best(series, direction)
+                best = _best(series, metric_direction)
                 if best is None:
                     best = _lookup((final or {}).get("best"), name)
                 if last is not None:

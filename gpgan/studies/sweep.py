@@ -69,8 +69,6 @@ import os
 import re
 from dataclasses import dataclass, field
 
-import yaml
-
 from gpgan.metrics import direction as metric_direction
 from gpgan.metrics.real_scores import read_real_scores
 from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line, yaml_scalar

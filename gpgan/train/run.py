@@ -21,8 +21,6 @@ import json
 import os
 import re
 
-import yaml
-
 from gpgan.checkpoint import CheckpointError, read_meta, verify
 from gpgan.files import append_text, atomic_write, is_temporary, make_folder
 from gpgan.schema import get_key, parse_yaml
