@@ -115,7 +115,7 @@ def test_reference_from_a_statistics_file(tmp_path, rng):
     ref = load_reference(PixelNetwork(), path)
     np.testing.assert_array_equal(ref.mu, mu)
     assert ref.features is None and ref.description == f"statistics file {path}"
-    with pytest.raises(ValueError, match="is a statistics file .mu and sigma only., but KID and precision/recall"):
+    with pytest.raises(ValueError, match="is a statistics file .mu and sigma only., but KID, precision/recall and density/coverage"):
         load_reference(PixelNetwork(), path, features=True)
     with pytest.raises(FileNotFoundError, match="statistics file .*missing.npz does not exist"):
         load_reference(PixelNetwork(), str(tmp_path / "missing.npz"))

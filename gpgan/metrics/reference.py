@@ -261,9 +261,9 @@ def load_reference(net, spec, cifar_root=None, download=False, features=False, b
     kind, what = parse_reference(spec)
     if kind == "statistics":
         if features:
-            raise ValueError(f"{what} is a statistics file (mu and sigma only), but KID and precision/recall "
-                             "compare features: give a data set (cifar10:train) or a folder of images as the "
-                             "reference, or leave kid and pr out")
+            raise ValueError(f"{what} is a statistics file (mu and sigma only), but KID, precision/recall and "
+                             "density/coverage compare features: give a data set (cifar10:train) or a folder of "
+                             "images as the reference, or leave kid, pr and dc out")
         if not os.path.isfile(what):
             raise FileNotFoundError(f"statistics file {what} does not exist")
         mu, sigma = load_statistics(what)
