@@ -226,9 +226,11 @@ class PixelNetwork:
         self.seen = 0
 
     def features(self, images, batch_size=50, progress=False):
+        """float32 features, as the real network's: the reference cache keeps float32, so a test
+        sees the same numbers whether an earlier test cached them or not."""
         self.seen += len(images)
-        pool3 = images.reshape(len(images), -1)[:, :8].astype(np.float64) / 255
-        return {"pool3": pool3, "logits": pool3 @ np.arange(24.0).reshape(8, 3) / 10}
+        pool3 = (images.reshape(len(images), -1)[:, :8].astype(np.float64) / 255).astype(self.dtype)
+        return {"pool3": pool3, "logits": pool3 @ (np.arange(24.0).reshape(8, 3) / 10).astype(self.dtype)}
 
 
 # -- values and gradients two implementations are compared on -------------------------------------

@@ -310,6 +310,11 @@ def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path
     assert metrics(fork) == metrics(straight)  # the original's first 4 steps, then the same training
     assert_same_weights(fork, straight)
     gpgan_train("--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork", check=2)
+    # A CONFIG beside the checkpoint is read as on resume: one that differs elsewhere is refused.
+    proc = gpgan_train(QUICKSTART, "--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork2",
+                       check=2)
+    assert "cannot resume with a changed config" in proc.stderr and "train.checkpoint_interval" in proc.stderr
+    assert not (source.parent / "fork2").exists()
 
 
 def test_best_checkpoint_holds_the_best_evaluation(toy_runs):

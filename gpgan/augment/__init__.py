@@ -3,9 +3,10 @@ generator's steps), differentiable in the images: DiffAugment and ADA.
 
 An augmentation ``aug`` is used as ``aug(x, aug.draw(rng, x))``: :meth:`draw` takes the random
 numbers of a batch on the CPU (NumPy, the run's generator: the same on every device) and the call
-applies them on the images' device. ``begin_step(step)``, ``count(d_real)`` and
-``adapt(counts)`` (``observe(d_real)``: both, in one process), ``state_dict()``/``load_state_dict()``
-and ``log_values()`` serve ADA's probability; DiffAugment has them as no-ops.
+applies them on the images' device. ``begin_step(step)`` (``step``: a callable giving the
+generator steps done, read again before each CUDA-graph replay), ``count(d_real)`` and
+``adapt(counts)`` (``observe(d_real)``: both, in one process), ``state_dict()``,
+``load_state_dict()`` and ``log_values()`` serve ADA's probability; DiffAugment has them as no-ops.
 """
 from gpgan.augment.ada import ADA, P_MODES, SCHEDULED_MODES
 from gpgan.augment.diffaugment import DIFFAUGMENT_OPS, DiffAugment

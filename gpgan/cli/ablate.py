@@ -96,7 +96,8 @@ def build_parser():
                     "figures/ into the output folder.")
     p.add_argument("sweep", help="sweep YAML file (base:, axes:, optional set:, metrics:, ...)")
     p.add_argument("--jobs", "-j", type=_positive, default=None,
-                   help="runs at a time (default: number of --devices, else 1)")
+                   help="runs at a time (default: number of --devices, else 1; with --cluster ray: every "
+                        "run, queued by Ray)")
     p.add_argument("--devices", type=_devices, default=None,
                    help="CUDA device ids, one per worker, e.g. 0,1 (each run gets CUDA_VISIBLE_DEVICES=<id> "
                         "and --device cuda); default: the config's device")

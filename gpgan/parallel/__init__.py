@@ -7,8 +7,8 @@ arrays, NCCL for CuPy arrays) and make every process take the same decisions.
     comm.on_root(make_folder)             # rank 0 does it, every rank gets its result or error
 
 A process not started by an MPI launcher is a run of one (:class:`LocalCommunicator`) and never
-imports mpi4py. Only :mod:`gpgan.backend` is imported from gpgan; :mod:`gpgan.train.parallel`
-builds the data-parallel trainer on these.
+imports mpi4py. Nothing else of gpgan is imported here; :mod:`gpgan.train.parallel` builds the
+data-parallel trainer on these.
 """
 from gpgan.parallel.communicator import Communicator, LocalCommunicator, PeerFailure
 from gpgan.parallel.mpi import MPICommunicator, connect, launched_by_mpi

@@ -190,9 +190,9 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
     return Launch(trainer, run, notes)
 
 
-def fork_run(checkpoint, overrides=(), out=None, name=None, quiet=False, argv=None, comm=None):
+def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, quiet=False, argv=None, comm=None):
     """A new run that starts from ``checkpoint`` (a ``ckpt_N.npz`` in a run's checkpoints/) with
-    the run's config (``overrides`` as on resume), in ``out/<config name>/<name or timestamp>``
+    the run's config (``config_path`` and ``overrides`` as on resume: see :func:`resume_config`), in ``out/<config name>/<name or timestamp>``
     (default: beside the original run). The original run is left untouched; the new run's
     metrics.jsonl starts with the original's records up to the checkpoint's step. ``comm``: the
     processes of a data-parallel run.
@@ -206,7 +206,7 @@ def fork_run(checkpoint, overrides=(), out=None, name=None, quiet=False, argv=No
     checkpoint = os.path.abspath(os.fspath(checkpoint))
     source = _open_run(os.path.dirname(os.path.dirname(checkpoint)))
     verify(checkpoint)  # a damaged file fails here, with a one-line message
-    config = resume_config(source, None, overrides)
+    config = resume_config(source, config_path, overrides)
     group = os.path.dirname(source.path)  # <out>/<config name> of the original run
     run = comm.on_root(lambda: _new_folder(os.path.dirname(group) if out is None else out,
                                            os.path.basename(group), name))
