@@ -10,6 +10,7 @@ report is written either way), 2 for a bad sweep file or bad arguments.
 
 import argparse
 import os
+import signal
 import sys
 
 from gpgan.cli._console import Console
@@ -135,6 +136,17 @@ def _where(action, run_dir, steps):
         return f" (from step {latest[0]:,})"
 
 
+def _stop_on_sigint():
+    """Make SIGINT stop the sweep (its trainers checkpoint) even where it came in ignored, as it
+    does for a command a script starts in the background (``nohup gpgan-ablate ... &``): Ctrl-C
+    and ``kill -INT`` then mean the same everywhere, as they do for gpgan-train, which installs
+    its own handler."""
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # main() called off the main thread: leave the process's handler alone
+        pass
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -162,6 +174,7 @@ def main(argv=None):
         return 0
 
     if not args.report_only:
+        _stop_on_sigint()
         try:
             summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
                                 ray_address=args.ray_address)
