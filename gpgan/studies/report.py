@@ -10,7 +10,7 @@ import os
 from gpgan.files import make_folder
 from gpgan.metrics.images import DC_K, PR_K
 from gpgan.studies.figures import IMAGE_TILE, TILE, metric_figure, sample_tiles, slug
-from gpgan.studies.results import collect_results, metric_value, resolve_metrics, write_results_csv
+from gpgan.studies.results import best_point, collect_results, metric_value, resolve_metrics, write_results_csv
 from gpgan.studies.statistics import TREND_FRACTION, curve_tails, summarize
 from gpgan.studies.sweep import IGNORED, expand_runs, format_value, run_config
 from gpgan.viz import curves_plot
@@ -180,9 +180,10 @@ def _sample_tile(sweep, settings, path, kind, title, x_values, series_values, pv
     finished seed of each setting): ``kind`` "final" (samples/final.png) or "best" (the samples
     written at the run's best evaluation of the report's first metric, labelled with its step).
     Returns False when no run has such samples."""
+    picture = "sample" if kind == "final" else "best_sample"  # the RunRecord field it shows
     cells, images = [], False
     for st in settings:
-        done = [r for r in st.finished if (r.sample if kind == "final" else r.best_sample) is not None]
+        done = [r for r in st.finished if getattr(r, picture) is not None]
         if not done:
             continue
         rec = done[0]
@@ -198,7 +199,7 @@ def _sample_tile(sweep, settings, path, kind, title, x_values, series_values, pv
             label += f" (seed {format_value(rec.spec.seed)})"
         if kind == "best":
             label += f", step {rec.best_sample_step:,}"
-        cells.append((row, col, label, rec.sample if kind == "final" else rec.best_sample))
+        cells.append((row, col, label, getattr(rec, picture)))
         images = images or rec.image_samples
     if not cells:
         return False
@@ -523,12 +524,10 @@ def _progress_text(rec, metrics):
     if rec.checkpoint_step is not None:
         of = f" of {rec.target_steps:,}" if rec.target_steps is not None else ""
         text = f", checkpoint at step {rec.checkpoint_step:,}{of}"
-        finite = [(step, v) for step, v in rec.so_far if math.isfinite(v)]
-        if finite and metrics:
-            metric, direction = metrics[0]
-            values = [v for _, v in finite]
-            best = min(values) if direction == "min" else max(values)
-            best_step = next(step for step, v in finite if v == best)  # the first, if tied
+        point = best_point(rec.so_far, metrics[0][1]) if metrics else None
+        if point is not None:
+            metric = metrics[0][0]
+            best_step, best = point
             last_step, last = rec.so_far[-1]
             count = len(rec.so_far)
             text += (f"; {metric} so far: best {_num(best)} at step {best_step:,}, last {_num(last)} at step "

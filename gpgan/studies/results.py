@@ -18,7 +18,8 @@ from gpgan.studies.runner import find_run_dir, longer_steps, read_failure
 from gpgan.studies.sweep import IGNORED, RunSpec, expand_runs, format_value, run_config
 from gpgan.train.run import RunFolder
 
-__all__ = ["RunRecord", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns", "metric_value"]
+__all__ = ["RunRecord", "best_point", "collect_results", "resolve_metrics", "write_results_csv", "csv_columns",
+           "metric_value"]
 
 STATUSES = ("finished", "failed", "diverged", "interrupted", "unfinished", "not run")
 
@@ -102,11 +103,14 @@ def _curve(rows, name):
     return points
 
 
-def _best(values, direction):
-    finite = [v for v in values if math.isfinite(v)]
+def best_point(curve, direction):
+    """``(step, value)`` of the best finite value of ``curve`` (``[(step, value)]``) by
+    ``direction`` ("min" or "max"; the first step if tied), or None when it has no finite value."""
+    finite = [v for _, v in curve if math.isfinite(v)]
     if not finite:
         return None
-    return max(finite) if direction == "max" else min(finite)
+    best = max(finite) if direction == "max" else min(finite)
+    return next(step for step, v in curve if v == best), best
 
 
 def resolve_metrics(sweep, out_dir):
@@ -224,18 +228,16 @@ def collect_results(sweep, out_dir, metrics=None):
                 rows, rec.error = [], str(exc)
             for name, metric_direction in metrics:
                 rec.curves[name] = _curve(rows, name)
-                series = [v for _, v in rec.curves[name]]
                 last = _lookup((final or {}).get("final"), name)
-                if last is None and series:
-                    last = series[-1]
-                best = _best(series, metric_direction)
-                if best is None:
-                    best = _lookup((final or {}).get("best"), name)
+                if last is None and rec.curves[name]:
+                    last = rec.curves[name][-1][1]
+                point = best_point(rec.curves[name], metric_direction)
+                best = point[1] if point is not None else _lookup((final or {}).get("best"), name)
                 if last is not None:
                     rec.final[name] = last
                 if best is not None:
                     rec.best[name] = best
-                    rec.best_step[name] = next((step for step, v in rec.curves[name] if v == best), None)
+                    rec.best_step[name] = point[0] if point is not None else None
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
             _find_best_sample(rec, folder, metrics)
