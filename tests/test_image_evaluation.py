@@ -5,6 +5,7 @@ failures before training; gpgan-eval and gpgan-eval stats end to end (with a sta
 that their scores can be recomputed at no cost)."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -158,6 +159,76 @@ def pixel_network(runs, monkeypatch):
     net = PixelNetwork()
     monkeypatch.setattr(InceptionV3, "load", classmethod(lambda cls, *args, **kwargs: net))
     return net
+
+
+class InterruptingNetwork(PixelNetwork):
+    """A :class:`PixelNetwork` that sends its own process a SIGINT (a Ctrl-C) as each of its
+    calls numbered in ``at`` begins (counted in ``calls``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.at = 0, set()
+
+    def features(self, images, batch_size=50, progress=False):
+        self.calls += 1
+        if self.calls in self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+        return super().features(images, batch_size, progress)
+
+
+def test_ctrl_c_during_an_evaluation_leaves_it_off_and_a_resume_does_it_first(runs, tmp_path, monkeypatch, capsys):
+    """A Ctrl-C during an evaluation stops it at the next batch, not at its end (a CIFAR evaluation
+    takes minutes on a CPU, longer than gpgan-ablate waits before SIGTERM): the step's checkpoint
+    records the evaluation, record and samples it owes, and a resume does them first; interrupted
+    twice at one evaluation, the run still ends as the uninterrupted one, bit for bit."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # its reference cache, not the other tests'
+    monkeypatch.setenv(inception.WEIGHTS_ENV, str(runs.weights))
+    net = InterruptingNetwork()
+    monkeypatch.setattr(InceptionV3, "load", classmethod(lambda cls, *args, **kwargs: net))
+    # Evaluations at steps 2, 4 and 6, two batches each; checkpoints at 3 and 6, samples at 2, 4, 6.
+    common = [R1_CIFAR, *sets(TINY + ALL_METRICS + [f"data.root={runs.cifar}", "train.steps=6", "eval.batch_size=2",
+                                                    "train.checkpoint_interval=3", "train.sample_interval=2"]),
+              "--out", str(tmp_path), "--quiet"]
+    assert train_cli.main(common + ["--name", "straight"]) == 0  # also caches the reference's features
+    straight, cut = tmp_path / "r1_cifar" / "straight", tmp_path / "r1_cifar" / "cut"
+    capsys.readouterr()
+
+    net.calls, net.at = 0, {3}  # Ctrl-C as the first batch of step 4's evaluation starts
+    assert train_cli.main(common + ["--name", "cut"]) == 130
+    err = capsys.readouterr().err
+    assert ("interrupted (Ctrl-C) at step 4; its evaluation was left off and a resume does it first; checkpoint "
+            f"saved to {cut / 'checkpoints' / 'ckpt_000004.npz'}") in err
+    assert net.calls == 3  # the second batch was never scored
+    assert [r["step"] for r in metrics(cut)] == [2]
+    assert not (cut / "samples" / "step_000004.png").exists()
+    owed = read_meta(str(cut / "checkpoints" / "ckpt_000004.npz"))["owed"]
+    assert owed["sample"] is True and owed["record"]["step"] == 4 and owed["time_per_step"] > 0
+    assert owed["record"] == {k: v for k, v in metrics(straight)[1].items() if not k.startswith("eval")}
+
+    net.calls, net.at = 0, {1}  # interrupted again during the resume's redone evaluation
+    assert train_cli.main(["--resume", str(cut), "--quiet"]) == 130
+    assert "at step 4; its evaluation was left off" in capsys.readouterr().err
+    assert net.calls == 1 and [r["step"] for r in metrics(cut)] == [2]
+
+    net.calls, net.at = 0, set()
+    assert train_cli.main(["--resume", str(cut), "--quiet"]) == 0
+    assert net.calls == 4  # steps 4 and 6, two batches each
+    assert metrics(cut) == metrics(straight)
+    assert_same_weights(cut, straight)
+    summary = lambda run: {k: v for k, v in json.loads((run / "final.json").read_text()).items()  # noqa: E731
+                           if k != "wall_time_s"}
+    assert summary(cut) == summary(straight)
+    for name in ("best.npz", "ckpt_000006.npz"):
+        a, b = read_meta(str(cut / "checkpoints" / name)), read_meta(str(straight / "checkpoints" / name))
+        assert a["step"] == b["step"] and a["best"] == b["best"] and "owed" not in a
+        with np.load(cut / "checkpoints" / name) as fa, np.load(straight / "checkpoints" / name) as fb:
+            assert fa.files == fb.files
+            for key in fa.files:
+                if key != "__meta__":  # which holds the wall time
+                    np.testing.assert_array_equal(fa[key], fb[key], err_msg=f"{name}: {key}")
+    assert "owed" not in read_meta(str(cut / "checkpoints" / "ckpt_000004.npz"))  # rewritten once done
+    for name in ("step_000002.png", "step_000004.png", "step_000006.png", "final.png"):
+        assert (cut / "samples" / name).read_bytes() == (straight / "samples" / name).read_bytes(), name
 
 
 def test_a_missing_reference_fails_before_training_and_a_dry_run_says_what_it_would_compute(

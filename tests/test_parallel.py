@@ -69,8 +69,8 @@ def _mpi_missing():
 needs_mpi = pytest.mark.skipif(_mpi_missing() is not None, reason=str(_mpi_missing()))
 
 
-def _env():
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT)
+def _env(**extra):
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **extra)
     # Open MPI's mpiexec refuses to start as root (GPU machines and containers run tests as root);
     # these two let it, and MPICH ignores them.
     env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -85,8 +85,8 @@ def _train_command(n, args, program=None):
     return command if n == 1 else [_mpiexec(), "-n", str(n), *command]
 
 
-def train(n, *args, check=None, program=None, timeout=180):
-    proc = subprocess.run(_train_command(n, args, program), capture_output=True, text=True, env=_env(),
+def train(n, *args, check=None, program=None, timeout=180, env=None):
+    proc = subprocess.run(_train_command(n, args, program), capture_output=True, text=True, env=_env(**(env or {})),
                           timeout=timeout, stdin=subprocess.DEVNULL)
     if check is not None:
         assert proc.returncode == check, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
@@ -331,6 +331,40 @@ def test_two_processes_resume_exactly(runs, tmp_path):
         np.testing.assert_array_equal(resumed[k], reference[k], err_msg=k)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["resumes"][0]["from_step"] == 6 and manifest["resumes"][0]["world_size"] == 2
+
+
+@needs_mpi
+def test_ctrl_c_during_rank_0s_evaluation_stops_every_process_and_a_resume_does_it_first(tmp_path):
+    """Rank 0 alone evaluates; a Ctrl-C there leaves its evaluation off at the next batch and
+    every process stops at that step, with the step's checkpoint recording the evaluation it
+    owes; the resume does it first and ends as the uninterrupted run."""
+    weights = tmp_path / "weights.npz"
+    weights.write_bytes(b"stand-in")
+    write_cifar_fixture(tmp_path / "cifar")
+    env = dict(HOME=str(tmp_path / "home"), GPGAN_INCEPTION_WEIGHTS=str(weights))
+    # Evaluations at steps 2, 4 and 6 (two batches each on rank 0), checkpoints at 3 and 6.
+    args = [R1_CIFAR, *sets(TINY_DCGAN + ["model.generator_options.norm=none", "train.steps=6",
+                                          "train.checkpoint_interval=3", "train.sample_interval=0",
+                                          "train.eval_interval=2", "eval.metrics=fid", "eval.samples=4",
+                                          "eval.batch_size=2", f"data.root={tmp_path / 'cifar'}"]),
+            "--out", str(tmp_path), "--quiet"]
+    program = os.path.join(PROGRAMS, "interrupted_evaluation.py")
+    train(2, *args, "--name", "straight", program=[program, "0"], check=0, env=env)  # caches the reference
+    proc = train(2, *args, "--name", "cut", program=[program, "3"], check=130, env=env)
+    assert proc.stderr.count("Resume with") == 1
+    assert "at step 4; its evaluation was left off and a resume does it first" in proc.stderr
+    cut, straight = tmp_path / "r1_cifar" / "cut", tmp_path / "r1_cifar" / "straight"
+    assert [r["step"] for r in metrics(cut)] == [1, 2, 3]  # logged at every step (TINY_DCGAN)
+    assert sorted(os.listdir(cut / "checkpoints")) == ["best.npz", "ckpt_000003.npz", "ckpt_000004.npz"]
+    assert read_meta(cut / "checkpoints" / "ckpt_000004.npz")["owed"]["record"]["step"] == 4
+    train(2, "--resume", str(cut), "--quiet", program=[program, "0"], check=0, env=env)
+    assert metrics(cut) == metrics(straight)
+    for name in ("best.npz", "ckpt_000006.npz"):
+        arrays_cut = checkpoint_arrays(cut / "checkpoints" / name)
+        arrays_straight = checkpoint_arrays(straight / "checkpoints" / name)
+        assert arrays_cut.keys() == arrays_straight.keys()
+        for k in arrays_cut:
+            np.testing.assert_array_equal(arrays_cut[k], arrays_straight[k], err_msg=f"{name}: {k}")
 
 
 @pytest.fixture(scope="module")

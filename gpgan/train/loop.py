@@ -29,7 +29,7 @@ from gpgan.kernels import configure_process
 from gpgan.metrics import is_better
 from gpgan.train.build import build_components
 from gpgan.train.config import best_metric
-from gpgan.train.evaluation import ImageMetrics
+from gpgan.train.evaluation import EvaluationStopped, ImageMetrics
 from gpgan.train.feed import InputFeed
 from gpgan.train.interrupt import install_signal_handlers, parent_to_watch
 from gpgan.train.monitor import Monitor
@@ -38,11 +38,15 @@ from gpgan.train.step import TrainingStep
 __all__ = ["Trainer", "TrainingInterrupted", "NonFiniteLossError", "RunWriteError"]
 
 class TrainingInterrupted(Exception):
-    """Raised after a checkpoint was saved because of Ctrl-C, SIGTERM or ``train.stop_after``."""
+    """Raised after a checkpoint was saved because of Ctrl-C, SIGTERM or ``train.stop_after``;
+    ``owes_evaluation``: the interrupt came during the step's evaluation, which a resume does
+    first."""
 
-    def __init__(self, step, checkpoint, reason):
+    def __init__(self, step, checkpoint, reason, owes_evaluation=False):
         self.step, self.checkpoint, self.reason = step, checkpoint, reason
-        super().__init__(f"{reason} at step {step}; checkpoint saved to {checkpoint}")
+        self.owes_evaluation = owes_evaluation
+        owed = "; its evaluation was left off and a resume does it first" if owes_evaluation else ""
+        super().__init__(f"{reason} at step {step}{owed}; checkpoint saved to {checkpoint}")
 
 
 class RunWriteError(Exception):
@@ -105,6 +109,11 @@ class Trainer:
         self._last_batch = None
         self._last_labels = (None, None)
         self._interrupt = None
+        self._parent_pid = None
+        # The step an interrupt stopped during its evaluation, left to finish (a checkpoint's
+        # "owed"): {"record": Monitor.measure's, "time_per_step": s, "sample": bool}; else None.
+        self._owed = None
+        self._clock = None  # perf_counter when wall_time was last brought up to date
 
     @property
     def step(self):
@@ -145,6 +154,8 @@ class Trainer:
                 "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__,
                 "best": {"metric": self.best_metric, "value": self.best_value,
                          "evals_since": self.evals_since_best}}
+        if self._owed is not None:
+            meta["owed"] = self._owed
         if self.parts.augment is not None:  # ADA's p and its adaptation's sums (floats, exact in JSON)
             meta["augment"] = self.parts.augment.state_dict()
         modules, optimizers, emas, rngs = self._state()
@@ -167,6 +178,7 @@ class Trainer:
         same = best.get("metric") == self.best_metric
         self.best_value = best.get("value") if same else None
         self.evals_since_best = int(best.get("evals_since", 0)) if same else 0
+        self._owed = meta.get("owed")
         return self.step
 
     def _keep_best(self, evaluation):
@@ -204,14 +216,24 @@ class Trainer:
             raise KeyboardInterrupt
         self._interrupt = "interrupted (Ctrl-C)" if signum == signal.SIGINT else "terminated (SIGTERM)"
 
-    def _stop_reason(self, step, last):
+    def _interrupted(self):
+        """Why the run must stop at once (Ctrl-C, SIGTERM, the launching process gone), or None;
+        also what stops an evaluation between its batches."""
         if self._parent_pid is not None and os.getppid() != self._parent_pid:
             self._interrupt = self._interrupt or f"the launching process {self._parent_pid} exited"
-        if self._interrupt:
-            return self._interrupt
+        return self._interrupt
+
+    def _stop_reason(self, step, last):
+        reason = self._interrupted()
+        if reason:
+            return reason
         if self.tc["stop_after"] and step == self.tc["stop_after"] and not last:
             return "stopped by train.stop_after"
         return None
+
+    def _evaluate(self, step):
+        """The step's evaluation; raises EvaluationStopped when an interrupt came during it."""
+        return self.monitor.evaluate(step, stop=self._interrupted)
 
     # -- the loop -----------------------------------------------------------------------------
     def fit(self):
@@ -249,11 +271,16 @@ class Trainer:
 
     def _loop(self, tc, total, every, bar):
         """The steps of :meth:`fit` up to final.json (its returned summary)."""
-        started = last_time = time.perf_counter()
-        last_step = self.step
+        self._clock = time.perf_counter()
+        early = None
+        if self._owed is not None:  # the step an interrupt stopped during its evaluation: finish it
+            owed = self._owed
+            early = self._conclude(self.step, owed["record"], owed["time_per_step"], True, owed["sample"],
+                                   True, None, bar)
         # A resumed run whose patience was spent when it stopped (Ctrl-C at that evaluation, or a
         # lower train.patience on resume) ends here, as the uninterrupted run would have.
-        early = self._patience_spent()
+        early = early or self._patience_spent()
+        last_time, last_step = time.perf_counter(), self.step
         while self.step < total and not early:
             self.train_step()
             bar.update(1)
@@ -265,31 +292,59 @@ class Trainer:
             checkpoint = last or stop or every(tc["checkpoint_interval"], step)
             if log or sample or checkpoint:
                 self._raise_on_fault()  # before anything reads the weights or losses
-            evaluation = self.monitor.evaluate(step) if evaluate else {}
-            self._keep_best(evaluation)
-            early = self._patience_spent() if evaluate else None  # at the last step too: final.json says so
-            checkpoint = checkpoint or early
+            record = per_step = None
             if log:
-                now = time.perf_counter()
-                record = self.monitor.record(step, self.last, *self._last_batch, evaluation,
-                                             (now - last_time) / max(1, step - last_step),
-                                             labels=self._last_labels)
-                last_time, last_step = now, step
-                bar.set_postfix(_progress(record, self.monitor.latest_eval), refresh=False)
-            if sample:
-                self.monitor.write_samples(step)
-            if checkpoint:
-                self.wall_time += time.perf_counter() - started
-                started = time.perf_counter()
-                path = self.save_checkpoint()
-                if stop:
-                    raise TrainingInterrupted(step, path, stop)
-            if early:
-                break
+                per_step = (time.perf_counter() - last_time) / max(1, step - last_step)
+                record = self.monitor.measure(step, self.last, *self._last_batch, labels=self._last_labels)
+            concluding = time.perf_counter()
+            early = self._conclude(step, record, per_step, evaluate, sample, checkpoint, stop, bar)
+            if log:  # the next record's time per step counts training alone
+                last_time, last_step = time.perf_counter(), step
+            else:
+                last_time += time.perf_counter() - concluding
         # final.png; TensorBoard has this step's picture already where it was a sample step
         self.monitor.write_samples(self.step, final=True, log=not every(tc["sample_interval"], self.step))
-        self.wall_time += time.perf_counter() - started
+        self._count_wall_time()
         return self._write_final(early)
+
+    def _conclude(self, step, record, time_per_step, evaluate, sample, checkpoint, stop, bar):
+        """Everything after step ``step``'s training: evaluate, keep the best, log ``record`` (from
+        Monitor.measure; None: not a logged step), sample, checkpoint (``checkpoint``, or patience
+        spent). Returns why the run ends early (train.patience), or None.
+
+        Raises:
+            TrainingInterrupted: ``stop`` (after the checkpoint); or an interrupt during the
+                evaluation, which is then left off: the step's checkpoint records what the step
+                still owes ("owed": its evaluation, record and samples), which a resume does first.
+        """
+        try:
+            evaluation = self._evaluate(step) if evaluate else {}
+        except EvaluationStopped as exc:
+            self._owed = {"record": record, "time_per_step": time_per_step, "sample": bool(sample)}
+            raise TrainingInterrupted(step, self._save_periodic(), exc.reason, owes_evaluation=True) from None
+        self._owed = None
+        self._keep_best(evaluation)
+        early = self._patience_spent() if evaluate else None  # at the last step too: final.json says so
+        if record is not None:
+            record = self.monitor.write_record(record, evaluation, time_per_step)
+            bar.set_postfix(_progress(record, self.monitor.latest_eval), refresh=False)
+        if sample:
+            self.monitor.write_samples(step)
+        if checkpoint or early:
+            path = self._save_periodic()
+            if stop:
+                raise TrainingInterrupted(step, path, stop)
+        return early
+
+    def _count_wall_time(self):
+        now = time.perf_counter()
+        self.wall_time += now - self._clock
+        self._clock = now
+
+    def _save_periodic(self):
+        """The checkpoint of this step, its wall time brought up to date; returns its path."""
+        self._count_wall_time()
+        return self.save_checkpoint()
 
     def _write_final(self, stop=None):
         """Write final.json (from metrics.jsonl; ``stop``: why it ended before train.steps) and

@@ -18,8 +18,9 @@ The ``schedule/`` keys are the numbers that R3GAN's schedules move, where a run 
 fixed, linear and cosine: the p the step used, set from the step count as it began), and the last
 adjustment's ``r_t = E[sign(D(real))]`` (null before the first, and when p does not adapt).
 
-``time_per_step`` (seconds per generator step since the previous record) is the only key that
-depends on the machine's speed (:data:`TIMING_KEYS`).
+``time_per_step`` (seconds per generator step since the previous record, training alone: the
+evaluations, samples and checkpoints between are not counted) is the only key that depends on the
+machine's speed (:data:`TIMING_KEYS`).
 """
 import contextlib
 import math
@@ -118,15 +119,19 @@ class Monitor:
         """Whether the run has evaluations: toy data (mode metrics), or images with ``eval.metrics``."""
         return self.parts.is_toy or self.images is not None
 
-    def evaluate(self, step):
+    def evaluate(self, step, stop=None):
         """The step's evaluation: the mode metrics of the generated fixed-noise points (toy data with
-        modes), or the image metrics of ``eval.samples`` images from fixed noise; {} otherwise."""
+        modes), or the image metrics of ``eval.samples`` images from fixed noise; {} otherwise.
+
+        ``stop``: asked between the image metrics' batches; a reason from it raises
+        :class:`~gpgan.train.evaluation.EvaluationStopped` (the generator is left as it was).
+        The mode metrics take milliseconds and are not stopped."""
         sampler = self.parts.sampler
         if not self.writes:
             return {}
         if self.images is not None:
             with self._sampling_generator() as generator:
-                self.latest_eval = self.images.score(batches(generator, self.eval_noise, self.parts.device))
+                self.latest_eval = self.images.score(batches(generator, self.eval_noise, self.parts.device), stop)
         elif self.parts.is_toy and sampler.means is not None:
             metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
             self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
@@ -186,8 +191,10 @@ class Monitor:
             out["schedule/ema_half_life_images"] = half_life.value_at(step)
         return out
 
-    def record(self, step, last, real, fake, evaluation, time_per_step, labels=(None, None)):
-        """Build, append and return the metrics record of ``step``.
+    def measure(self, step, last, real, fake, labels=(None, None)):
+        """The metrics record of ``step`` without its evaluation and timing (see
+        :meth:`write_record`). In a data-parallel run every process calls it (the gradient norms
+        are averaged over them).
 
         ``last``: the latest value of each step output (device scalars or floats); ``real`` and
         ``fake``: the last critic batch, whose input-gradient norms are logged (``labels``: a
@@ -204,7 +211,7 @@ class Monitor:
                                                  (lambda x: critic(x, real_labels)), real),
                  "grad_norm/fake": gradient_norm(critic if fake_labels is None else
                                                  (lambda x: critic(x, fake_labels)), fake)}
-        record.update(self.average(norms) if self.average is not None else norms)
+        record.update({k: float(v) for k, v in (self.average(norms) if self.average is not None else norms).items()})
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
         record.update(self._scheduled(step))
@@ -212,12 +219,18 @@ class Monitor:
             if key in last:
                 value = float(last[key])
                 record[key] = value if math.isfinite(value) else None
-        record.update(evaluation)
-        record["time_per_step"] = time_per_step
+        return record
+
+    def write_record(self, measured, evaluation, time_per_step):
+        """Append the record of :meth:`measure` completed with the step's ``evaluation`` and
+        ``time_per_step`` to metrics.jsonl and TensorBoard (rank 0 of a data-parallel run);
+        returns it."""
+        record = {**measured, **evaluation, "time_per_step": time_per_step}
         if not self.writes:
             return record
         self.run.append_metrics(record)
         if self.writer is not None:
+            step = record["step"]
             for key, value in record.items():
                 if key != "step" and value is not None and math.isfinite(value):
                     self.writer.add_scalar(key, value, step)

@@ -24,6 +24,7 @@ import numpy
 
 from gpgan.backend import device_description, get_array_module, to_device
 from gpgan.train.config import ConfigError
+from gpgan.train.evaluation import EvaluationStopped
 from gpgan.train.loop import Trainer
 from gpgan.train.monitor import Monitor
 from gpgan.train.step import TrainingStep
@@ -175,6 +176,18 @@ class DataParallelTrainer(Trainer):
         reasons = self.comm.all_gather_object(None)
         rank, reason = next((r, text) for r, text in enumerate(reasons) if text is not None)
         return f"{reason} (on rank {rank})"
+
+    def _evaluate(self, step):
+        """Rank 0 evaluates (the others get {}); an interrupt that stopped it there stops the
+        evaluation on every process, so that all save the step's checkpoint and stop together."""
+        try:
+            evaluation, reason = super()._evaluate(step), None
+        except EvaluationStopped as exc:
+            evaluation, reason = None, exc.reason
+        reason = self.comm.broadcast_object(reason)
+        if reason is not None:
+            raise EvaluationStopped(reason if self.comm.is_root else f"{reason} (on rank 0)")
+        return evaluation
 
     def save_checkpoint(self, path=None):
         """Rank 0 writes; the weights are the same on every process. Returns the path."""
