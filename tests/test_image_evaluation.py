@@ -172,8 +172,47 @@ class InterruptingNetwork(PixelNetwork):
     def features(self, images, batch_size=50, progress=False):
         self.calls += 1
         if self.calls in self.at:
+            # Only while training (its handler set): pytest's own would end the test session.
+            assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
             os.kill(os.getpid(), signal.SIGINT)
         return super().features(images, batch_size, progress)
+
+
+def test_an_evaluation_stops_as_a_generated_batch_arrives_before_a_network_batch_and_before_scoring(
+        monkeypatch):
+    """``stop`` is asked as each generated batch arrives, before each batch of the network and
+    before the scores: its reason raises EvaluationStopped, and nothing after it runs."""
+    from gpgan.train.evaluation import EvaluationStopped, ImageMetrics
+
+    generated = []
+
+    def images():  # generated lazily, as gpgan.train.sampling.batches does
+        for k in range(3):
+            generated.append(k)
+            yield np.full((2, 3, 4, 4), k / 3 - 0.5, dtype=np.float32)
+
+    def after(n, counter):
+        return lambda: "interrupted (test)" if len(counter) >= n else None
+
+    net = PixelNetwork()
+    metrics = ImageMetrics(["fid"], net, reference=object(), batch_size=2, progress=False)
+    with pytest.raises(EvaluationStopped, match="interrupted \\(test\\)"):
+        metrics.score(images(), stop=after(2, generated))
+    assert generated == [0, 1] and net.seen == 0  # the third batch never generated, the network never run
+    generated.clear()
+    calls = []
+    features = net.features
+    monkeypatch.setattr(net, "features", lambda *a, **k: calls.append(1) or features(*a, **k))
+    with pytest.raises(EvaluationStopped):
+        metrics.score(images(), stop=after(1, calls))
+    assert generated == [0, 1, 2] and len(calls) == 1  # one network batch of three
+    scored = []
+    import gpgan.metrics
+    monkeypatch.setattr(gpgan.metrics, "score_features", lambda *a: scored.append(1) or {})
+    with pytest.raises(EvaluationStopped):
+        metrics.score(images(), stop=after(4, calls))  # after the network's last batch
+    assert len(calls) == 4 and not scored
+    assert metrics.score(images(), stop=lambda: None) == {} and scored == [1]
 
 
 def test_ctrl_c_during_an_evaluation_leaves_it_off_and_a_resume_does_it_first(runs, tmp_path, monkeypatch, capsys):
@@ -210,7 +249,23 @@ def test_ctrl_c_during_an_evaluation_leaves_it_off_and_a_resume_does_it_first(ru
     assert "at step 4; its evaluation was left off" in capsys.readouterr().err
     assert net.calls == 1 and [r["step"] for r in metrics(cut)] == [2]
 
+    # A full disk while the resume finishes step 4, after its record was written: the next resume
+    # writes the record again, once.
+    from gpgan.train.monitor import Monitor
+    write_samples = Monitor.write_samples
+
+    def disk_full_at_step_4(self, step, *args, **kwargs):
+        if step == 4:
+            raise OSError(28, "No space left on device")
+        return write_samples(self, step, *args, **kwargs)
     net.calls, net.at = 0, set()
+    monkeypatch.setattr(Monitor, "write_samples", disk_full_at_step_4)
+    assert train_cli.main(["--resume", str(cut), "--quiet"]) == 1
+    assert "No space left on device" in capsys.readouterr().err
+    assert net.calls == 2 and [r["step"] for r in metrics(cut)] == [2, 4]
+    monkeypatch.setattr(Monitor, "write_samples", write_samples)
+
+    net.calls = 0
     assert train_cli.main(["--resume", str(cut), "--quiet"]) == 0
     assert net.calls == 4  # steps 4 and 6, two batches each
     assert metrics(cut) == metrics(straight)

@@ -359,6 +359,10 @@ def test_ctrl_c_during_rank_0s_evaluation_stops_every_process_and_a_resume_does_
     assert read_meta(cut / "checkpoints" / "ckpt_000004.npz")["owed"]["record"]["step"] == 4
     train(2, "--resume", str(cut), "--quiet", program=[program, "0"], check=0, env=env)
     assert metrics(cut) == metrics(straight)
+    assert "owed" not in read_meta(cut / "checkpoints" / "ckpt_000004.npz")  # rewritten once done
+    summary = lambda run: {k: v for k, v in json.loads((run / "final.json").read_text()).items()  # noqa: E731
+                           if k != "wall_time_s"}
+    assert summary(cut) == summary(straight)
     for name in ("best.npz", "ckpt_000006.npz"):
         arrays_cut = checkpoint_arrays(cut / "checkpoints" / name)
         arrays_straight = checkpoint_arrays(straight / "checkpoints" / name)

@@ -42,10 +42,10 @@ def generated_features(net, batches, batch_size=50, progress=True, stop=None):
             :func:`gpgan.train.sampling.batches`; each is quantized with
             :func:`~gpgan.data.to_uint8` as it comes, so only uint8 images are kept.
         batch_size, progress: of the feature extraction (one progress bar over all images).
-        stop: None, or a callable asked before each generated batch and each batch of the
-            network: a reason to stop (any true value) raises :class:`EvaluationStopped`. On a CPU
-            the network takes about 5 minutes for 5,000 images; with this a Ctrl-C during
-            training stops it within one batch.
+        stop: None, or a callable asked as each generated batch arrives and before each batch
+            of the network: a reason to stop (any true value) raises :class:`EvaluationStopped`.
+            On a CPU the network takes about 5 minutes for 5,000 images; with this a Ctrl-C
+            during training stops it within one batch.
 
     Returns:
         ``{"pool3": (N, 2048), "logits": (N, 1008)}`` as :meth:`~gpgan.metrics.InceptionV3.features`
@@ -171,6 +171,7 @@ class ImageMetrics:
         if self.reference is None:
             raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
         fake = generated_features(self.net, batches, self.batch_size, self.progress, stop)
+        _check(stop)  # the scores themselves take seconds to a minute (sqrtm, nearest neighbours)
         return score_features(self.names, fake, self.reference)
 
     def score_dataset(self, spec, cifar_root=None, download=False):

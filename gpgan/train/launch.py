@@ -177,7 +177,7 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
         step = comm.together(lambda: trainer.load_checkpoint(path))
 
     def record():
-        run.truncate_metrics(step)
+        run.truncate_metrics(trainer.recorded_through)
         set_aside = run.set_aside_later_best(step)
         run.clear_final()
         run.write_config(config)
@@ -218,7 +218,7 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
                        **trainer.manifest_entries())
         if os.path.isfile(source.metrics_path):
             shutil.copyfile(source.metrics_path, run.metrics_path)
-            run.truncate_metrics(step)
+            run.truncate_metrics(trainer.recorded_through)
         return run.path
     run.path = comm.on_root(initialize)
     return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])

@@ -120,6 +120,14 @@ class Trainer:
         """Generator steps done."""
         return self.step_fn.step
 
+    @property
+    def recorded_through(self):
+        """The last step whose metrics record belongs to the state loaded (:meth:`load_checkpoint`):
+        its step, or the one before when that step still owes its evaluation and record. A resume
+        cuts metrics.jsonl and TensorBoard back to it, so that a crash while the owed step was
+        being finished cannot leave its record twice."""
+        return self.step - 1 if self._owed is not None else self.step
+
     def manifest_entries(self):
         """What this trainer adds to manifest.json and its resume entries: what the image metrics
         compare with (when there are any) and the number of processes (``world_size``; a
@@ -253,7 +261,7 @@ class Trainer:
 
         tc, total = self.tc, self.tc["steps"]
         every = lambda n, step: n and step % n == 0  # noqa: E731
-        self.monitor.open(self.step)
+        self.monitor.open(self.recorded_through)
         handlers = install_signal_handlers(self._on_signal)
         self._parent_pid = parent_to_watch()
         bar = tqdm(total=total, initial=self.step, disable=True if self.quiet else None, unit="step",
