@@ -287,7 +287,8 @@ def test_ctrl_c_during_an_evaluation_leaves_it_off_and_a_resume_does_it_first(ru
 
 
 def test_a_missing_reference_fails_before_training_and_a_dry_run_says_what_it_would_compute(
-        runs, tmp_path, pixel_network, capsys):
+        runs, tmp_path, pixel_network, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # a cache of its own: other tests cache this reference
     common = [R1_CIFAR, *sets(TINY + [f"data.root={runs.cifar}"]), "--out", str(tmp_path / "exp"), "--quiet"]
     for extra in ([], ["--dry-run"]):
         assert train_cli.main(common + sets([f"eval.reference={tmp_path / 'nowhere'}", "eval.metrics=fid"])
