@@ -17,6 +17,7 @@ import time
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -874,6 +875,80 @@ def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
     for r in rows:
         calls = (out / r["run_dir"] / "calls.txt").read_text()
         assert calls == ("start\nresume\n" if r["run"] in running else "start\n")
+
+
+def test_ctrl_c_during_an_evaluation_longer_than_the_grace_period_loses_no_steps(tmp_path, monkeypatch, capsys):
+    """Ctrl-C to gpgan-ablate while its trainer evaluates, the evaluation being longer than the
+    time gpgan-ablate waits before SIGTERM (as a CIFAR evaluation on a CPU is): the trainer leaves
+    the evaluation off, saves the step's checkpoint within the grace period, and the next sweep
+    finishes the run with every evaluation logged once."""
+    from gpgan.checkpoint import read_meta
+    from gpgan.studies.trainers import LocalTrainers
+    from helpers import write_cifar_fixture
+
+    weights = tmp_path / "weights.npz"
+    weights.write_bytes(b"stand-in")
+    write_cifar_fixture(tmp_path / "cifar")
+    mark = tmp_path / "evaluating"
+    monkeypatch.setenv("GPGAN_TRAIN_CMD", shlex.join([sys.executable, str(REPO / "tests" / "programs" /
+                                                                         "slow_evaluation.py")]))
+    for var, value in (("HOME", tmp_path / "home"), ("GPGAN_INCEPTION_WEIGHTS", weights),
+                       ("SLOW_EVAL_MARK", mark), ("SLOW_EVAL_SECONDS", "0.25")):
+        monkeypatch.setenv(var, str(value))
+    stop = LocalTrainers.stop
+    monkeypatch.setattr(LocalTrainers, "stop", lambda self, grace=60.0: stop(self, grace=2.0))
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(textwrap.dedent(f"""\
+        base: {REPO / 'configs' / 'r1_cifar.yaml'}
+        set:
+          model.generator_options: {{width: 2, latent_dim: 8}}
+          model.critic_options: {{width: 2}}
+          data.root: {tmp_path / 'cifar'}
+          data.download: false
+          train.steps: 6
+          train.batch_size: 4
+          train.n_samples: 4
+          train.log_interval: 2
+          train.eval_interval: 2
+          train.checkpoint_interval: 3
+          train.sample_interval: 0
+          eval.metrics: [fid]
+          eval.samples: 20
+          eval.batch_size: 2
+        axes:
+          train.seed: [0]
+        metrics: [{{eval/fid: min}}]
+    """))
+    out = tmp_path / "out"
+
+    done = threading.Event()
+
+    def interrupt_when_evaluating():  # the first evaluation (step 2): 20 images at 0.25 s, 5 s in all
+        deadline = time.monotonic() + 120
+        while not mark.exists() and time.monotonic() < deadline and not done.is_set():
+            time.sleep(0.05)
+        if not done.is_set():  # never after the sweep returned: the signal would hit pytest
+            os.kill(os.getpid(), signal.SIGINT)
+    interrupter = threading.Thread(target=interrupt_when_evaluating, daemon=True)
+    interrupter.start()
+    try:
+        assert main([str(sweep), "--out", str(out)]) == 130
+    finally:
+        done.set()
+        interrupter.join()
+    run = next((out / "runs" / "r1_cifar").iterdir())
+    stderr = (out / "logs" / run.name / "stderr.log").read_text()
+    assert "at step 2; its evaluation was left off and a resume does it first" in stderr, stderr
+    assert "stopped without saving" not in stderr
+    assert read_meta(str(run / "checkpoints" / "ckpt_000002.npz"))["owed"]["record"]["step"] == 2
+    capsys.readouterr()
+
+    monkeypatch.setenv("SLOW_EVAL_SECONDS", "0")
+    assert main([str(sweep), "--out", str(out)]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "eval/fid" in r] == [2, 4, 6]
+    assert [r["step"] for r in records] == [2, 4, 6]
+    assert [r["status"] for r in read_csv(out / "results.csv")] == ["finished"]
 
 
 def test_mean_std_and_stderr_tail(tmp_path):
