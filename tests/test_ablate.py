@@ -893,10 +893,10 @@ def test_ctrl_c_during_an_evaluation_longer_than_the_grace_period_loses_no_steps
     monkeypatch.setenv("GPGAN_TRAIN_CMD", shlex.join([sys.executable, str(REPO / "tests" / "programs" /
                                                                          "slow_evaluation.py")]))
     for var, value in (("HOME", tmp_path / "home"), ("GPGAN_INCEPTION_WEIGHTS", weights),
-                       ("SLOW_EVAL_MARK", mark), ("SLOW_EVAL_SECONDS", "0.25")):
+                       ("SLOW_EVAL_MARK", mark), ("SLOW_EVAL_SECONDS", "0.5")):
         monkeypatch.setenv(var, str(value))
     stop = LocalTrainers.stop
-    monkeypatch.setattr(LocalTrainers, "stop", lambda self, grace=60.0: stop(self, grace=2.0))
+    monkeypatch.setattr(LocalTrainers, "stop", lambda self, grace=60.0: stop(self, grace=5.0))
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(textwrap.dedent(f"""\
         base: {REPO / 'configs' / 'r1_cifar.yaml'}
@@ -923,7 +923,7 @@ def test_ctrl_c_during_an_evaluation_longer_than_the_grace_period_loses_no_steps
 
     done = threading.Event()
 
-    def interrupt_when_evaluating():  # the first evaluation (step 2): 20 images at 0.25 s, 5 s in all
+    def interrupt_when_evaluating():  # the first evaluation (step 2): 20 images at 0.5 s, 10 s in all
         deadline = time.monotonic() + 120
         while not mark.exists() and time.monotonic() < deadline and not done.is_set():
             time.sleep(0.05)
