@@ -1,9 +1,10 @@
 """How a training process is asked to stop: SIGINT and SIGTERM, and its launcher's exit.
 
 Either way the loop (:mod:`gpgan.train.loop`) finishes the step (an evaluation under way is left
-off, and the resume does it), saves a checkpoint and exits with 130. Launchers (:mod:`gpgan.studies`) set :data:`PARENT_ENV` in a trainer's environment
-through :func:`stop_with_parent`; the loop reads it back with :func:`parent_to_watch`. This module
-imports the standard library only, so a launcher takes the contract without the training code.
+off, and the resume does it), saves a checkpoint and exits with 130. Launchers
+(:mod:`gpgan.studies`) set :data:`PARENT_ENV` in a trainer's environment through
+:func:`stop_with_parent`; the loop reads it back with :func:`parent_to_watch`. This module imports
+the standard library only, so a launcher takes the contract without the training code.
 """
 import os
 import signal

@@ -283,8 +283,8 @@ class Trainer:
         early = None
         if self._owed is not None:  # the step an interrupt stopped during its evaluation: finish it
             owed = self._owed
-            early = self._conclude(self.step, owed["record"], owed["time_per_step"], True, owed["sample"],
-                                   True, None, bar)
+            early = self._conclude(self.step, owed["record"], owed["time_per_step"], evaluate=True,
+                                   sample=owed["sample"], checkpoint=True, stop=None, bar=bar)
         # A resumed run whose patience was spent when it stopped (Ctrl-C at that evaluation, or a
         # lower train.patience on resume) ends here, as the uninterrupted run would have.
         early = early or self._patience_spent()
