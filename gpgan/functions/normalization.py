@@ -12,7 +12,6 @@ Its forward is a few fused passes over ``x``. Its backward has two forms:
 
 Eval-mode batch norm (fixed running statistics) is an affine map composed from mul and sub.
 """
-import numpy
 
 from gpgan.autograd import FunctionNode, Variable, is_grad_enabled
 from gpgan import kernels
@@ -36,17 +35,15 @@ def _channel_rows(a):
     """The (M, C) pixel rows of an (N, C, ...) array, on which batch norm works: a view when the
     channel axis is last and contiguous in memory (channels-last, or a C-contiguous (N, C)).
 
-    Otherwise, on the CPU, a channels-last copy: the row passes then sum the same numbers in the
-    same order whatever the input's layout (the NumPy col2im returns a cropped view where the
-    compiled one returns a contiguous array, and both must give the same bits), and one copy
-    costs less than the general path's passes over the whole array. On CUDA, None: the general
-    path runs (not measured against a copy).
+    Otherwise a channels-last copy: the row passes then sum the same numbers in the same order
+    whatever the input's layout (the NumPy col2im returns a cropped view where the compiled one
+    returns a contiguous array, and both must give the same bits), and one copy costs less than
+    the general path's passes over the whole array (on CUDA, where the general path's per-channel
+    sums ran 20 times longer: docs/benchmarks.md, "GPU check on the H200 (2026-11-27)").
     """
     moved = a if a.ndim == 2 else a.transpose((0,) + tuple(range(2, a.ndim)) + (1,))
     if not moved.flags.c_contiguous:
-        if get_array_module(a) is not numpy:
-            return None
-        moved = numpy.ascontiguousarray(moved)
+        moved = get_array_module(a).ascontiguousarray(moved)
     return moved.reshape(-1, a.shape[1])
 
 
@@ -62,7 +59,7 @@ def _row_passes(xp, fn, rows, nbytes):
     """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows
     (:func:`gpgan.kernels.row_blocks`; the blocks split over the cores for NumPy) and return
     the partials summed in block order."""
-    blocks = kernels.row_blocks(rows)
+    blocks = kernels.row_blocks(rows, xp)
     bounds = [rows * k // blocks for k in range(blocks + 1)]
     parts = [None] * blocks
 
@@ -106,9 +103,8 @@ class Normalize(FunctionNode):
         w, b = self._params(inputs)
         xp = get_array_module(x)
         self.retain_inputs(tuple(range(len(inputs))))
-        x2 = _channel_rows(x) if self._per_channel(x) else None
-        if x2 is not None:
-            return (self._forward_rows(xp, x, x2, w, b),)
+        if self._per_channel(x):
+            return (self._forward_rows(xp, x, _channel_rows(x), w, b),)
         mu = x.mean(axis=self.axes, keepdims=True)
         xc = x - mu
         y = xp.square(xc)  # the output's buffer, first holding the squares
@@ -136,7 +132,7 @@ class Normalize(FunctionNode):
             self.mean, self.var, self.inv = (v.reshape(self.param_shape) for v in stats)
             return _from_rows(y2, x)
         y2 = xp.empty_like(x2)
-        mu = _row_passes(xp, lambda a, c: (x2[a:c].sum(axis=0),), M, x2.nbytes)[0] / x.dtype.type(M)
+        mu = _row_passes(xp, lambda a, c: (kernels.column_sums(xp, x2[a:c]),), M, x2.nbytes)[0] / x.dtype.type(M)
 
         def centre(a, c):
             xc = xp.subtract(x2[a:c], mu, out=y2[a:c])
@@ -173,30 +169,12 @@ class Normalize(FunctionNode):
         ``g = gy * weight`` (means over the statistics' axes), ``gweight = sum(gy * xhat)``,
         ``gbias = sum(gy)`` (sums over ``param_axes``)."""
         if self._per_channel(x):
-            x2, gy2 = _channel_rows(x), _channel_rows(gy)
-            if x2 is not None and gy2 is not None:
-                return self._raw_gradients_rows(get_array_module(x), x, x2, w, gy2)
+            return self._raw_gradients_rows(get_array_module(x), x, _channel_rows(x), w, _channel_rows(gy))
         xhat = x - self.mean
         xhat *= self.inv
         n = x.dtype.type(1.0 / _count(x.shape, self.axes))
         out = [None]
         wb = w.reshape(self.param_shape) if w is not None else None
-        if self.param_axes == self.axes:
-            # Per-channel parameters (batch norm): the sums of gy and gy*xhat over the statistics'
-            # axes are the parameter gradients too, and weight * inv is one coefficient.
-            g_sum = gy.sum(axis=self.axes, keepdims=True)
-            gx_sum = (gy * xhat).sum(axis=self.axes, keepdims=True)
-            coef = self.inv if wb is None else self.inv * wb
-            gx = gy * coef
-            xhat *= coef * gx_sum * n
-            gx -= xhat
-            gx -= coef * g_sum * n
-            out[0] = gx
-            if self.has_weight:
-                out.append(gx_sum.reshape(self.own_shape))
-            if self.has_bias:
-                out.append(g_sum.reshape(self.own_shape))
-            return out
         g = gy if wb is None else gy * wb
         g_mean = g.sum(axis=self.axes, keepdims=True) * n
         gx_mean = (g * xhat).sum(axis=self.axes, keepdims=True) * n
@@ -236,7 +214,7 @@ class Normalize(FunctionNode):
         def sums(a, c):
             xhat = xp.subtract(x2[a:c], mu, out=gx2[a:c])
             xhat *= inv
-            return gy2[a:c].sum(axis=0), kernels.column_dots(xp, gy2[a:c], xhat)
+            return kernels.column_sums(xp, gy2[a:c]), kernels.column_dots(xp, gy2[a:c], xhat)
 
         g_sum, gx_sum = _row_passes(xp, sums, M, x2.nbytes + gy2.nbytes)
         n = x.dtype.type(1.0 / M)

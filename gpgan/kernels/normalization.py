@@ -13,6 +13,7 @@ import numpy
 
 from gpgan.backend.mechanisms import off
 from gpgan.kernels.cpu.passes import add_in_block_order, block_partials, kernels_for
+from gpgan.kernels.reductions import column_sums
 
 __all__ = ["batch_norm_rows", "batch_norm_rows_gradients", "column_dots"]
 
@@ -75,7 +76,7 @@ def batch_norm_rows_gradients(xp, x2, gy2, mean, inv, w):
 def column_dots(xp, a, b):
     """``(a * b).sum(axis=0)`` of (M, C) arrays: NumPy's einsum does it in one pass; CuPy's einsum
     may call cuBLAS through CuPy, which a CUDA-graph capture cannot (see
-    :mod:`gpgan.kernels.cuda.cublas`), so CuPy multiplies and sums."""
+    :mod:`gpgan.kernels.cuda.cublas`), so CuPy multiplies and sums (:func:`column_sums`)."""
     if xp is numpy:
         return numpy.einsum("mc,mc->c", a, b)
-    return (a * b).sum(axis=0)
+    return column_sums(xp, a * b)

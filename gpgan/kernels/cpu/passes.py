@@ -130,9 +130,10 @@ def add_arrays(a, b):
 ROW_BLOCKS = 8
 
 
-def row_blocks(rows):
-    """How many blocks ``rows`` rows are summed in: :data:`ROW_BLOCKS`, fewer for fewer rows."""
-    return max(1, min(ROW_BLOCKS, rows))
+def row_blocks(rows, xp=numpy):
+    """How many blocks ``rows`` rows are summed in: :data:`ROW_BLOCKS`, fewer for fewer rows; one
+    for CuPy, whose sums have no threads of the host to split over."""
+    return max(1, min(ROW_BLOCKS, rows)) if xp is numpy else 1
 
 
 def block_partials(rows, channels, count=1):
