@@ -145,6 +145,15 @@ def test_layer_norm_values_and_gradients(normalized_shape, rng):
 
     gradcheck(fn, [x, w, b])
     gradgradcheck(fn, [x, w, b])
+
+
+def test_layer_norm_of_a_one_dimensional_input(rng):
+    """A 1-D input has statistics over axis 0 only, which once looked like batch norm's case."""
+    x, w, b = rng.standard_normal(6) * 3, rng.standard_normal(6), rng.standard_normal(6)
+    y = F.layer_norm(gpgan.Variable(x), 6, gpgan.Variable(w), gpgan.Variable(b))
+    np.testing.assert_allclose(y.data, (x - x.mean()) / np.sqrt(x.var() + 1e-5) * w + b, rtol=1e-10, atol=1e-10)
+    gradcheck(lambda xv, wv, bv: F.layer_norm(xv, 6, wv, bv), [x, w, b])
+    gradgradcheck(lambda xv, wv, bv: F.layer_norm(xv, 6, wv, bv), [x, w, b])
     with pytest.raises(ValueError, match="layer_norm: normalized_shape"):
         F.layer_norm(gpgan.Variable(x), (5,))
 

@@ -59,7 +59,7 @@ def _row_passes(xp, fn, rows, nbytes):
     """Run ``fn(start, stop) -> tuple of per-channel partial sums`` on fixed blocks of rows
     (:func:`gpgan.kernels.row_blocks`; the blocks split over the cores for NumPy) and return
     the partials summed in block order."""
-    blocks = kernels.row_blocks(rows, xp)
+    blocks = kernels.row_blocks(xp, rows)
     bounds = [rows * k // blocks for k in range(blocks + 1)]
     parts = [None] * blocks
 
@@ -118,8 +118,9 @@ class Normalize(FunctionNode):
         return (y,)
 
     def _per_channel(self, x):
-        """Batch norm's case: statistics over every axis but the channel axis 1."""
-        return self.axes == (0,) + tuple(range(2, x.ndim))
+        """Batch norm's case: statistics over every axis but the channel axis 1 (a 1-D ``x`` has
+        none: its statistics over axis 0 are layer norm's)."""
+        return x.ndim >= 2 and self.axes == (0,) + tuple(range(2, x.ndim))
 
     def _forward_rows(self, xp, x, x2, w, b):
         """Batch norm on the (M, C) pixel rows of a channels-last ``x``: three passes over row

@@ -15,10 +15,10 @@ here and only here:
   (grouped and depthwise ones too) and large 2-D float32 products, with a Linear's bias and
   rectifier fused; to float32 rounding;
 * array passes split over the cores (:mod:`.cpu.passes`, threads of :mod:`gpgan.backend.threads`):
-  :func:`over_batch`, :func:`elementwise`, :func:`add_arrays`, :func:`array_sum`; never changes a
-  value;
-* sums over every axis but one on CUDA in two stages (:mod:`.reductions`: :func:`array_sum`,
-  :func:`column_sums`), where CuPy's own reduction would run on a few multiprocessors;
+  :func:`over_batch`, :func:`elementwise`, :func:`add_arrays`; never changes a value;
+* sums over every axis but one (:mod:`.reductions`: :func:`array_sum`, :func:`column_sums`,
+  :func:`row_blocks`): one pass on the CPU, in chunks on CUDA, where CuPy's own reduction of a
+  channels-last activation runs on a few multiprocessors;
 * cuBLAS called directly on CUDA (:mod:`.cuda.cublas`), so that a step with products can be
   captured as a CUDA graph.
 
@@ -55,13 +55,13 @@ from gpgan.kernels.convolution import (
     conv_transpose2d,
     window_columns,
 )
-from gpgan.kernels.cpu.passes import add_arrays, elementwise, over_batch, row_blocks
+from gpgan.kernels.cpu.passes import add_arrays, elementwise, over_batch
 from gpgan.kernels.pointwise import add_at, leaky_relu, rectified_gradient, relu, sums_by_index
 from gpgan.kernels.normalization import batch_norm_rows, batch_norm_rows_gradients, column_dots
 from gpgan.kernels.process import ProcessSettings, configure_process
 from gpgan.kernels.products import fused_affine, matmul, outer
 from gpgan.kernels.record import Dispatch, record_dispatch
-from gpgan.kernels.reductions import array_sum, column_sums
+from gpgan.kernels.reductions import array_sum, column_sums, row_blocks
 from gpgan.kernels.sampling import bilinear_gather, bilinear_scatter, bilinear_taps
 from gpgan.kernels.switches import (
     compiled_kernels_enabled,

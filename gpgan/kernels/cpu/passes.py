@@ -3,7 +3,7 @@
 NumPy runs a ufunc on one core; a pass over a large activation split into batch slices, one per
 thread (:func:`gpgan.backend.parallel_range`), runs on all of them. Where the Numba kernels run,
 the elementwise passes (:func:`compiled_elementwise`, :func:`add_arrays`) and the sums over all
-axes but one (:func:`array_sum`) are single kernel calls split over Numba's threads instead.
+axes but one (:func:`channel_sum`) are single kernel calls split over Numba's threads instead.
 Elementwise results do not depend on the split, and sums run over fixed blocks of rows
 (:data:`ROW_BLOCKS`). CuPy arrays are never split: a GPU kernel is parallel already.
 """
@@ -14,7 +14,7 @@ from gpgan.backend.threads import parallel_range, would_split
 from gpgan.kernels.cpu.select import cpu_kernels
 
 __all__ = ["over_batch", "elementwise", "flat_view", "kernels_for", "compiled_elementwise", "COMPILED_MIN_BYTES",
-           "add_arrays", "ROW_BLOCKS", "row_blocks", "block_partials", "add_in_block_order", "array_sum"]
+           "add_arrays", "ROW_BLOCKS", "row_blocks", "block_partials", "add_in_block_order", "channel_sum"]
 
 
 def over_batch(xp, fn, n, nbytes):
@@ -130,10 +130,9 @@ def add_arrays(a, b):
 ROW_BLOCKS = 8
 
 
-def row_blocks(rows, xp=numpy):
-    """How many blocks ``rows`` rows are summed in: :data:`ROW_BLOCKS`, fewer for fewer rows; one
-    for CuPy, whose sums have no threads of the host to split over."""
-    return max(1, min(ROW_BLOCKS, rows)) if xp is numpy else 1
+def row_blocks(rows):
+    """How many blocks ``rows`` rows are summed in: :data:`ROW_BLOCKS`, fewer for fewer rows."""
+    return max(1, min(ROW_BLOCKS, rows))
 
 
 def block_partials(rows, channels, count=1):
@@ -163,18 +162,13 @@ def _channel_sum_compiled(x, kept):
     return add_in_block_order(partials).astype(x.dtype)
 
 
-def array_sum(x, axes, keepdims=False):
-    """``x.sum(axis=axes, keepdims=keepdims)`` for ``axes`` a tuple of non-negative axes. A NumPy
-    float array summed over all axes but one (a bias gradient, per-channel statistics) takes one
-    pass at memory speed: the Numba kernel where it runs and that axis is innermost in memory (a
+def channel_sum(x, kept):
+    """A NumPy float array (2 or more axes) summed over every axis but ``kept``, in one pass at
+    memory speed: the Numba kernel where it runs and ``kept`` is innermost in memory (a
     channels-last activation, a linear layer's (N, C) gradient), else NumPy's einsum in any layout
-    for 3 or more axes, where ``sum`` over several strided axes is several times slower."""
-    kept = [a for a in range(x.ndim) if a not in axes]
-    if x.__class__ is not numpy.ndarray or x.ndim < 2 or len(kept) != 1 or x.dtype.kind != "f":
-        return x.sum(axis=axes, keepdims=keepdims)
-    y = _channel_sum_compiled(x, kept[0])
-    if y is None:
-        if x.ndim < 3 or off.einsum_sums:
-            return x.sum(axis=axes, keepdims=keepdims)
-        y = numpy.einsum(x, list(range(x.ndim)), kept)
-    return y.reshape(tuple(x.shape[a] if a in kept else 1 for a in range(x.ndim))) if keepdims else y
+    for 3 or more axes, where ``sum`` over several strided axes is several times slower. None where
+    neither applies (NumPy's own ``sum`` then runs)."""
+    y = _channel_sum_compiled(x, kept)
+    if y is None and x.ndim >= 3 and not off.einsum_sums:
+        y = numpy.einsum(x, list(range(x.ndim)), [kept])
+    return y
