@@ -19,13 +19,13 @@ import numpy
 
 from gpgan.backend import get_array_module
 from gpgan.kernels.cpu.passes import channel_sum, row_blocks as cpu_row_blocks
+from gpgan.kernels.cpu.select import KERNEL_FLOATS
 
 __all__ = ["array_sum", "chunked_channel_sums", "column_sums", "row_blocks", "CHUNK"]
 
 #: Rows added into one partial sum by each stage of :func:`chunked_channel_sums` (a power of
 #: two), and half the fewest rows for which a CuPy sum takes that form.
 CHUNK = 512
-_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
 def chunked_channel_sums(x, kept):
@@ -50,7 +50,7 @@ def _chunked(x, kept):
     """Whether a CuPy sum over every axis but ``kept`` takes :func:`chunked_channel_sums`: float32
     or float64 (a float16 partial sum would round where CuPy's own sum accumulates in float32),
     and at least ``2 * CHUNK`` values per kept index."""
-    return x.dtype in _FLOATS and x.size >= 2 * CHUNK * x.shape[kept] > 0
+    return x.dtype in KERNEL_FLOATS and x.size >= 2 * CHUNK * x.shape[kept] > 0
 
 
 def array_sum(x, axes, keepdims=False):

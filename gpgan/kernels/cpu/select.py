@@ -9,9 +9,10 @@ from gpgan.backend.threads import get_num_threads
 from gpgan.kernels import switches
 from gpgan.kernels.cpu import onednn
 
-# Dtype objects, not names: ``str(dtype)`` would build a string on every pass, comparing the
-# objects builds nothing.
-_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+#: The dtypes gpgan's own kernels take (the Numba kernels here, the chunked CUDA sums and CUDA
+#: kernels); oneDNN takes the first. Dtype objects, not names: ``str(dtype)`` would build a string
+#: on every pass, comparing the objects builds nothing.
+KERNEL_FLOATS = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 _kernels = None
 
 
@@ -23,7 +24,7 @@ def cpu_kernels(xp, dtype):
     off for the process with one warning.
     """
     global _kernels
-    if xp.__name__ != "numpy" or dtype not in _FLOATS or not switches.numba_switch.enabled():
+    if xp.__name__ != "numpy" or dtype not in KERNEL_FLOATS or not switches.numba_switch.enabled():
         return None
     if _kernels is None:
         try:
@@ -41,7 +42,7 @@ def cpu_kernels(xp, dtype):
 def onednn_convolutions(xp, *arrays):
     """:mod:`gpgan.kernels.cpu.onednn` for a convolution (of any ``groups``) of float32 NumPy
     ``arrays`` while oneDNN is enabled; None otherwise (gpgan's own kernels run)."""
-    if (xp.__name__ != "numpy" or any(a.dtype != _FLOATS[0] for a in arrays)
+    if (xp.__name__ != "numpy" or any(a.dtype != KERNEL_FLOATS[0] for a in arrays)
             or not switches.onednn_switch.enabled() or off.onednn_convolutions):
         return None
     return onednn
@@ -51,6 +52,6 @@ def onednn_products(a, b):
     """:mod:`gpgan.kernels.cpu.onednn` for a 2-D float32 product of NumPy arrays ``a @ b`` while
     oneDNN is enabled; None otherwise (NumPy's matmul runs)."""
     if (isinstance(a, numpy.ndarray) and isinstance(b, numpy.ndarray) and a.ndim == 2 and b.ndim == 2
-            and a.dtype == b.dtype == _FLOATS[0] and switches.onednn_switch.enabled() and not off.onednn_products):
+            and a.dtype == b.dtype == KERNEL_FLOATS[0] and switches.onednn_switch.enabled() and not off.onednn_products):
         return onednn
     return None
