@@ -17,6 +17,9 @@ so that one that hangs or fails does not cost the others:
   fid          ``gpgan-eval`` of the run with the real Inception weights (``--inception-weights``
                or what ``gpgan-eval`` finds itself), against the training images of ``--data``;
                skipped, with the reason, where no weights are found
+  profile      (only when named in ``--stages``) ``scripts/profile_cuda_kernels.py``: the GPU time
+               of the generator step's kernels, gpgan graphed against PyTorch eager; the ten
+               largest of each engine in the summary, every kernel in ``profile.json``
 
 Writes ``summary.json`` (every number above and each stage's status, seconds and log file) and
 the logs into ``--out``, and prints a summary table last. Exits 0 when every stage that ran
@@ -45,7 +48,8 @@ from gpgan.train.manifest import git_commit  # noqa: E402
 # Seconds per stage at --budget 1; the whole check then stays under 8 minutes. On the H200 on
 # 2026-11-27 the 66 tests took 129 s on a fresh machine (kernels compiled the first time), a bench
 # 17 to 28 s, 2,000 training steps 25 to 49 s, the samples 4 s.
-LIMITS = {"tests": 200, "bench_graph": 35, "bench_eager": 25, "train": 50, "samples": 10, "fid": 30}
+LIMITS = {"tests": 200, "bench_graph": 35, "bench_eager": 25, "train": 50, "samples": 10, "fid": 30,
+          "profile": 60}  # profile: not in the default stages
 
 
 def run_stage(name, cmd, out, limit, env=None, poll_memory=False):
@@ -148,6 +152,17 @@ def bench_summary(path):
     return rows
 
 
+def profile_summary(path, top=10):
+    """{engine: {gpu_ms_per_step, top: [[kernel, us per step], ...]}} of the generator step from
+    profile_cuda_kernels.py's JSON."""
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)["generator"]
+    return {engine: {"gpu_ms_per_step": round(entry["gpu_ms_per_step"], 3),
+                     "top": [[name, round(k["us"], 1)] for name, k in
+                             sorted(entry["kernels"].items(), key=lambda kv: -kv[1]["us"])[:top]]}
+            for engine, entry in report.items()}
+
+
 def training_summary(run_dir, steps):
     """Steps/s from metrics.jsonl's time_per_step (median after the first quarter of the run)."""
     records = []
@@ -174,7 +189,8 @@ def main(argv=None):
                         help="train.precision values to benchmark and train with (float32,bf16)")
     parser.add_argument("--budget", type=float, default=1.0, help="scales every stage's time limit (1.0)")
     parser.add_argument("--stages", default="tests,bench,train,samples,fid",
-                        help="comma-separated subset of tests,bench,train,samples,fid")
+                        help="comma-separated subset of tests,bench,train,samples,fid,profile "
+                             "(default: all but profile)")
     args = parser.parse_args(argv)
     stages = {s.strip() for s in args.stages.split(",") if s.strip()}
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
@@ -252,6 +268,13 @@ def main(argv=None):
                     extra["scores"] = json.load(f)
             record(f"fid{suffix}", status, seconds, **extra)
 
+    if "profile" in stages:
+        path = os.path.join(out, "profile.json")
+        status, seconds, _ = run_stage("profile", [py, "scripts/profile_cuda_kernels.py", "--workloads", "generator",
+                                                   "--json", path], out, limit["profile"], env)
+        extra = {"engines": profile_summary(path)} if os.path.exists(path) else {}
+        record("profile", status, seconds, **extra)
+
     summary["finished"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     write_summary(out, summary)
     print_table(summary)
@@ -286,6 +309,9 @@ def print_table(summary):
         print(line)
         for test in stage.get("failed_tests", []):
             print(f"    FAILED {test}")
+        for engine, entry in stage.get("engines", {}).items():
+            print(f"    {engine}: {entry['gpu_ms_per_step']:.2f} ms of GPU time per step; largest: "
+                  + ", ".join(f"{name[:40]} {us:.0f} us" for name, us in entry["top"][:3]))
         for workload, row in stage.get("workloads", {}).items():
             ratio = f"ratio {row['ratio']:.2f}" if "ratio" in row else ""
             torch_ms = f"torch {row['torch_ms']:.2f} ms" if "torch_ms" in row else ""

@@ -48,3 +48,13 @@ def test_junit_counts_and_training_summary(tmp_path):
     summary = gpu_check.training_summary(str(run), 400)
     # after the first quarter (step > 100): 0.5, 0.25, 0.25 -> median 0.25 s
     assert summary == {"records": 4, "last_step": 400, "median_time_per_step_s": 0.25, "steps_per_s": 4.0}
+
+
+def test_profile_summary_keeps_each_engines_largest_kernels(tmp_path):
+    kernels = {f"k{i}": {"calls": 1, "us": float(i)} for i in range(15)}
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps({"generator": {"gpgan graphed": {"gpu_ms_per_step": 0.105, "kernels": kernels},
+                                              "PyTorch eager": {"gpu_ms_per_step": 0.0, "kernels": {}}}}))
+    summary = gpu_check.profile_summary(str(path), top=3)
+    assert summary["gpgan graphed"] == {"gpu_ms_per_step": 0.105, "top": [["k14", 14.0], ["k13", 13.0], ["k12", 12.0]]}
+    assert summary["PyTorch eager"] == {"gpu_ms_per_step": 0.0, "top": []}
