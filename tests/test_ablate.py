@@ -215,6 +215,35 @@ def test_an_incomplete_run_shows_its_evaluations_so_far(tmp_path, fake):
             f"at step 1, last {final:.4g} at step 3 (3 evaluations)\n") in (out / "REPORT.md").read_text()
 
 
+def test_the_report_lists_what_gpgan_eval_scored_afterwards(tmp_path, fake):
+    """eval_<step>.json files (what `gpgan-eval RUN/checkpoints/best.npz --ref cifar10:test` writes)
+    in a finished run's folder become rows of their own section, in step order, each score with its
+    spread where the file has one; unreadable and foreign files are left out."""
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    assert "## Scored afterwards" not in (out / "REPORT.md").read_text()
+    run = next((out / "runs").glob("*/type-r1__weight-1.0__seed-0"))
+    scored = {"checkpoint": str(run / "checkpoints" / "best.npz"), "weights": "ema", "samples": 5000,
+              "seed": 0, "metrics": ["fid", "kid"], "reference": "cifar10:test (1,017 images)"}
+    (run / "eval_000003.json").write_text(json.dumps(
+        {**scored, "step": 3, "scores": {"eval/fid": 41.25, "eval/kid": 0.0123, "eval_std/kid": 0.0004}}))
+    (run / "eval_000002.json").write_text(json.dumps({**scored, "step": 2, "weights": "raw",
+                                                      "scores": {"eval/fid": 50.5, "eval/precision": 0.61}}))
+    (run / "eval_000001.json").write_text("{not json")
+    (run / "eval_best.json").write_text(json.dumps({"scores": {"eval/fid": 1.0}}))
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    report = (out / "REPORT.md").read_text()
+    assert ("| run | step | checkpoint | weights | samples | reference | eval/fid | eval/precision | eval/kid |\n"
+            "|---|---|---|---|---|---|---|---|---|\n"
+            "| `type-r1__weight-1.0__seed-0` | 2 | `best.npz` | raw | 5,000 | cifar10:test (1,017 images) | 50.5 | 0.61 "
+            "| n/a |\n"
+            "| `type-r1__weight-1.0__seed-0` | 3 | `best.npz` | ema | 5,000 | cifar10:test (1,017 images) | 41.25 | n/a "
+            "| 0.0123 ± 0.0004 |\n") in report
+    section = report[report.index("## Scored afterwards"):report.index("## Failures")]
+    assert section.count("`type-r1__weight-1.0__seed-0` | ") == 2  # the broken and foreign files: no rows
+
+
 def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     sweep = write_sweep(tmp_path, TINY)
     out = tmp_path / "out"

@@ -451,6 +451,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         lines += ["No figures: no run has finished.", ""]
 
     lines += _run_lines(records, metrics)
+    lines += _evaluations_lines(records)
     lines += ["## Failures", ""]
     failing = [st for st in stats if any(r.status in ENDED_BADLY for r in st.records)]
     if not failing:
@@ -516,6 +517,49 @@ def _run_lines(records, metrics):
              "metric and the step of that evaluation, and its wall time (evaluations and the time of "
              "other work on the machine included).", ""]
             + _table(header, rows) + [""])
+
+
+def _evaluations_lines(records):
+    """The "Scored afterwards" section: every gpgan-eval evaluation in a finished run's folder
+    (eval_<step>.json), e.g. the best checkpoint against held-out images; none: no section."""
+    rows, names = [], []
+    for r in records:
+        for e in r.evaluations:
+            names += [k for k in e["scores"] if k not in names and not k.startswith("eval_std/")]
+    for r in records:
+        for e in r.evaluations:
+            checkpoint = e.get("checkpoint")
+            rows.append([f"`{r.spec.name}`", _count(e.get("step")),
+                         "n/a" if not isinstance(checkpoint, str) else f"`{os.path.basename(checkpoint)}`",
+                         _text(e.get("weights")), _count(e.get("samples")), _text(e.get("reference"))]
+                        + [_scored(e["scores"], name) for name in names])
+    if not rows:
+        return []
+    return (["## Scored afterwards", "",
+             "Evaluations that `gpgan-eval` wrote into the finished runs' folders (eval_<step>.json), each "
+             "against the reference it names (for example the best checkpoint against held-out images: "
+             "`gpgan-eval RUN/checkpoints/best.npz --ref cifar10:test`). They are not part of the tables "
+             "above, which come from the evaluations during training.", ""]
+            + _table(["run", "step", "checkpoint", "weights", "samples", "reference"] + names, rows) + [""])
+
+
+def _count(v):
+    return f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else "n/a"
+
+
+def _text(v):
+    return _val(v) if isinstance(v, str) else "n/a"
+
+
+def _scored(scores, name):
+    """A score's cell, with its spread where the file holds one (KID's, the Inception Score's)."""
+    value = scores.get(name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return "n/a"
+    spread = scores.get(name.replace("eval/", "eval_std/", 1))
+    if isinstance(spread, (int, float)) and not isinstance(spread, bool):
+        return f"{_num(value)} ± {spread:.2g}"
+    return _num(value)
 
 
 def _progress_text(rec, metrics):

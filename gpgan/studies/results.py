@@ -59,6 +59,7 @@ class RunRecord:
     target_steps: int = None                     # an unfinished run: train.steps of its config
     so_far: list = field(default_factory=list)   # an unfinished run: [(step, value)] of the first metric logged
     config: dict = field(default_factory=dict)   # key of Sweep.varied_keys -> the run's resolved value
+    evaluations: list = field(default_factory=list)  # a finished run's gpgan-eval scores (eval_<step>.json)
 
 
 def _aliases(name):
@@ -241,6 +242,7 @@ def collect_results(sweep, out_dir, metrics=None):
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
             _find_best_sample(rec, folder, metrics)
+            rec.evaluations = folder.read_evaluations()
             data_name = resolved.get("data.name")
             rec.image_samples = isinstance(data_name, str) and not is_toy(data_name)
         records.append(rec)

@@ -30,6 +30,7 @@ from gpgan.train.manifest import environment_info, invocation
 __all__ = ["RunFolder", "RunNameError", "NotARunError", "EXIT_DIVERGED"]
 
 _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
+_EVALUATION = re.compile(r"^eval_(\d+)\.json$")
 STATES = ("finished", "resumable", "stale", "absent")
 #: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
 #: the same machine and install it would meet the same step again, so a sweep does not retry it.
@@ -185,6 +186,27 @@ class RunFolder:
         if int(step) != step or step < 0:
             raise ValueError(f"eval_path: step must be a non-negative integer, got {step!r}")
         return os.path.join(self.path, f"eval_{int(step):06d}.json")
+
+    def read_evaluations(self):
+        """gpgan-eval's scores in this folder: the JSON objects of its ``eval_<step>.json`` files
+        that hold a ``scores`` object, by step; unreadable or foreign files are left out."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            match = _EVALUATION.match(name)
+            if match is None:
+                continue
+            try:
+                with open(os.path.join(self.path, name), encoding="utf-8") as f:
+                    evaluation = json.load(f)
+            except (OSError, ValueError):
+                continue
+            if isinstance(evaluation, dict) and isinstance(evaluation.get("scores"), dict):
+                found.append((int(match.group(1)), name, evaluation))
+        return [evaluation for _, _, evaluation in sorted(found, key=lambda item: item[:2])]
 
     def sample_path(self, step=None):
         name = "final.png" if step is None else f"step_{step:06d}.png"
