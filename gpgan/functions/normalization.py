@@ -38,8 +38,8 @@ def _channel_rows(a):
     Otherwise a channels-last copy: the row passes then sum the same numbers in the same order
     whatever the input's layout (the NumPy col2im returns a cropped view where the compiled one
     returns a contiguous array, and both must give the same bits), and one copy costs less than
-    the general path's passes over the whole array (on CUDA, where the general path's per-channel
-    sums ran 20 times longer: docs/benchmarks.md, "GPU check on the H200 (2026-11-27)").
+    the general path's passes over the whole array (on CUDA too, where the general path's
+    per-channel sums ran on a few multiprocessors: :mod:`gpgan.kernels.reductions`).
     """
     moved = a if a.ndim == 2 else a.transpose((0,) + tuple(range(2, a.ndim)) + (1,))
     if not moved.flags.c_contiguous:
