@@ -553,13 +553,11 @@ def _text(v):
 
 def _scored(scores, name):
     """A score's cell, with its spread where the file holds one (KID's, the Inception Score's)."""
-    value = scores.get(name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
-        return "n/a"
-    spread = scores.get(name.replace("eval/", "eval_std/", 1))
-    if isinstance(spread, (int, float)) and not isinstance(spread, bool):
-        return f"{_num(value)} ± {spread:.2g}"
-    return _num(value)
+    value = metric_value(scores, name)
+    spread = metric_value(scores, name.replace("eval/", "eval_std/", 1))
+    if value is None or spread is None:
+        return _num(value)
+    return f"{_num(value)} ± {spread:.2g}"
 
 
 def _progress_text(rec, metrics):
