@@ -362,6 +362,108 @@ def test_failing_setting_is_reported_and_others_finish(tmp_path, fake, capsys):
     assert failures.count("non-finite loss/critic (inf) at step 1") == 1
 
 
+RECORDS_SWEEP = """\
+    base: base.yaml
+    axes:
+      penalty.type: [r1]
+      penalty.weight: [1, 1000]
+      train.seed: [0, 1]
+    metrics: [eval/modes, {eval/reverse_kl: min}]
+"""
+
+
+def _report_files(folder):
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def test_records_rebuild_the_same_report_without_the_checkpoints(tmp_path, fake, monkeypatch, capsys):
+    """--export-records copies what the report reads (finished runs, with the samples of their best
+    evaluation, a gpgan-eval score file; failed runs' errors) and nothing else; --report-only from
+    the records, elsewhere, writes REPORT.md, results.csv and the figures byte for byte as from the
+    runs themselves."""
+    monkeypatch.setenv("FAKE_STEP_SAMPLES", "1")  # the best evaluation (step 1) has samples of its own
+    sweep = write_sweep(tmp_path, RECORDS_SWEEP)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 1  # the weight-1000 runs fail
+    run = next((out / "runs").glob("*/type-r1__weight-1__seed-0"))
+    (run / "eval_000003.json").write_text(json.dumps({"step": 3, "scores": {"eval/fid": 41.25}}))
+    (run / "events.out.tfevents.1.fake").write_bytes(b"x" * 100)
+    records = tmp_path / "experiments" / "records" / "tiny"
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
+    assert capsys.readouterr().out == f"records: 4 runs in {records}\n"
+
+    assert main([str(sweep), "--out", str(out), "--report-only", "--report-dir", str(tmp_path / "from_runs")]) == 1
+    assert main([str(sweep), "--out", str(records), "--report-only", "--report-dir", str(tmp_path / "from_records")]) == 1
+    from_runs = _report_files(tmp_path / "from_runs")
+    assert "## Scored afterwards" in from_runs["REPORT.md"].decode() and "figures/samples_best.png" in from_runs
+    assert _report_files(tmp_path / "from_records") == from_runs
+
+    copied = sorted(_report_files(records))
+    expected = ["RECORDS.md", "logs/type-r1__weight-1000__seed-0/failure.json",
+                "logs/type-r1__weight-1000__seed-1/failure.json"]
+    for seed in (0, 1):
+        folder = f"runs/base/type-r1__weight-1__seed-{seed}"
+        expected += [f"{folder}/{name}" for name in
+                     ["final.json", "metrics.jsonl", "samples/final.png", "samples/step_000001.png"]]  # the fake
+                                                                 # writes no config.yaml or manifest.json
+    expected.insert(3, "runs/base/type-r1__weight-1__seed-0/eval_000003.json")
+    assert copied == sorted(expected)  # no checkpoints, no events, no logs of finished runs, no step-2 samples
+    marker = (records / "RECORDS.md").read_text()
+    assert "| `type-r1__weight-1__seed-0` | finished |" in marker and "| `type-r1__weight-1000__seed-1` | failed |" in marker
+    assert "gpgan-ablate sweep.yaml --out THIS_FOLDER --report-only" in marker and "Left out" not in marker
+
+
+def test_records_leave_out_unfinished_runs_and_are_replaced_whole(tmp_path, fake, capsys):
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    run = next((out / "runs").glob("*/type-wgan_gp__weight-1.0__seed-1"))
+    final = (run / "final.json").read_bytes()
+    (run / "final.json").unlink()
+    records = tmp_path / "records"
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
+    assert capsys.readouterr().out.endswith("records: 3 runs in " + str(records) + " (1 left out: still to run or to finish)\n")
+    assert not list(records.glob("runs/*/type-wgan_gp__weight-1.0__seed-1"))
+    assert "Left out, still to run or to finish: `type-wgan_gp__weight-1.0__seed-1`." in (records / "RECORDS.md").read_text()
+    assert main([str(sweep), "--out", str(records), "--report-only"]) == 1  # the report lists it as not run
+    assert {r["run"]: r["status"] for r in read_csv(records / "results.csv")}["type-wgan_gp__weight-1.0__seed-1"] \
+        == "not run"
+
+    (run / "final.json").write_bytes(final)
+    (records / "stray.txt").write_text("from before")
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
+    assert list(records.glob("runs/*/type-wgan_gp__weight-1.0__seed-1/final.json"))
+    assert not (records / "stray.txt").exists() and not (records / "REPORT.md").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+
+
+@pytest.mark.parametrize("where, message", [
+    ("out/records", "overlap; name a folder outside it"),
+    ("notes", "holds other files and no RECORDS.md; records replace their folder whole"),
+    ("notes/a.txt", "is a file, not a folder"),
+])
+def test_records_refuse_a_folder_they_would_clobber(tmp_path, fake, capsys, where, message):
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "a.txt").write_text("mine")
+    before = _report_files(tmp_path / "notes"), _report_files(out)
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--export-records", str(tmp_path / where)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Error" not in err
+    assert (_report_files(tmp_path / "notes"), _report_files(out)) == before
+
+
+def test_records_of_a_sweep_never_run_write_nothing(tmp_path, capsys):
+    sweep = write_sweep(tmp_path, TINY)
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--export-records", str(tmp_path / "records")]) == 1
+    assert "no run of this sweep under" in capsys.readouterr().err
+    assert not (tmp_path / "records").exists()
+
+
 def test_unfinished_run_is_resumed_and_stale_one_restarted(tmp_path, fake, monkeypatch, capsys):
     sweep = write_sweep(tmp_path, TINY)
     out = tmp_path / "out"
@@ -1178,6 +1280,16 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
     assert "skipped 4, started 0, resumed 0" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in out.glob("runs/*/*/*") if p.is_file()} == stamps
     assert (out / "REPORT.md").read_text() == report
+
+    # The records (config, manifest, metrics, final.json, samples; no checkpoints) rebuild the same
+    # report: machines and wall time included.
+    records = tmp_path / "records"
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
+    assert not list(records.rglob("*.npz")) and len(list(records.glob("runs/quickstart/*/manifest.json"))) == 4
+    assert main([str(sweep), "--out", str(records), "--report-only", "--report-dir", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "REPORT.md").read_text() == report
+    assert (tmp_path / "again" / "results.csv").read_bytes() == (out / "results.csv").read_bytes()
+    assert _report_files(tmp_path / "again" / "figures") == _report_files(out / "figures")
 
     # After editing `set:` the finished runs no longer match their names: refuse to mix configs,
     # also in the dry run's plan.

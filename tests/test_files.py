@@ -1,4 +1,4 @@
-"""gpgan.files' writers: atomic_write and staged_folder leave the old content or the new, never a
+"""gpgan.files' writers: atomic_write, staged_folder and replaced_folder leave the old content or the new, never a
 part, name the user's path in their errors, and give new files and folders the umask's mode."""
 import errno
 import os
@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from gpgan.files import atomic_write, is_temporary, staged_folder
+from gpgan.files import atomic_write, is_temporary, replaced_folder, staged_folder
 
 
 def _mode(path):
@@ -90,3 +90,39 @@ def test_a_failed_staged_folder_leaves_the_folder_as_it_was_and_names_the_files_
         with staged_folder(tmp_path / "other"):
             raise ValueError("stop")
     assert sorted(os.listdir(tmp_path)) == ["pngs"]
+
+
+def test_replaced_folder_swaps_the_whole_folder_or_leaves_it(tmp_path):
+    out = tmp_path / "records"
+    with replaced_folder(out) as staging:
+        assert not out.exists() and is_temporary(os.path.basename(staging))
+        os.makedirs(os.path.join(staging, "runs"))
+        (tmp_path / staging / "runs" / "a.json").write_text("a")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["runs", "runs/a.json"]
+    with replaced_folder(out) as staging:  # the old folder's files go with it
+        (tmp_path / staging / "b.json").write_text("b")
+    assert os.listdir(out) == ["b.json"] and os.listdir(tmp_path) == ["records"]
+    for failure in (OSError(errno.ENOSPC, "No space left on device"), ValueError("stop")):
+        with pytest.raises(type(failure)):
+            with replaced_folder(out) as staging:
+                (tmp_path / staging / "c.json").write_text("c")
+                raise failure
+        assert os.listdir(out) == ["b.json"] and os.listdir(tmp_path) == ["records"]
+
+
+def test_replaced_folder_puts_the_old_folder_back_when_the_new_cannot_take_its_place(tmp_path, monkeypatch):
+    out = tmp_path / "records"
+    out.mkdir()
+    (out / "old.json").write_text("old")
+    real_rename = os.rename
+
+    def rename(src, dst):
+        if os.fspath(dst) == os.fspath(out) and "old" not in os.listdir(src)[0]:
+            raise OSError(errno.EIO, "Input/output error", os.fspath(dst))
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OSError):
+        with replaced_folder(out) as staging:
+            (tmp_path / staging / "new.json").write_text("new")
+    assert os.listdir(out) == ["old.json"] and os.listdir(tmp_path) == ["records"]

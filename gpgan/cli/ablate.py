@@ -1,6 +1,7 @@
 """gpgan-ablate: run a sweep of gpgan-train runs and write its report.
 
     gpgan-ablate SWEEP.yaml [--jobs N] [--devices 0,1,...] [--out DIR] [--report-only] [--dry-run]
+    gpgan-ablate SWEEP.yaml --out DIR --export-records RECORDS_DIR
     gpgan-ablate SWEEP.yaml --cluster ray [--ray-address HOST:PORT] [--devices ...] --out SHARED_DIR
 
 Exit status: 0 when every run finished or diverged (nothing is left to run; a run that diverged,
@@ -15,6 +16,7 @@ import sys
 
 from gpgan.cli._console import Console
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
+from gpgan.studies.records import RecordsError, export_records
 from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
 from gpgan.train.run import RunFolder
 
@@ -115,6 +117,10 @@ def build_parser():
                         "running on this machine, started with `ray start --head`; none is started)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
     p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each; run nothing")
+    p.add_argument("--export-records", metavar="DIR", default=None,
+                   help="copy what the report reads of each finished, failed or diverged run (no checkpoints) "
+                        "into DIR, replacing it whole; `--out DIR --report-only` then rebuilds the same report "
+                        "anywhere. Runs nothing")
     return p
 
 
@@ -147,6 +153,26 @@ def _stop_on_sigint():
         pass
 
 
+def _no_runs(sweep, out):
+    """Whether no run of ``sweep`` has a folder under ``out`` (e.g. a fresh clone: run folders
+    are not in git)."""
+    return all(run_state(out, spec.name)[0] == "absent" for spec in expand_runs(sweep))
+
+
+def _export(sweep, out, dest):
+    if _no_runs(sweep, out):
+        return CONSOLE.error(f"no run of this sweep under {os.path.join(out, 'runs')}; nothing written ({dest} is "
+                             "left as it is). Pass the --out the sweep was run with.")
+    try:
+        kept, left_out = export_records(sweep, out, dest)
+    except RecordsError as exc:
+        return CONSOLE.error(exc, 2)
+    except OSError as exc:
+        return CONSOLE.error(f"the records could not be written ({dest} is left as it was): {CONSOLE.text(exc)}")
+    print(f"records: {len(kept)} runs in {dest}" + (f" ({len(left_out)} left out: still to run or to finish)" if left_out else ""))
+    return 0
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -163,6 +189,8 @@ def main(argv=None):
     else:
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
 
+    if args.export_records is not None:
+        return _export(sweep, out, args.export_records)
     if args.dry_run:
         stale = config_mismatches(sweep, out, allow_longer=True)
         if stale:
@@ -188,9 +216,8 @@ def main(argv=None):
             return 130
         print(summary.line())
     else:
-        if all(run_state(out, spec.name)[0] == "absent" for spec in expand_runs(sweep)):
-            # e.g. a fresh clone: run folders are not in git. Rebuilding would replace a committed
-            # report with an empty one; leave it as it is.
+        if _no_runs(sweep, out):
+            # Rebuilding would replace a committed report with an empty one; leave it as it is.
             return CONSOLE.error(f"no run of this sweep under {os.path.join(out, 'runs')}; nothing written (the report "
                                  f"in {args.report_dir or out} is left as it is). Run the sweep without --report-only "
                                  "first, or pass the --out it was run with.")

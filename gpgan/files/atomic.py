@@ -11,7 +11,8 @@ import re
 import shutil
 import tempfile
 
-__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary", "make_folder", "staged_folder"]
+__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary", "make_folder", "replaced_folder",
+           "staged_folder"]
 
 _TMP_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
@@ -150,3 +151,32 @@ def staged_folder(out_dir):
             os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # nothing left where the block failed (or all moved)
+
+
+@contextlib.contextmanager
+def replaced_folder(folder):
+    """Make ``folder`` anew all at once: yields a new hidden folder beside it to fill; when the
+    block ends without an error that folder takes ``folder``'s place and the old ``folder`` (if
+    any) is removed, else the new one is removed and ``folder`` is left as it was. Between the two
+    renames a crash leaves the old folder under a hidden temporary name beside it, never a torn one
+    under ``folder``'s."""
+    folder = os.fspath(folder)
+    staging = _temporary_beside(folder, folder=True)
+    try:
+        yield staging
+        old = None
+        if os.path.lexists(folder):
+            old = _temporary_beside(folder, folder=True)
+            os.rmdir(old)  # only its name is wanted: the old folder is renamed onto it
+            os.rename(folder, old)
+        try:
+            os.rename(staging, folder)
+        except OSError:
+            if old is not None:
+                os.rename(old, folder)
+            raise
+        _fsync_folder(os.path.dirname(os.path.abspath(folder)))
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # nothing left where the block failed

@@ -208,6 +208,19 @@ class RunFolder:
                 found.append((int(match.group(1)), name, evaluation))
         return [evaluation for _, _, evaluation in sorted(found, key=lambda item: item[:2])]
 
+    def record_files(self):
+        """The run's record, the small files that say what it was and did (no checkpoints, no
+        samples, no TensorBoard events): the paths of config.yaml, manifest.json, metrics.jsonl,
+        final.json and every eval_<step>.json present, in that order."""
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return []
+        fixed = [p for p in (self.config_path, self.manifest_path, self.metrics_path, self.final_path)
+                 if os.path.isfile(p)]
+        evaluations = sorted(os.path.join(self.path, n) for n in names if _EVALUATION.match(n))
+        return fixed + [p for p in evaluations if os.path.isfile(p)]
+
     def sample_path(self, step=None):
         name = "final.png" if step is None else f"step_{step:06d}.png"
         return os.path.join(self.samples_dir, name)
