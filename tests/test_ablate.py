@@ -438,6 +438,25 @@ def test_records_leave_out_unfinished_runs_and_are_replaced_whole(tmp_path, fake
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left
 
 
+def test_a_sweep_continues_on_another_machine_from_its_records(tmp_path, fake, capsys):
+    """Records copied into a new output folder (a new machine, a fresh clone) are finished runs to
+    the sweep: it skips them and runs only what the records left out."""
+    import shutil
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    (next((out / "runs").glob("*/type-r1__weight-1.0__seed-1")) / "final.json").unlink()
+    records = tmp_path / "records"
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
+    elsewhere = tmp_path / "new_machine"
+    shutil.copytree(records, elsewhere)
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(elsewhere)]) == 0
+    assert "4 runs: skipped 3, started 1, resumed 0; finished 1, failed 0" in capsys.readouterr().out
+    assert [p.parent.name for p in elsewhere.glob("runs/*/*/calls.txt")] == ["type-r1__weight-1.0__seed-1"]
+    assert (elsewhere / "REPORT.md").read_text() == (out / "REPORT.md").read_text()
+
+
 @pytest.mark.parametrize("where, message", [
     ("out/records", "overlap; name a folder outside it"),
     ("notes", "holds other files and no RECORDS.md; records replace their folder whole"),
