@@ -225,9 +225,18 @@ class PixelNetwork:
     def __init__(self):
         self.seen = 0
 
-    def features(self, images, batch_size=50, progress=False):
+    def features(self, images, batch_size=50, progress=False, before_batch=None):
         """float32 features, as the real network's: the reference cache keeps float32, so a test
-        sees the same numbers whether an earlier test cached them or not."""
+        sees the same numbers whether an earlier test cached them or not. One :meth:`batch_features`
+        a batch, each after ``before_batch()``, as the real network's loop."""
+        parts = []
+        for start in range(0, len(images), batch_size):
+            if before_batch is not None:
+                before_batch()
+            parts.append(self.batch_features(images[start:start + batch_size]))
+        return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
+
+    def batch_features(self, images):
         self.seen += len(images)
         pool3 = (images.reshape(len(images), -1)[:, :8].astype(np.float64) / 255).astype(self.dtype)
         return {"pool3": pool3, "logits": pool3 @ (np.arange(24.0).reshape(8, 3) / 10).astype(self.dtype)}

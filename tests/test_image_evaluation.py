@@ -163,19 +163,19 @@ def pixel_network(runs, monkeypatch):
 
 class InterruptingNetwork(PixelNetwork):
     """A :class:`PixelNetwork` that sends its own process a SIGINT (a Ctrl-C) as each of its
-    calls numbered in ``at`` begins (counted in ``calls``)."""
+    batches numbered in ``at`` begins (counted in ``calls``)."""
 
     def __init__(self):
         super().__init__()
         self.calls, self.at = 0, set()
 
-    def features(self, images, batch_size=50, progress=False):
+    def batch_features(self, images):
         self.calls += 1
         if self.calls in self.at:
             # Only while training (its handler set): pytest's own would end the test session.
             assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
             os.kill(os.getpid(), signal.SIGINT)
-        return super().features(images, batch_size, progress)
+        return super().batch_features(images)
 
 
 def test_an_evaluation_stops_as_a_generated_batch_arrives_before_a_network_batch_and_before_scoring(
@@ -201,8 +201,8 @@ def test_an_evaluation_stops_as_a_generated_batch_arrives_before_a_network_batch
     assert generated == [0, 1] and net.seen == 0  # the third batch never generated, the network never run
     generated.clear()
     calls = []
-    features = net.features
-    monkeypatch.setattr(net, "features", lambda *a, **k: calls.append(1) or features(*a, **k))
+    batch_features = net.batch_features
+    monkeypatch.setattr(net, "batch_features", lambda *a: calls.append(1) or batch_features(*a))
     with pytest.raises(EvaluationStopped):
         metrics.score(images(), stop=after(1, calls))
     assert generated == [0, 1, 2] and len(calls) == 1  # one network batch of three

@@ -147,7 +147,17 @@ def test_features_batches_agree_and_logits_drop_the_bias(state, rng):
     net = InceptionV3(state)
     images = rng.integers(0, 256, (2, 3, 32, 32), dtype=np.uint8)
     one = net.features(images, batch_size=2)
-    pieces = net.features(images, batch_size=1)
+    asked = []
+    pieces = net.features(images, batch_size=1, before_batch=lambda: asked.append(1))
+    assert len(asked) == 2  # once before each batch
+
+    class Stop(Exception):
+        pass
+
+    def stop():
+        raise Stop
+    with pytest.raises(Stop):
+        net.features(images, batch_size=1, before_batch=stop)
     assert set(one) == {"pool3", "logits"}
     assert one["pool3"].shape == (2, 2048) and one["logits"].shape == (2, 1008)
     assert one["pool3"].dtype == np.float64 and one["logits"].dtype == np.float64

@@ -554,7 +554,7 @@ class InceptionV3:
                 x = F.interpolate(x, size=(INPUT_SIZE, INPUT_SIZE), mode="bilinear", align_corners=False)
         return x.data * self.dtype.type(2) - self.dtype.type(1)
 
-    def features(self, images, batch_size=50, progress=True):
+    def features(self, images, batch_size=50, progress=True, before_batch=None):
         """Inception features of uint8 images.
 
         Args:
@@ -563,6 +563,8 @@ class InceptionV3:
             batch_size: images per forward pass; memory grows with it (about 25 MiB per image in
                 float32 at the largest convolution's column matrix).
             progress: a tqdm bar on stderr (only when it is a terminal).
+            before_batch: called with no arguments before each batch, e.g. to stop a long
+                extraction by raising.
 
         Returns:
             ``{"pool3": (N, 2048), "logits": (N, 1008)}`` float64 NumPy arrays; the logits are
@@ -581,6 +583,8 @@ class InceptionV3:
                    disable=None if progress else True)  # None: only on a terminal
         with bar:
             for start in range(0, n, batch_size):
+                if before_batch is not None:
+                    before_batch()
                 batch = images[start:start + batch_size]
                 pool3[start:start + len(batch)] = to_device(self.pool3(self.preprocess(batch)), "cpu")
                 bar.update(len(batch))
