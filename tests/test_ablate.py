@@ -426,16 +426,20 @@ def test_records_leave_out_unfinished_runs_and_are_replaced_whole(tmp_path, fake
     assert capsys.readouterr().out.endswith("records: 3 runs in " + str(records) + " (1 left out: still to run or to finish)\n")
     assert not list(records.glob("runs/*/type-wgan_gp__weight-1.0__seed-1"))
     assert "Left out, still to run or to finish: `type-wgan_gp__weight-1.0__seed-1`." in (records / "RECORDS.md").read_text()
-    assert main([str(sweep), "--out", str(records), "--report-only"]) == 1  # the report lists it as not run
-    assert {r["run"]: r["status"] for r in read_csv(records / "results.csv")}["type-wgan_gp__weight-1.0__seed-1"] \
+    report = tmp_path / "report"
+    assert main([str(sweep), "--out", str(records), "--report-only", "--report-dir", str(report)]) == 1
+    assert {r["run"]: r["status"] for r in read_csv(report / "results.csv")}["type-wgan_gp__weight-1.0__seed-1"] \
         == "not run"
 
     (run / "final.json").write_bytes(final)
-    (records / "stray.txt").write_text("from before")
+    stale = next(records.glob("runs/*/type-r1__weight-1.0__seed-0")) / "eval_000009.json"
+    stale.write_text("{}")  # as a score file since deleted from the run would be
+    (tmp_path / ".records.x1y2z3.tmp").mkdir()  # what an export killed midway leaves
+    (tmp_path / ".records.d.x1y2z3.tmp").mkdir()  # not its: another folder's ("records.d")
     assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
     assert list(records.glob("runs/*/type-wgan_gp__weight-1.0__seed-1/final.json"))
-    assert not (records / "stray.txt").exists() and not (records / "REPORT.md").exists()
-    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no staging folder left
+    assert not stale.exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == [".records.d.x1y2z3.tmp"]
 
 
 def test_a_sweep_continues_on_another_machine_from_its_records(tmp_path, fake, capsys):
@@ -459,21 +463,71 @@ def test_a_sweep_continues_on_another_machine_from_its_records(tmp_path, fake, c
 
 @pytest.mark.parametrize("where, message", [
     ("out/records", "overlap; name a folder outside it"),
-    ("notes", "holds other files and no RECORDS.md; records replace their folder whole"),
+    ("notes", "holds a.txt, which records do not hold, and records replace their folder whole"),
     ("notes/a.txt", "is a file, not a folder"),
+    ("link", "is a symbolic link; name the folder it points to"),
+    ("continued", "holds REPORT.md, which records do not hold"),  # and the checkpoints of the run it reran
 ])
 def test_records_refuse_a_folder_they_would_clobber(tmp_path, fake, capsys, where, message):
+    """Records replace their folder whole, so they refuse one with anything they would not have
+    written: a user's file, or a sweep continued in a copy of earlier records (its checkpoints)."""
+    import shutil
     sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out)]) == 0
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "a.txt").write_text("mine")
-    before = _report_files(tmp_path / "notes"), _report_files(out)
+    (tmp_path / "link").symlink_to(tmp_path / "notes")
+    assert main([str(sweep), "--out", str(out), "--export-records", str(tmp_path / "continued")]) == 0
+    shutil.rmtree(next((tmp_path / "continued" / "runs").glob("*/type-r1__weight-1.0__seed-0")) / "samples")
+    (tmp_path / "continued" / "runs" / "base" / "type-r1__weight-1.0__seed-0" / "final.json").unlink()
+    assert main([str(sweep), "--out", str(tmp_path / "continued")]) == 0  # reruns that run there
+    before = _report_files(tmp_path / "notes"), _report_files(out), _report_files(tmp_path / "continued")
     capsys.readouterr()
     assert main([str(sweep), "--out", str(out), "--export-records", str(tmp_path / where)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Error" not in err
-    assert (_report_files(tmp_path / "notes"), _report_files(out)) == before
+    assert (_report_files(tmp_path / "notes"), _report_files(out), _report_files(tmp_path / "continued")) == before
+
+
+def test_records_take_out_alone_and_name_the_file_they_could_not_write(tmp_path, fake, monkeypatch, capsys):
+    import errno
+    import shutil
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out, records = tmp_path / "out", tmp_path / "records"
+    assert main([str(sweep), "--out", str(out)]) == 0
+    capsys.readouterr()
+    for extra in (["--report-only"], ["--dry-run"], ["--jobs", "2"], ["--report-dir", str(tmp_path / "r")]):
+        assert main([str(sweep), "--out", str(out), "--export-records", str(records)] + extra) == 2
+        assert f"it takes --out alone, not {extra[0]}" in capsys.readouterr().err
+    assert not records.exists()
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 0
+    before = _report_files(records)
+
+    def full(source, target):
+        raise OSError(errno.ENOSPC, "No space left on device", source)
+    monkeypatch.setattr(shutil, "copyfile", full)
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--export-records", str(records)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "left as it was" in err
+    assert str(records / "runs" / "base" / "type-r1__weight-1.0__seed-0") in err and str(out / "runs") not in err
+    assert _report_files(records) == before and sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []
+
+
+def test_records_name_the_run_folders_as_the_runs_do_when_runs_is_a_link(tmp_path, fake):
+    """``OUT/runs`` a link to another disk (checkpoints kept elsewhere): results.csv still names
+    ``runs/...``, so the report from the records is the same file."""
+    sweep = write_sweep(tmp_path, TINY.replace("train.seed: [0, 1]", "train.seed: [0]"))
+    out = tmp_path / "out"
+    out.mkdir()
+    (tmp_path / "bigdisk").mkdir()
+    (out / "runs").symlink_to(tmp_path / "bigdisk")
+    assert main([str(sweep), "--out", str(out)]) == 0
+    assert main([str(sweep), "--out", str(out), "--export-records", str(tmp_path / "records")]) == 0
+    assert main([str(sweep), "--out", str(tmp_path / "records"), "--report-only"]) == 0
+    assert (tmp_path / "records" / "results.csv").read_bytes() == (out / "results.csv").read_bytes()
+    assert all(r["run_dir"].startswith("runs/base/") for r in read_csv(out / "results.csv"))
 
 
 def test_records_of_a_sweep_never_run_write_nothing(tmp_path, capsys):

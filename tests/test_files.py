@@ -126,3 +126,13 @@ def test_replaced_folder_puts_the_old_folder_back_when_the_new_cannot_take_its_p
         with replaced_folder(out) as staging:
             (tmp_path / staging / "new.json").write_text("new")
     assert os.listdir(out) == ["old.json"] and os.listdir(tmp_path) == ["records"]
+
+
+def test_replaced_folder_refuses_a_link(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "keep.json").write_text("keep")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        with replaced_folder(tmp_path / "link"):
+            pass
+    assert os.listdir(tmp_path / "real") == ["keep.json"] and sorted(os.listdir(tmp_path)) == ["link", "real"]

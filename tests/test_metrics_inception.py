@@ -156,8 +156,12 @@ def test_features_batches_agree_and_logits_drop_the_bias(state, rng):
 
     def stop():
         raise Stop
+    ran = []
+    pool3 = net.pool3
+    net.pool3 = lambda x: ran.append(1) or pool3(x)
     with pytest.raises(Stop):
         net.features(images, batch_size=1, before_batch=stop)
+    assert ran == []  # asked before the first batch, not after it
     assert set(one) == {"pool3", "logits"}
     assert one["pool3"].shape == (2, 2048) and one["logits"].shape == (2, 1008)
     assert one["pool3"].dtype == np.float64 and one["logits"].dtype == np.float64

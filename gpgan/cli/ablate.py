@@ -6,7 +6,9 @@
 
 Exit status: 0 when every run finished or diverged (nothing is left to run; a run that diverged,
 gpgan-train's exit 3, is reported and not retried), 1 when some run failed or is unfinished (the
-report is written either way), 2 for a bad sweep file or bad arguments.
+report is written either way), 2 for a bad sweep file or bad arguments. With --export-records: 0
+when the records were written (also when runs were left out), 1 when there are no runs or a file
+could not be written, 2 for a records folder it refuses.
 """
 
 import argparse
@@ -190,6 +192,13 @@ def main(argv=None):
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
 
     if args.export_records is not None:
+        given = [flag for flag, value in (("--report-only", args.report_only), ("--dry-run", args.dry_run),
+                                          ("--report-dir", args.report_dir), ("--jobs", args.jobs),
+                                          ("--devices", args.devices), ("--cluster", args.cluster != "local"),
+                                          ("--ray-address", args.ray_address)) if value]
+        if given:
+            return CONSOLE.error(f"--export-records runs nothing and writes no report; it takes --out alone, "
+                                 f"not {', '.join(given)}", 2)
         return _export(sweep, out, args.export_records)
     if args.dry_run:
         stale = config_mismatches(sweep, out, allow_longer=True)

@@ -159,8 +159,11 @@ def replaced_folder(folder):
     block ends without an error that folder takes ``folder``'s place and the old ``folder`` (if
     any) is removed, else the new one is removed and ``folder`` is left as it was. Between the two
     renames a crash leaves the old folder under a hidden temporary name beside it, never a torn one
-    under ``folder``'s."""
+    under ``folder``'s; such leftovers of a replacement that was killed are removed when the next
+    one starts. ``folder`` may not be a symbolic link (ValueError): replacing it would replace the
+    link, not the folder it points to."""
     folder = os.fspath(folder)
+    _remove_leftovers(folder)
     staging = _temporary_beside(folder, folder=True)
     try:
         yield staging
@@ -180,3 +183,22 @@ def replaced_folder(folder):
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # nothing left where the block failed
+
+
+def _remove_leftovers(folder):
+    """Remove the hidden temporary folders a killed :func:`replaced_folder` of ``folder`` left
+    beside it (refusing a ``folder`` that is a symbolic link)."""
+    if os.path.islink(folder):
+        raise ValueError(f"{folder} is a symbolic link; name the folder it points to")
+    parent, base = os.path.split(os.path.abspath(folder))
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    prefix = "." + base + "."
+    for name in names:
+        path = os.path.join(parent, name)
+        middle = name[len(prefix):-len(_TMP_SUFFIX)] if name.startswith(prefix) and name.endswith(_TMP_SUFFIX) else ""
+        # tempfile's random part has no dot: ".records.x.abc.tmp" is another folder's ("records.x")
+        if middle and "." not in middle and os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)

@@ -293,8 +293,9 @@ def write_results_csv(path, sweep, records, metrics, out_dir):
     rules set, final and best metrics, steps, wall time, status, run folder relative to the
     sweep's ``out_dir``, and the error of a failed or interrupted run). The run folders are named
     relative to ``out_dir``, not to the folder results.csv is in, so that a report kept apart from
-    its runs (``--report-dir``, e.g. committed) has the same results.csv wherever it lives."""
-    base = os.path.realpath(out_dir)
+    its runs (``--report-dir``, e.g. committed) has the same results.csv wherever it lives, and the
+    same from the runs' records (a ``runs`` folder that is a link elsewhere is still named ``runs``)."""
+    base = os.path.abspath(out_dir)
     with open(path, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh, lineterminator="\n")
         writer.writerow(csv_columns(sweep, metrics))
@@ -302,7 +303,7 @@ def write_results_csv(path, sweep, records, metrics, out_dir):
             axes = ["" if rec.spec.values[k] is IGNORED else format_value(rec.spec.values[k]) for k in sweep.axes]
             run_dir = ""
             if rec.run_dir is not None:
-                run_dir = os.path.relpath(os.path.realpath(rec.run_dir), base).replace(os.sep, "/")
+                run_dir = os.path.relpath(os.path.abspath(rec.run_dir), base).replace(os.sep, "/")
             writer.writerow(
                 [rec.spec.name, rec.status] + axes + [_config_cell(rec.config, k) for k in sweep.varied_keys]
                 + [_cell(rec.final.get(m)) for m, _ in metrics]

@@ -80,6 +80,11 @@ def logs_dir(out_dir, name):
     return os.path.join(out_dir, "logs", name)
 
 
+def failure_path(out_dir, name):
+    """``OUT/logs/<name>/failure.json``: the record of run ``name``'s last unsuccessful attempt."""
+    return os.path.join(logs_dir(out_dir, name), "failure.json")
+
+
 def find_run_dir(out_dir, name):
     """The run folder ``OUT/runs/<config name>/<name>`` (the config name is the trainer's to
     choose, so it is globbed); a finished one wins if several exist."""
@@ -98,7 +103,7 @@ def read_failure(out_dir, name):
     """(status, error) of run ``name``'s last unsuccessful attempt, from OUT/logs/<name>/failure.json
     (status "failed", "interrupted" or "diverged"), or None."""
     try:
-        with open(os.path.join(logs_dir(out_dir, name), "failure.json")) as fh:
+        with open(failure_path(out_dir, name)) as fh:
             data = json.load(fh)
     except (OSError, ValueError):
         return None
@@ -322,7 +327,7 @@ class _Runner:
         seconds = time.perf_counter() - t0
 
         new_dir = find_run_dir(self.out_dir, spec.name)
-        failure = os.path.join(logs, "failure.json")
+        failure = failure_path(self.out_dir, spec.name)
         if rc == 0 and new_dir is not None and RunFolder(new_dir).is_finished():
             if os.path.exists(failure):
                 os.remove(failure)

@@ -31,6 +31,7 @@ __all__ = ["RunFolder", "RunNameError", "NotARunError", "EXIT_DIVERGED"]
 
 _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
 _EVALUATION = re.compile(r"^eval_(\d+)\.json$")
+_RECORD_NAMES = ("config.yaml", "manifest.json", "metrics.jsonl", "final.json")
 STATES = ("finished", "resumable", "stale", "absent")
 #: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
 #: the same machine and install it would meet the same step again, so a sweep does not retry it.
@@ -208,6 +209,11 @@ class RunFolder:
                 found.append((int(match.group(1)), name, evaluation))
         return [evaluation for _, _, evaluation in sorted(found, key=lambda item: item[:2])]
 
+    @staticmethod
+    def is_record_file(name):
+        """Whether a file name (no folder) is one of a run's record files (:meth:`record_files`)."""
+        return name in _RECORD_NAMES or bool(_EVALUATION.match(name))
+
     def record_files(self):
         """The run's record, the small files that say what it was and did (no checkpoints, no
         samples, no TensorBoard events): the paths of config.yaml, manifest.json, metrics.jsonl,
@@ -216,10 +222,9 @@ class RunFolder:
             names = os.listdir(self.path)
         except OSError:
             return []
-        fixed = [p for p in (self.config_path, self.manifest_path, self.metrics_path, self.final_path)
-                 if os.path.isfile(p)]
+        fixed = [os.path.join(self.path, n) for n in _RECORD_NAMES]
         evaluations = sorted(os.path.join(self.path, n) for n in names if _EVALUATION.match(n))
-        return fixed + [p for p in evaluations if os.path.isfile(p)]
+        return [p for p in fixed + evaluations if os.path.isfile(p)]
 
     def sample_path(self, step=None):
         name = "final.png" if step is None else f"step_{step:06d}.png"

@@ -3,7 +3,7 @@ network, rank 0 sending itself a Ctrl-C during an evaluation (for test_parallel)
 
     mpiexec -n 2 python interrupted_evaluation.py AT GPGAN_TRAIN_ARGS...
 
-AT: rank 0 sends itself a SIGINT as its AT-th call of the network begins (0: never). The
+AT: rank 0 sends itself a SIGINT as the network's AT-th batch begins (0: never). The
 environment names an existing file in GPGAN_INCEPTION_WEIGHTS (the stand-in does not read it).
 """
 import os
@@ -24,11 +24,11 @@ at, argv = int(sys.argv[1]), sys.argv[2:]
 class InterruptingNetwork(PixelNetwork):
     calls = 0
 
-    def features(self, images, batch_size=50, progress=False):
+    def batch_features(self, images):
         self.calls += 1
         if self.calls == at and MPI.COMM_WORLD.Get_rank() == 0:
             os.kill(os.getpid(), signal.SIGINT)
-        return super().features(images, batch_size, progress)
+        return super().batch_features(images)
 
 
 net = InterruptingNetwork()
