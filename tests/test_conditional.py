@@ -73,6 +73,20 @@ def test_conditional_config_errors():
                                  "model.critic_options={}"])
 
 
+def test_a_conditional_run_without_pairs_draws_the_fakes_classes(tmp_path):
+    from gpgan.train.feed import InputFeed
+
+    class Loader:
+        def next_with_labels(self):
+            return np.zeros((64, 3, 2, 2), np.float32), np.zeros(64, np.int64)
+
+    feed = InputFeed(Loader(), np.random.default_rng(0), None, 4, 64, None, 1, num_classes=10)
+    inputs = feed.draw(0)
+    assert (inputs.critic[0].labels == 0).all() and inputs.real_labels is None
+    for drawn in (inputs.critic[0].fake_labels, inputs.labels):
+        assert drawn.shape == (64,) and len(set(drawn.tolist())) > 5  # uniform over 10 classes, not the reals'
+
+
 def test_conditional_r3gan_run_trains_and_feeds_labels(tmp_path):
     root = tmp_path / "cifar"
     write_cifar(root, per_batch=6)
@@ -89,6 +103,9 @@ def test_conditional_r3gan_run_trains_and_feeds_labels(tmp_path):
     assert c.labels.dtype == np.int64 and c.labels.shape == (4,) and c.fake_labels.shape == (4,)
     assert inputs.labels.shape == (4,) and inputs.real_labels.shape == (4,)
     assert (0 <= c.fake_labels).all() and (c.fake_labels < 10).all()
+    # RpGAN pairs each real with a fake of its class, in the critic's steps and the generator's
+    # (R3GAN's Trainer.py); another loss draws the fakes' classes from the run's noise.
+    assert (c.fake_labels == c.labels).all() and (inputs.labels == inputs.real_labels).all()
     summary = trainer.fit()
     assert np.isfinite(summary["final"]["loss/critic"]) and np.isfinite(summary["final"]["grad_norm/fake"])
 

@@ -108,7 +108,10 @@ class InputFeed:
         batch_size: critic batch size; generator_batch_size: the generator step's (None: the same).
         critic_steps: critic steps per generator step.
         generator_reals: draw a real batch for the generator step too (a pairing loss).
-        num_classes: None, or the classes of a conditional run (the loader gives labels).
+        num_classes: None, or the classes of a conditional run (the loader gives labels). The
+            fakes' classes are drawn uniformly, except under a pairing loss: there each fake takes
+            the class of the real it is paired with, in the critic's steps and the generator's, so
+            that each pair is compared within one class (R3GAN's training code).
         augment: the augmentation (``draw(rng, x)``); None: none.
     """
 
@@ -144,7 +147,7 @@ class InputFeed:
         for j in range(self.critic_steps):
             real, labels = self._real()
             noise = self.noise(self.batch_size)
-            fake_labels = self._labels(self.batch_size)
+            fake_labels = labels if self.generator_reals else self._labels(self.batch_size)
             draws = None
             if self.penalty is not None and is_penalized(step * self.critic_steps + j, self.penalty.interval):
                 draws = self.penalty.draw(self.rng, real)
@@ -156,7 +159,7 @@ class InputFeed:
         if self.generator_reals:
             inputs.real, inputs.real_labels = self._real()
         inputs.noise = self.noise(self.generator_batch_size)
-        inputs.labels = self._labels(self.generator_batch_size)
+        inputs.labels = inputs.real_labels if self.generator_reals else self._labels(self.generator_batch_size)
         if self.augment is not None:
             shape = (self.generator_batch_size,) + real.shape[1:]
             inputs.augment = self.augment.draw(self.rng, numpy.empty(shape, dtype=real.dtype))
