@@ -43,7 +43,9 @@ per sample (``noise_scale`` and ``interpolate=False`` change this).
 
 Lazy regularization (Karras et al. 2020, StyleGAN2): with ``interval=k`` the trainer calls the
 penalty only on critic steps where ``step % k == 0`` and the returned value is already multiplied
-by ``k``, so the penalty's average strength is unchanged.
+by ``k``, so the penalty's average strength is unchanged. It is added to that step's loss in one
+update; StyleGAN2 takes a separate optimizer step for it, with Adam's learning rate and betas
+scaled by ``k / (k + 1)``, which moves Adam's statistics a little differently.
 
 Generated samples are never differentiated through here: ``fake`` is detached inside. The
 caller passes detached fakes to the critic loss as well (the critic's step must not build a

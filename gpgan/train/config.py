@@ -120,7 +120,8 @@ SCHEMA = {
                               "from penalty.weight to this (R3GAN: 0.05 -> 0.005); null: constant",
                               nullable=True, minimum=0),
         "interval": Field("int", 1, "lazy regularization: apply the penalty every N critic steps "
-                          "(scaled by N, as in StyleGAN2)", minimum=1),
+                          "(scaled by N, as in StyleGAN2, but added to that step's loss: no update of its own)",
+                          minimum=1),
         "options": Field("dict", {}, "extra keyword options of make_penalty"),
     },
     "optim": {
