@@ -3,6 +3,8 @@ closed forms (translations, flips, quarter turns, a hue rotation, the identity a
 zero strength), the random parameters against the published ranges, and ADA's adaptive p."""
 import math
 
+import re
+
 import numpy as np
 import pytest
 
@@ -404,6 +406,9 @@ def test_make_augment_from_config():
     ({"type": "ada", "p_mode": "cosine", "p_end": 0.5, "target": 0.7}, "r1", "cifar10",
      "augment.target is set but augment.p_mode is 'cosine'; it applies to p_mode adaptive only"),
     ({"type": "ada", "p_mode": "cos"}, "r1", "cifar10", "augment.p_mode"),
+    ({"type": "ada"}, "r1", "cifar10:least_squares",
+     "augment.p_mode 'adaptive' reads the critic's overfitting from the sign of D(real), which loss 'least_squares'"),
+    ({"type": "ada"}, "r1", "cifar10:rpgan", "use loss non_saturating or hinge, or a p_mode of fixed, linear or cosine"),
     ({"type": "diffaugment", "penalty_points": "unaugmented"}, "wgan_gp", "cifar10",
      "augment.penalty_points 'unaugmented' needs a penalty on the real or generated images"),
     ({"type": "diffaugment"}, "r1", "grid25", "augment.type 'diffaugment' augments images"),
@@ -414,9 +419,11 @@ def test_make_augment_from_config():
 ])
 def test_bad_augment_configs(augment, penalty, data, expected):
     c = default_config()
+    data, _, loss = data.partition(":")
     c["data"]["name"], c["penalty"]["type"] = data, penalty
+    c["loss"] = loss or c["loss"]
     c["augment"] = augment
-    with pytest.raises(ConfigError, match=expected.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape(expected)):
         validate_config(c)
 
 

@@ -207,12 +207,13 @@ SCHEMA = {
         "policy": Field("strs", ["color", "translation", "cutout"], "diffaugment: its ops, applied in this order",
                         choices=_diffaugment_ops),
         "penalty_points": Field("str", "augmented", "where r1/r2 differentiate the critic: at the augmented "
-                                "images (DiffAugment's default) or at the un-augmented ones through the "
+                                "images (DiffAugment's CIFAR scripts) or at the un-augmented ones through the "
                                 "augmentation (ADA's and R3GAN's); other penalties take augmented points",
                                 choices=["augmented", "unaugmented"]),
         "p": Field("float", 0.0, "ada: the probability of each op, initial (adaptive), constant (fixed) or "
                    "starting (linear, cosine)", minimum=0, maximum=1),
-        "p_mode": Field("str", "adaptive", "ada: adaptive (p follows r_t = E[sign(D(real))] towards target), "
+        "p_mode": Field("str", "adaptive", "ada: adaptive (p follows r_t = E[sign(D(real))] towards target; losses "
+                        "non_saturating and hinge), "
                         "fixed, linear (from p to p_end over ramp_steps generator steps) or cosine (R3GAN's: from p to "
                         "p_end along the cosine in images seen of the schedule section, with its warm-up)",
                         choices=["adaptive", "fixed", "linear", "cosine"]),
@@ -342,7 +343,17 @@ def _check_augment(config):
                       "augment.type: none")
     if ac["type"] == "ada":
         errors += _check_ada_p(ac)
+        if ac["p_mode"] == "adaptive" and config["loss"] not in ADAPTIVE_P_LOSSES:
+            errors.append(f"augment.p_mode 'adaptive' reads the critic's overfitting from the sign of D(real), "
+                          f"which loss {config['loss']!r} does not centre at 0; use loss "
+                          f"{' or '.join(ADAPTIVE_P_LOSSES)}, or a p_mode of fixed, linear or cosine")
     return errors
+
+
+#: The losses whose critic separates reals from fakes at D = 0, so that ADA's r_t = E[sign(D(real))]
+#: measures overfitting: least squares separates at 0.5, and wgan and rpgan are unchanged by a shift
+#: of D, which makes its sign arbitrary.
+ADAPTIVE_P_LOSSES = ("non_saturating", "hinge")
 
 
 #: the augment.* keys of ADA's p that each p_mode reads (p, the start or the constant, is read by all)
