@@ -276,6 +276,13 @@ def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):
     for r in rows:  # modes peaks at step 1, reverse KL falls to its last evaluation
         assert (r["best_step/eval/modes"], r["best_step/eval/reverse_kl"], r["ended_by"]) == ("1", "3", "train.steps")
     assert "| r1 | 1.0 | 2/2 | 11.5 (+1) | 0.75 (-1) | train.steps |" in report  # the trend table
+    # Every metric at each run's best eval/modes (step 1, where reverse KL is 2 above its final value)
+    at_best = report.split("## At the best eval/modes")[1].split("##")[0]
+    kl_then = [1 / (1 + s) + 2 for s in (0, 1)]
+    assert (f"| r1 | 1.0 | 2/2 | 16.5 ± 0.71 | {statistics.mean(kl_then):.4g} ± {statistics.stdev(kl_then):.2g} |"
+            in at_best)
+    from gpgan.train.config import default_config
+    assert {r["eval.samples"] for r in rows} == {str(default_config()["eval"]["samples"])}
     assert "By mean best value during training:\n\n- `eval/modes` ↑: penalty.type=r1, penalty.weight=1.0: 16.5 ± 0.71" \
         in report
     assert "| `type-r1__weight-1.0__seed-1` | 3 | train.steps | 17 at step 1 | 2.5 | 0.833 |" in report
@@ -705,6 +712,21 @@ def test_a_seed_that_ran_longer_is_drawn_past_the_mean(tmp_path, fake, monkeypat
     assert is_png(path)
 
 
+def test_run_trends_judge_each_seed_at_its_own_end():
+    """A seed that ran longer (patience ended the other early) is judged over its own last
+    evaluations, not at the step where the shorter one stopped."""
+    from types import SimpleNamespace
+
+    from gpgan.studies.statistics import run_trends
+
+    short = SimpleNamespace(curves={"fid": [(2000 * k, 100.0) for k in range(1, 11)]})     # flat, 10 evaluations
+    long = SimpleNamespace(curves={"fid": [(2000 * k, 200.0 - 5 * k) for k in range(1, 21)]})  # falling, 20
+    end, change = run_trends([short, long], "fid")
+    assert end == pytest.approx((100.0 + (200.0 - 5 * 19.5)) / 2)  # the long one: its last 2 evaluations
+    assert change == pytest.approx((0.0 - 10.0) / 2)               # -10: its last 2 against the 2 before
+    assert run_trends([SimpleNamespace(curves={})], "fid") is None
+
+
 def test_end_trend_averages_the_last_tenth_of_the_seed_mean_curve():
     from gpgan.studies.statistics import curve_stats, end_trend
     from gpgan.studies.results import RunRecord
@@ -865,12 +887,14 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
     assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |\n" in report  # best
     assert ("**real data**: the real-data floor, cifar10:test (1,017 images) against cifar10:train (5,085 images) "
             "([real.json](../floors/real.json), written by `gpgan-eval real`)") in report  # linked from the report
-    assert "FID from fewer images reads higher: the floor's 1,017 images overstate it against the runs' 2,500 samples." \
-        in report
-    assert "eval/modes (final, mean ± std over seeds); dashed: real data (30):" in report
-    assert "non-finite means left out; dashed: real data (0.25)):" in report
-    assert sorted(drawn) == [("eval-high_quality.png", []), ("eval-modes.png", [("real data", 30.0)]),
-                             ("eval-reverse_kl.png", [("real data", 0.25)])]
+    assert ("FID from fewer images reads higher: the floor's 1,017 images overstate it against the runs' 2,500 "
+            "samples; precision and recall take as many reference images as there are scored ones") in report
+    assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |\n" in report.split("## At the best eval/modes")[1]
+    assert "eval/modes (final, mean ± std over seeds); dashed: real data (1,017 images), 30:" in report
+    assert "non-finite means left out; dashed: real data (1,017 images), 0.25):" in report
+    floor = "real data (1,017 images)"
+    assert sorted(drawn) == [("eval-high_quality.png", []), ("eval-modes.png", [(floor, 30.0)]),
+                             ("eval-reverse_kl.png", [(floor, 0.25)])]
 
     # --report-only rebuilds every file byte for byte, figures included.
     files = {p.relative_to(out): p.read_bytes() for p in sorted(out.glob("figures/**/*.png"))}
@@ -995,6 +1019,10 @@ def test_metric_figure_linear_categorical_and_point_plot_axes(tmp_path):
     categorical.canvas.draw()
     assert list(ax.get_xticks()) == [0.0, 1.0, 2.0] and [t.get_text() for t in ax.get_xticklabels()] == names
     assert list(lines) == ["adam"] and bars == []
+    assert lines["adam"].get_linestyle() == "None"  # settings without an order: marks, no line between them
+    ax, lines, _, _ = figure_parts(build_metric_figure([("adam", x, x * 2.0, None) for x in (1, 2, 3)],
+                                                       "train.critic_steps", "optim.name", [1, 2, 3], "m", "max", "t"))
+    assert lines["adam"].get_linestyle() == "-"  # numbers: a line
 
     # one weight per type: one mark per type, no line between the types, named on the x axis
     points = [("r1", 1.0, 25.0, 0.5), ("wgan_gp", 1.0, math.nan, None), ("none", IGNORED, 17.0, 1.0)]
@@ -1513,9 +1541,9 @@ def test_best_settings_name_every_tie():
     settings = [setting("none", 8.0, 0.3), setting("r1", 8.0, 0.01), setting("r2", 7.0, 0.002),
                 setting("lp", 8.0, math.nan)]
     lines = _best_lines([({"data.name": "ring8"}, settings)], [("eval/modes", "max"), ("eval/reverse_kl", "min")])
-    assert lines[0] == ("- `eval/modes` ↑ (data.name=ring8): penalty.type=none: 8 ± 0 "
+    assert lines[0] == ("- `eval/modes` ↑ (data.name=ring8): penalty.type=none: 8 ± 0 (n=3) "
                         "(tied with 2 other settings: penalty.type=r1; penalty.type=lp)")
-    assert lines[1].startswith("- `eval/reverse_kl` ↓ (data.name=ring8): penalty.type=r2: 0.002 ± 0.1")
+    assert lines[1].startswith("- `eval/reverse_kl` ↓ (data.name=ring8): penalty.type=r2: 0.002 ± 0.1 (n=3)")
     assert "tied" not in lines[1]
 
 

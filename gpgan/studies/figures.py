@@ -80,9 +80,11 @@ def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction
         nums = [_as_number(x) for x in xs_used]
         pos = {format_value(x): n for x, n in zip(xs_used, nums)}
         logx = all(n > 0 for n in nums) and max(nums) / min(nums) >= 10
-    else:
+        style = "line"
+    else:  # settings without an order (e.g. penalty types): points, no lines between them
         pos = {format_value(x): float(i) for i, x in enumerate(xs_used)}
         logx = False
+        style = "points"
     ticks = [(pos[format_value(x)], format_value(x)) for x in xs_used] if len(xs_used) <= MAX_TICKS else None
     series = []
     for s in series_order:
@@ -95,7 +97,7 @@ def build_metric_figure(points, x_axis, series_axis, x_values, metric, direction
             continue
         pts = sorted(pts, key=lambda p: pos[format_value(p[0])])
         series.append((format_value(s) if series_axis else "",
-                       [pos[format_value(p[0])] for p in pts], [p[1] for p in pts], [p[2] for p in pts]))
+                       [pos[format_value(p[0])] for p in pts], [p[1] for p in pts], [p[2] for p in pts], style))
     return line_figure(series, xlabel=x_axis, ylabel=ylabel, title=title, logx=logx, xticks=ticks,
                        references=references)
 

@@ -81,7 +81,7 @@ def _real_references(sweep, metric):
     """A figure's reference lines for ``metric``: the value of the ``reference_scores`` file,
     when there is one and it holds that metric."""
     value = None if sweep.reference_scores is None else metric_value(sweep.reference_scores["scores"], metric)
-    return [] if value is None else [(REAL_LABEL, value)]
+    return [] if value is None else [(f"{REAL_LABEL} ({sweep.reference_scores['images']:,} images)", value)]
 
 
 def _real_row(sweep, metrics, trailing=0):
@@ -103,7 +103,8 @@ def _real_line(sweep, report_dir, config):
     samples = None if config is None else _evaluated_samples(config)
     if samples is not None and isinstance(floor.get("images"), int) and floor["images"] < samples:
         fewer = (f" FID from fewer images reads higher: the floor's {floor['images']:,} images overstate it "
-                 f"against the runs' {samples:,} samples.")
+                 f"against the runs' {samples:,} samples; precision and recall take as many reference images as "
+                 "there are scored ones, so their neighbourhoods differ too.")
     return (f"**{REAL_LABEL}**: the real-data floor, {floor['source']} against {floor['reference']} "
             f"([{os.path.basename(path)}]({link}), written by `gpgan-eval real`): how far real images are from the "
             f"reference by the same metrics; dashed lines in the figures.{fewer}")
@@ -144,7 +145,7 @@ def _figures(sweep, out_dir, panels, metrics):
             if off_scale:  # e.g. a reverse KL of inf: marked in a band at the plot's edge, named here
                 caption += "; marked at the edge (mean not finite): " + "; ".join(off_scale)
             references = _real_references(sweep, metric)
-            real = f"; dashed: {REAL_LABEL} ({_num(references[0][1])})" if references else ""
+            real = f"; dashed: {references[0][0]}, {_num(references[0][1])}" if references else ""
             if metric_figure(os.path.join(out_dir, rel), points, sweep.x_axis, sweep.series_axis, x_values,
                              metric, direction, title, references):
                 items.append((caption + real, rel))
@@ -263,8 +264,9 @@ def _best_lines(panels, metrics, which="final"):
                     ties += ": " + "; ".join(_describe({k: v for k, v in o.values.items() if k not in pv})
                                              for o in others)
                 ties += ")"
+            value = getattr(st, which)[metric]
             lines.append(f"- `{metric}` {ARROW[direction]}{where}: {_describe(rest) or 'the only setting'}: "
-                         f"{_cell(getattr(st, which)[metric])}{ties}")
+                         f"{_cell(value)} (n={value[2]}){ties}")
     return lines
 
 
@@ -405,24 +407,36 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         lines += ["## Findings", "", sweep.notes.strip(), ""]
 
     header = list(sweep.setting_axes) + ["n"] + [f"{m} {ARROW[d]}" for m, d in metrics]
-    final_rows, best_rows, trend_rows = [], [], []
+    final_rows, best_rows, at_best_rows, trend_rows = [], [], [], []
     for st in stats:
         base = [_val(st.values[k]) for k in sweep.setting_axes] + [f"{len(st.finished)}/{len(st.records)}"]
         final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
+        at_best_rows.append(base + [_cell(st.at_best[m]) for m, _ in metrics])
         trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics] + [_ended_by(st.finished)])
     real = [] if sweep.reference_scores is None else ["", _real_line(sweep, report_dir, first)]
     if sweep.reference_scores is not None:
         final_rows.append(_real_row(sweep, metrics, trailing=1))
         best_rows.append(_real_row(sweep, metrics))
-    lines += ["## Final metrics", ""] + _table(header + ["wall time (s)"], final_rows) + real + [""]
+        at_best_rows.append(_real_row(sweep, metrics))
+    lines += ["## Final metrics", "",
+              "The last evaluation of each run, then mean ± std over seeds. A run that `train.patience` ended "
+              "had gone `train.patience` evaluations past its best when it stopped.", ""]
+    lines += _table(header + ["wall time (s)"], final_rows) + real + [""]
     lines += ["## Best value during training", "",
-              "Best evaluation of each run (max or min by the metric's direction), then mean ± std over seeds.",
+              "Each metric's best evaluation of each run (max or min by its direction; two metrics' bests can be "
+              "at different evaluations), then mean ± std over seeds.",
               ""] + _table(header, best_rows) + [""]
+    if len(metrics) > 1:
+        lead = metrics[0][0]
+        lines += [f"## At the best {lead}", "",
+                  f"Every metric at the evaluation where each run's {lead} was best (one evaluation per run: the "
+                  f"weights a `train.best_metric: {lead}` run keeps in best.npz), then mean ± std over seeds.",
+                  ""] + _table(header, at_best_rows) + [""]
 
     percent = f"{TREND_FRACTION:.0%}"
     lines += ["## Still improving at the end?", "",
-              f"Each cell: the mean over seeds of the metric over the last {percent} of a setting's "
+              f"Each cell: the mean over seeds of the metric over the last {percent} of each run's own "
               f"evaluations (at least one), and in brackets its change from the {percent} before. A run "
               "that `train.patience` ended had stopped improving by that rule (its best metric did not "
               "improve in its last `train.patience` evaluations), whatever its change. For runs that ran "

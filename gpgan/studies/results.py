@@ -58,6 +58,8 @@ class RunRecord:
     checkpoint_step: int = None                  # an unfinished run: its newest checkpoint's step
     target_steps: int = None                     # an unfinished run: train.steps of its config
     so_far: list = field(default_factory=list)   # an unfinished run: [(step, value)] of the first metric logged
+    at_best: dict = field(default_factory=dict)  # metric -> its value at the first metric's best evaluation
+    eval_samples: int = None                     # eval.samples of the run's config: samples per evaluation
     config: dict = field(default_factory=dict)   # key of Sweep.varied_keys -> the run's resolved value
     evaluations: list = field(default_factory=list)  # a finished run's gpgan-eval scores (eval_<step>.json)
 
@@ -198,9 +200,12 @@ def collect_results(sweep, out_dir, metrics=None):
         rec = RunRecord(spec=spec, status="not run", run_dir=run_dir)
         # One read of the run's config: the keys variants set, and for a finished run its data
         # (whether its samples are images).
-        keys = sweep.varied_keys + (["data.name"] if final is not None and final.get("status") == "finished" else [])
-        resolved = _resolved_values(sweep, spec, run_dir, keys) if keys else {}
+        keys = sweep.varied_keys + ["eval.samples"] + (
+            ["data.name"] if final is not None and final.get("status") == "finished" else [])
+        resolved = _resolved_values(sweep, spec, run_dir, keys)
         rec.config = {k: v for k, v in resolved.items() if k in sweep.varied_keys}
+        samples = resolved.get("eval.samples")
+        rec.eval_samples = samples if isinstance(samples, int) and not isinstance(samples, bool) else None
         if final is not None and final.get("status") == "finished":
             rec.status = "finished"
             rec.ended_by = "train.patience" if final.get("stop") else "train.steps"
@@ -239,6 +244,7 @@ def collect_results(sweep, out_dir, metrics=None):
                 if best is not None:
                     rec.best[name] = best
                     rec.best_step[name] = point[0] if point is not None else None
+            _values_at_best(rec, metrics)
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
             _find_best_sample(rec, folder, metrics)
@@ -247,6 +253,18 @@ def collect_results(sweep, out_dir, metrics=None):
             rec.image_samples = isinstance(data_name, str) and not is_toy(data_name)
         records.append(rec)
     return records
+
+
+def _values_at_best(rec, metrics):
+    """Each metric's value at the run's best evaluation of the first metric (the evaluation whose
+    weights best.npz holds when that metric is train.best_metric), where it was evaluated then."""
+    step = rec.best_step.get(metrics[0][0]) if metrics else None
+    if step is None:
+        return
+    for name, _ in metrics:
+        value = dict(rec.curves.get(name, [])).get(step)
+        if value is not None:
+            rec.at_best[name] = value
 
 
 def _find_best_sample(rec, folder, metrics):
@@ -263,12 +281,19 @@ def _find_best_sample(rec, folder, metrics):
         rec.best_sample = path if os.path.isfile(path) else None
 
 
+def _samples_column(sweep):
+    """Whether results.csv has a column of its own for eval.samples (not when an axis or a variant
+    already gives it one)."""
+    return "eval.samples" not in list(sweep.axes) + sweep.varied_keys
+
+
 def csv_columns(sweep, metrics):
     """results.csv's header: the run, its status, its axis values, its values of the keys variants
-    and adjust rules set (:attr:`~gpgan.studies.sweep.Sweep.varied_keys`), then the metrics."""
+    and adjust rules set (:attr:`~gpgan.studies.sweep.Sweep.varied_keys`), the metrics, then the
+    samples each evaluation scored (eval.samples), steps, how the run ended, wall time, folder, error."""
     return (["run", "status"] + list(sweep.axes) + sweep.varied_keys + [f"final/{m}" for m, _ in metrics]
             + [f"best/{m}" for m, _ in metrics] + [f"best_step/{m}" for m, _ in metrics]
-            + ["steps", "ended_by", "wall_time_s", "run_dir", "error"])
+            + ["eval.samples"] * _samples_column(sweep) + ["steps", "ended_by", "wall_time_s", "run_dir", "error"])
 
 
 def _cell(value):
@@ -290,7 +315,7 @@ def _config_cell(config, key):
 
 def write_results_csv(path, sweep, records, metrics, out_dir):
     """results.csv: one row per run (axes, the resolved values of the keys variants and adjust
-    rules set, final and best metrics, steps, wall time, status, run folder relative to the
+    rules set, final and best metrics, samples per evaluation, steps, wall time, status, run folder relative to the
     sweep's ``out_dir``, and the error of a failed or interrupted run). The run folders are named
     relative to ``out_dir``, not to the folder results.csv is in, so that a report kept apart from
     its runs (``--report-dir``, e.g. committed) has the same results.csv wherever it lives, and the
@@ -308,5 +333,6 @@ def write_results_csv(path, sweep, records, metrics, out_dir):
                 [rec.spec.name, rec.status] + axes + [_config_cell(rec.config, k) for k in sweep.varied_keys]
                 + [_cell(rec.final.get(m)) for m, _ in metrics]
                 + [_cell(rec.best.get(m)) for m, _ in metrics] + [_cell(rec.best_step.get(m)) for m, _ in metrics]
+                + [_cell(rec.eval_samples)] * _samples_column(sweep)
                 + [_cell(rec.steps), rec.ended_by or "", _cell(rec.wall_time_s), run_dir, rec.error]
             )

@@ -5,7 +5,8 @@ return."""
 import math
 from dataclasses import dataclass
 
-__all__ = ["SettingStats", "TREND_FRACTION", "curve_stats", "curve_tails", "end_trend", "mean_std", "summarize"]
+__all__ = ["SettingStats", "TREND_FRACTION", "curve_stats", "curve_tails", "end_trend", "mean_std", "run_trends",
+           "summarize"]
 
 #: the share of a curve's last evaluations :func:`end_trend` averages (at least one)
 TREND_FRACTION = 0.1
@@ -39,7 +40,8 @@ class SettingStats:
     best: dict
     wall: tuple
     curves: dict            # metric -> curve_stats over the finished seeds, or None
-    trend: dict             # metric -> end_trend of that curve, (end, change) or None
+    trend: dict             # metric -> run_trends of the finished seeds, (end, change) or None
+    at_best: dict           # metric -> (mean, std, n) at each run's best evaluation of the first metric
 
     @property
     def finished(self):
@@ -62,9 +64,25 @@ def summarize(sweep, records, metrics):
             best={m: mean_std([r.best.get(m) for r in done]) for m, _ in metrics},
             wall=mean_std([r.wall_time_s for r in done]),
             curves=curves,
-            trend={m: end_trend(curves[m]) for m, _ in metrics},
+            trend={m: run_trends(done, m) for m, _ in metrics},
+            at_best={m: mean_std([r.at_best.get(m) for r in done]) for m, _ in metrics},
         ))
     return stats
+
+
+def run_trends(records, metric):
+    """How ``metric`` moved at the end of each run: ``(end, change)``, the means over ``records``
+    of each run's own :func:`end_trend` (over its own last evaluations, so a seed that ran longer
+    is judged at its end, not where a shorter one stopped); None when no run has one."""
+    trends = []
+    for r in records:
+        curve = r.curves.get(metric) or []
+        trend = end_trend(([step for step, _ in curve], [v for _, v in curve], None)) if curve else None
+        if trend is not None:
+            trends.append(trend)
+    if not trends:
+        return None
+    return math.fsum(t[0] for t in trends) / len(trends), math.fsum(t[1] for t in trends) / len(trends)
 
 
 def curve_stats(records, metric):
