@@ -122,7 +122,8 @@ def end_trend(curve, fraction=TREND_FRACTION):
 def curve_tails(records, metric, last_common):
     """``[(steps, values)]``: each finished run's evaluations of ``metric`` after ``last_common``
     (the last step every seed evaluated; a seed that ran longer than another), from that step on
-    so that the tail joins the mean curve; runs without later evaluations are left out."""
+    (from the run's own value there, so the tail starts beside the mean curve's end, not on it);
+    runs without later evaluations are left out."""
     tails = []
     for r in records:
         points = [(step, v) for step, v in r.curves.get(metric, []) if step >= last_common] \
