@@ -888,7 +888,7 @@ def test_results_csv_shows_what_variants_set_and_the_report_the_real_data_floor(
     assert ("**real data**: the real-data floor, cifar10:test (1,017 images) against cifar10:train (5,085 images) "
             "([real.json](../floors/real.json), written by `gpgan-eval real`)") in report  # linked from the report
     assert ("FID from fewer images reads higher: the floor's 1,017 images overstate it against the runs' 2,500 "
-            "samples; precision and recall take as many reference images as there are scored ones") in report
+            "samples; precision and recall compare equal numbers on both sides") in report
     assert "| **real data** |  | 1,017 images | 30 | n/a | 0.25 |\n" in report.split("## At the best eval/modes")[1]
     assert "eval/modes (final, mean ± std over seeds); dashed: real data (1,017 images), 30:" in report
     assert "non-finite means left out; dashed: real data (1,017 images), 0.25):" in report

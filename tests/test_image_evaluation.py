@@ -178,6 +178,20 @@ class InterruptingNetwork(PixelNetwork):
         return super().batch_features(images)
 
 
+def test_a_generator_that_diverged_gets_an_error_not_a_score():
+    """NaN would quantize to an ordinary black pixel: the images are refused before they are."""
+    from gpgan.train.evaluation import ImageMetrics
+
+    net = PixelNetwork()
+    metrics = ImageMetrics(["fid"], net, reference=object(), batch_size=2, progress=False)
+    for bad in (np.nan, np.inf):
+        images = np.zeros((2, 3, 4, 4), dtype=np.float32)
+        images[1, 0, 2, 2] = bad
+        with pytest.raises(ValueError, match=r"the generator produced NaN or infinite values \(a diverged run\?\)"):
+            metrics.score(iter([images]))
+    assert net.seen == 0
+
+
 def test_an_evaluation_stops_as_a_generated_batch_arrives_before_a_network_batch_and_before_scoring(
         monkeypatch):
     """``stop`` is asked as each generated batch arrives, before each batch of the network and

@@ -69,6 +69,24 @@ def test_scores_by_name_equal_the_score_functions(rng):
     # Density and coverage: the same subset, k = 5.
     dc = score_features(["dc"], fake, ref)
     assert (dc["eval/density"], dc["eval/coverage"]) == density_coverage(real[chosen], fake["pool3"], k=5)
+    # More generated samples than reference ones: the generated side is cut to the reference's size.
+    many = {"pool3": rng.standard_normal((80, 6))}
+    taken = np.sort(np.random.RandomState(images.KID_SEED).choice(80, 50, replace=False))
+    both = score_features(["pr", "dc"], many, ref)
+    assert (both["eval/precision"], both["eval/recall"]) == precision_recall(real, many["pool3"][taken], k=3)
+    assert (both["eval/density"], both["eval/coverage"]) == density_coverage(real, many["pool3"][taken], k=5)
+
+
+def test_coverage_of_one_distribution_needs_equal_set_sizes():
+    """Two samples of one Gaussian: coverage near its expectation (about 0.97 at k = 5) whichever
+    side is larger; scored against a reference five times smaller without the cut it reads 1.0."""
+    rng = np.random.default_rng(3)
+    real = rng.standard_normal((200, 8))
+    ref = Reference(*feature_statistics(real), real, "real")
+    fake = {"pool3": rng.standard_normal((1000, 8))}
+    coverage = score_features(["dc"], fake, ref)["eval/coverage"]
+    uncut = density_coverage(real, fake["pool3"], k=5)[1]
+    assert uncut == 1.0 and 0.85 < coverage < 1.0
 
 
 def test_nearest_neighbour_metrics_name_the_samples_they_need():

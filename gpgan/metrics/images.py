@@ -10,9 +10,9 @@ name     keys                                        compares
                                                      cap), 100 of them
 ``is``   ``eval/is``, ``eval_std/is``                the generated images' logits alone, in
                                                      ``min(10, N)`` splits
-``pr``   ``eval/precision``, ``eval/recall``         pool3 features, k = 3, against a fixed random
-                                                     subset of as many reference images as generated
-                                                     ones (Kynkaanniemi et al. compare equal numbers)
+``pr``   ``eval/precision``, ``eval/recall``         pool3 features, k = 3, with equal numbers on
+                                                     both sides (Kynkaanniemi et al.): a fixed random
+                                                     subset of the larger set, as large as the other
 ``dc``   ``eval/density``, ``eval/coverage``         pool3 features, k = 5 (Naeem et al.), against
                                                      the same subset as ``pr``
 =======  ==========================================  ===============================================
@@ -123,11 +123,22 @@ def score_features(names, fake, reference):
                              "(Inception weights without the classifier)")
         scores["eval/is"], scores["eval_std/is"] = inception_score(fake["logits"], splits=min(IS_SPLITS, n))
     if "pr" in names or "dc" in names:
-        real = reference.features
-        if len(real) > n:  # the same subset at every evaluation: scores over training are comparable
-            real = real[numpy.sort(numpy.random.RandomState(KID_SEED).choice(len(real), n, replace=False))]
+        # Equal numbers on both sides: the k-th neighbour radii, and so every one of these scores,
+        # depend on the set sizes (coverage of two samples of one distribution reads 1.0 against
+        # a reference of a fifth the size). The same subset at every evaluation, so that scores
+        # over training are comparable.
+        real, fake_pool3 = reference.features, pool3
+        size = min(len(real), len(fake_pool3))
+        real, fake_pool3 = _subset(real, size), _subset(fake_pool3, size)
         if "pr" in names:
-            scores["eval/precision"], scores["eval/recall"] = precision_recall(real, pool3, k=PR_K)
+            scores["eval/precision"], scores["eval/recall"] = precision_recall(real, fake_pool3, k=PR_K)
         if "dc" in names:
-            scores["eval/density"], scores["eval/coverage"] = density_coverage(real, pool3, k=DC_K)
+            scores["eval/density"], scores["eval/coverage"] = density_coverage(real, fake_pool3, k=DC_K)
     return scores
+
+
+def _subset(features, size):
+    """A fixed random subset of ``size`` rows, in their order (all of them when there are no more)."""
+    if len(features) <= size:
+        return features
+    return features[numpy.sort(numpy.random.RandomState(KID_SEED).choice(len(features), size, replace=False))]

@@ -103,8 +103,8 @@ def _real_line(sweep, report_dir, config):
     samples = None if config is None else _evaluated_samples(config)
     if samples is not None and isinstance(floor.get("images"), int) and floor["images"] < samples:
         fewer = (f" FID from fewer images reads higher: the floor's {floor['images']:,} images overstate it "
-                 f"against the runs' {samples:,} samples; precision and recall take as many reference images as "
-                 "there are scored ones, so their neighbourhoods differ too.")
+                 f"against the runs' {samples:,} samples; precision and recall compare equal numbers on both sides, "
+                 "so their neighbourhoods differ too.")
     return (f"**{REAL_LABEL}**: the real-data floor, {floor['source']} against {floor['reference']} "
             f"([{os.path.basename(path)}]({link}), written by `gpgan-eval real`): how far real images are from the "
             f"reference by the same metrics; dashed lines in the figures.{fewer}")

@@ -51,8 +51,17 @@ def generated_features(net, batches, batch_size=50, progress=True, stop=None):
         ``{"pool3": (N, 2048), "logits": (N, 1008)}`` as :meth:`~gpgan.metrics.InceptionV3.features`
         (no logits from weights without the classifier).
     """
-    images = numpy.concatenate([to_uint8(batch) for batch in _until(stop, batches)])
+    images = numpy.concatenate([to_uint8(_finite(batch)) for batch in _until(stop, batches)])
     return net.features(images, batch_size=batch_size, progress=progress, before_batch=lambda: _check(stop))
+
+
+def _finite(batch):
+    """``batch``, refused when it holds NaN or infinite values: quantized, they would become
+    ordinary pixels (NaN as 0) and a diverged generator would get an ordinary score."""
+    if not numpy.isfinite(batch).all():
+        raise ValueError("the generator produced NaN or infinite values (a diverged run?); its images cannot be "
+                         "scored")
+    return batch
 
 
 def _until(stop, items):
