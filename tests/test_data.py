@@ -5,6 +5,7 @@ Every test writes its own tiny fixtures in the official format; none reads the r
 import hashlib
 import os
 import pickle
+import re
 import tarfile
 
 import numpy as np
@@ -48,6 +49,89 @@ def test_malicious_pickle_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"data_batch_3: refused to unpickle \(refused global '(posix|os|nt)\.system'"):
         load_cifar10(tmp_path / "c")
     assert not (tmp_path / "pwned_by_pickle").exists()
+
+
+class _TamperedDtype:
+    """Pickles as ``numpy.dtype(spec)`` followed by a crafted state (its flags)."""
+
+    def __init__(self, spec, flags):
+        self.spec, self.flags = spec, flags
+
+    def __reduce__(self):
+        return (np.dtype, (self.spec, False, True), (3, "|", None, None, None, -1, -1, self.flags))
+
+
+class _TamperedArray:
+    """Pickles as NumPy's own array reduction, with a dtype of tampered flags and raw bytes."""
+
+    def __init__(self, spec, flags, n, raw=None):
+        self.spec, self.flags, self.n, self.raw = spec, flags, n, raw
+
+    def __reduce__(self):
+        from numpy._core.multiarray import _reconstruct
+        raw = self.raw if self.raw is not None else b"\x41" * (8 * self.n)
+        return (_reconstruct, (np.ndarray, (0,), b"b"), (1, (self.n,), _TamperedDtype(self.spec, self.flags), False, raw))
+
+
+@pytest.mark.parametrize("payload, message", [
+    # an object array from raw bytes: NumPy would read 0x4141... as a pointer (a crash, or worse)
+    ({b"data": np.zeros((1, 3072), np.uint8), b"labels": _TamperedArray("O8", 0, 1)}, "array type 'O8' is refused"),
+    ({b"data": _TamperedArray("O8", 0, 1), b"labels": [0]}, "array type 'O8' is refused"),
+    # a number type with the object flags set: built afresh, the flags are dropped, and the shape is checked
+    ({b"data": _TamperedArray("u1", 63, 8, raw=b"\x41" * 8), b"labels": [0]}, "b'data' must be uint8 of shape (N, 3072)"),
+    ({b"data": _TamperedArray("u1", 0, 3072, raw=b"\x00" * 100), b"labels": [0]}, "an array of shape (3072,) with 100 bytes"),
+])
+def test_array_states_are_checked_before_numpy_builds_them(tmp_path, payload, message):
+    write_cifar(tmp_path / "c")
+    with open(tmp_path / "c" / "data_batch_1", "wb") as f:
+        pickle.dump(payload, f, protocol=2)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_cifar10(tmp_path / "c")
+
+
+class _Python2Array:
+    """Pickles as Python 2's NumPy wrote the official batches: the type and byte order as bytes."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __reduce__(self):
+        from numpy._core.multiarray import _reconstruct
+        state = (1, self.array.shape, _Py2Dtype(self.array.dtype.str[1:].encode()), False, self.array.tobytes())
+        return (_reconstruct, (np.ndarray, (0,), b"b"), state)
+
+
+class _Py2Dtype:
+    def __init__(self, spec):
+        self.spec = spec
+
+    def __reduce__(self):
+        return (np.dtype, (self.spec, 0, 1), (3, b"|", None, None, None, -1, -1, 0))
+
+
+def test_batches_pickled_as_python_2_did_load(tmp_path):
+    write_cifar(tmp_path / "c")
+    data = np.random.default_rng(1).integers(0, 256, (2, 3072), dtype=np.uint8)
+    with open(tmp_path / "c" / "data_batch_1", "wb") as f:
+        pickle.dump({b"data": _Python2Array(data), b"labels": _Python2Array(np.array([4, 7], np.int64))}, f, protocol=2)
+    images, labels = load_cifar10(tmp_path / "c")
+    np.testing.assert_array_equal(images[:2].reshape(2, -1), data)
+    assert labels[:2].tolist() == [4, 7] and type(images) is np.ndarray
+
+
+def test_labels_outside_the_ten_classes_are_refused(tmp_path):
+    write_cifar(tmp_path / "c")
+    with open(tmp_path / "c" / "data_batch_4", "wb") as f:
+        pickle.dump({b"data": np.zeros((3, 3072), np.uint8), b"labels": [3, 12, -1]}, f, protocol=2)
+    with pytest.raises(ValueError, match=r"data_batch_4: labels must be classes 0 to 9, got values from -1 to 12"):
+        load_cifar10(tmp_path / "c")
+
+
+def test_a_pickle_that_asks_for_too_much_memory_is_corrupt(tmp_path):
+    write_cifar(tmp_path / "c")
+    (tmp_path / "c" / "data_batch_5").write_bytes(b"\x80\x02}r\xff\xff\xff\x7f.")
+    with pytest.raises(ValueError, match=r"data_batch_5: truncated or corrupt pickle"):
+        load_cifar10(tmp_path / "c")
 
 
 def test_truncated_batch_names_the_file(tmp_path):

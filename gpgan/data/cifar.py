@@ -11,6 +11,7 @@ archive is fetched (tqdm progress), its md5 checked, and it is extracted without
 member escape the target folder.
 """
 import io
+import math
 import os
 import pickle
 import shutil
@@ -40,12 +41,59 @@ CIFAR10_FILE_MD5 = {
 _FOLDER = "cifar-10-batches-py"
 
 
-def _numpy_reconstruct():
-    try:
-        from numpy._core.multiarray import _reconstruct  # NumPy >= 2
-    except ImportError:  # NumPy 1.x
-        from numpy.core.multiarray import _reconstruct
-    return _reconstruct
+class _PickledDtype:
+    """Stands in for ``numpy.dtype`` while a batch is unpickled: it keeps the type string, and
+    :meth:`dtype` makes a fresh dtype of a plain number type from it. A real dtype would take the
+    pickle's state as it comes, and that state can set flags under which NumPy reads an array's
+    raw bytes as object pointers."""
+
+    def __init__(self, spec, align=False, copy=False):
+        self.spec, self.state = spec, None
+
+    def __setstate__(self, state):
+        self.state = state
+
+    def dtype(self):
+        # The official batches are Python 2 pickles: read with encoding="bytes", their strings
+        # (the type 'u1', the byte order '|') come as bytes.
+        spec = self.spec.decode("latin1") if isinstance(self.spec, bytes) else self.spec
+        try:
+            dtype = numpy.dtype(spec) if isinstance(spec, str) else None
+        except TypeError:
+            dtype = None
+        if dtype is None or dtype.kind not in "biuf" or dtype.fields is not None:
+            raise RefusedPickle(f"array type {spec!r} is refused: only plain numbers (bool, int, uint, float)")
+        order = self.state[1] if isinstance(self.state, tuple) and len(self.state) > 1 else "|"
+        order = order.decode("latin1") if isinstance(order, bytes) else order
+        return dtype.newbyteorder(order) if order in ("<", ">") else dtype
+
+
+class _PickledArray(numpy.ndarray):
+    """What ``_reconstruct`` gives while a batch is unpickled: its state (pickle's BUILD) is
+    checked before NumPy's own ``__setstate__`` sees it: a :class:`_PickledDtype`, a shape of
+    non-negative integers and raw bytes of exactly that many items."""
+
+    def __setstate__(self, state):
+        if not isinstance(state, tuple) or len(state) != 5:
+            raise RefusedPickle("an array state that is not (version, shape, dtype, fortran, bytes)")
+        version, shape, dtype, fortran, raw = state
+        if (not isinstance(dtype, _PickledDtype) or not isinstance(raw, bytes) or not isinstance(shape, tuple)
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
+            raise RefusedPickle("an array state that is not (version, shape, dtype, fortran, bytes)")
+        dtype = dtype.dtype()
+        if len(raw) != math.prod(shape) * dtype.itemsize:
+            raise RefusedPickle(f"an array of shape {shape} with {len(raw)} bytes of data")
+        super().__setstate__((version, shape, dtype, bool(fortran), raw))
+
+
+_NDARRAY = object()  # the pickle's ``numpy.ndarray``: only ever the first argument of _reconstruct
+
+
+def _reconstruct(cls, shape, typecode):
+    """NumPy's ``_reconstruct(ndarray, (0,), b'b')``, giving a :class:`_PickledArray` to fill."""
+    if cls is not _NDARRAY:
+        raise RefusedPickle("_reconstruct of something other than numpy.ndarray")
+    return _PickledArray((0,), numpy.uint8)
 
 
 def _codecs_encode(text, encoding="latin1"):
@@ -57,9 +105,10 @@ def _codecs_encode(text, encoding="latin1"):
 
 
 class CifarUnpickler(RestrictedUnpickler):
-    """Admits only what NumPy arrays and plain containers need: ``_reconstruct`` of
-    ``numpy.core.multiarray`` (and its NumPy 2 spelling ``numpy._core.multiarray``),
-    ``numpy.ndarray``, ``numpy.dtype`` and ``_codecs.encode`` (latin1 only: how Python 3 spells
+    """Admits only what NumPy arrays of plain numbers and plain containers need: ``_reconstruct``
+    of ``numpy.core.multiarray`` (and its NumPy 2 spelling ``numpy._core.multiarray``),
+    ``numpy.ndarray`` and ``numpy.dtype``, each as a stand-in that builds the array from checked
+    parts (:class:`_PickledArray`), and ``_codecs.encode`` (latin1 only: how Python 3 spells
     bytes in protocol-2 pickles). Everything else raises :class:`RefusedPickle` naming the
     refused ``module.name``.
     """
@@ -67,10 +116,10 @@ class CifarUnpickler(RestrictedUnpickler):
     what = ("a CIFAR-10 batch may only contain NumPy arrays and plain containers (the file is corrupt or was "
             "not written as a CIFAR batch)")
     _ALLOWED = {
-        ("numpy.core.multiarray", "_reconstruct"): _numpy_reconstruct,
-        ("numpy._core.multiarray", "_reconstruct"): _numpy_reconstruct,
-        ("numpy", "ndarray"): lambda: numpy.ndarray,
-        ("numpy", "dtype"): lambda: numpy.dtype,
+        ("numpy.core.multiarray", "_reconstruct"): lambda: _reconstruct,
+        ("numpy._core.multiarray", "_reconstruct"): lambda: _reconstruct,
+        ("numpy", "ndarray"): lambda: _NDARRAY,
+        ("numpy", "dtype"): lambda: _PickledDtype,
         ("_codecs", "encode"): lambda: _codecs_encode,
     }
 
@@ -92,7 +141,8 @@ def _read_batch(path):
         raise ValueError(f"{path}: refused to unpickle ({exc}); official CIFAR-10 batches hold only NumPy "
                          "arrays, lists and dicts, so this file is not one (replace it with the official "
                          "batch)") from None
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError) as exc:
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError, AttributeError,
+            MemoryError, OverflowError, RecursionError, SystemError) as exc:  # what a damaged pickle raises
         raise ValueError(f"{path}: truncated or corrupt pickle{f' ({exc})' if str(exc) else ''}; replace it with "
                          "the official batch") from None
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
@@ -105,7 +155,9 @@ def _read_batch(path):
         raise ValueError(f"{path}: b'data' must be uint8 of shape (N, 3072), got {data.dtype} {data.shape}")
     if len(labels) != len(data):
         raise ValueError(f"{path}: {len(data)} images but {len(labels)} labels")
-    return data.reshape(-1, 3, 32, 32), labels
+    if labels.size and not (0 <= labels.min() and labels.max() < 10):
+        raise ValueError(f"{path}: labels must be classes 0 to 9, got values from {labels.min()} to {labels.max()}")
+    return numpy.asarray(data).reshape(-1, 3, 32, 32), labels
 
 
 def _where_to_put(root, elsewhere="set data.root to the folder that holds them"):
