@@ -6,7 +6,7 @@ import pytest
 from gpgan.train.config import load_config
 from gpgan.train.run import RunFolder
 from gpgan.train.loop import Trainer
-from helpers import QUICKSTART
+from helpers import QUICKSTART, ROOT, TINY_DCGAN, write_cifar_fixture
 
 
 
@@ -298,3 +298,25 @@ def test_fault_codes_are_named_and_read_back(tmp_path):
     assert np.isnan(fault.value)
     for before, p in zip(others, trainer.parts.generator.parameters()):  # the gate closed: no update
         np.testing.assert_array_equal(before, p.data)
+
+
+def test_the_logging_interval_leaves_a_spectrally_normalized_critic_as_it_trains(tmp_path):
+    """A logged step measures the critic's input gradients with a forward of its own; spectral
+    norm's power iteration must not advance there, or logging more often would change the run."""
+    import os
+
+    write_cifar_fixture(tmp_path / "cifar")
+    weights = {}
+    for every in (1, 5):
+        config = load_config(os.path.join(ROOT, "configs", "r1_cifar.yaml"), TINY_DCGAN + [
+            "model.critic_options.norm=spectral", f"data.root={tmp_path / 'cifar'}", "train.steps=6",
+            "train.sample_interval=0", "train.checkpoint_interval=0", f"train.log_interval={every}"])
+        trainer = Trainer(config, RunFolder.create(tmp_path, "r1_cifar", f"log{every}"), quiet=True)
+        trainer.fit()
+        critic = trainer.parts.critic
+        weights[every] = {name: np.array(p.data) for name, p in critic.named_parameters()}
+        weights[every].update({name: np.array(b) for name, b in critic.named_buffers()})
+    assert any(name.endswith("_u") for name in weights[1])
+    assert weights[1].keys() == weights[5].keys()
+    for name in weights[1]:
+        np.testing.assert_array_equal(weights[1][name], weights[5][name], err_msg=name)

@@ -207,10 +207,11 @@ class Monitor:
         record["penalty/term"] = float(last.get("penalty/term", 0.0))
         critic = self.parts.critic
         real_labels, fake_labels = labels or (None, None)
-        norms = {"grad_norm/real": gradient_norm(critic if real_labels is None else
-                                                 (lambda x: critic(x, real_labels)), real),
-                 "grad_norm/fake": gradient_norm(critic if fake_labels is None else
-                                                 (lambda x: critic(x, fake_labels)), fake)}
+        with _buffers_kept(critic):  # a logged step trains as any other (spectral norm's u, v)
+            norms = {"grad_norm/real": gradient_norm(critic if real_labels is None else
+                                                     (lambda x: critic(x, real_labels)), real),
+                     "grad_norm/fake": gradient_norm(critic if fake_labels is None else
+                                                     (lambda x: critic(x, fake_labels)), fake)}
         record.update({k: float(v) for k, v in (self.average(norms) if self.average is not None else norms).items()})
         record["lr/generator"] = float(self.parts.g_opt.lr)
         record["lr/critic"] = float(self.parts.d_opt.lr)
@@ -247,3 +248,16 @@ class Monitor:
                 if key.startswith("eval/") and is_better(key, value, best.get(key)):
                     best[key] = value
         return {"status": "finished", "steps": steps, "wall_time_s": wall_time, "final": final, "best": best}
+
+
+@contextlib.contextmanager
+def _buffers_kept(module):
+    """Put ``module``'s buffers back as they were after the block: a training-mode forward
+    advances spectral norm's power iteration (and batch norm's running statistics), which a
+    measurement must not do, or the logging interval would change the run."""
+    saved = [(b, b.copy()) for _, b in module.named_buffers()]
+    try:
+        yield
+    finally:
+        for buffer, value in saved:
+            buffer[...] = value
