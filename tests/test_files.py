@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from gpgan.files import atomic_write, is_temporary, replaced_folder, staged_folder
+from gpgan.files import append_text, atomic_write, is_temporary, replaced_folder, staged_folder
 
 
 def _mode(path):
@@ -136,3 +136,23 @@ def test_replaced_folder_refuses_a_link(tmp_path):
         with replaced_folder(tmp_path / "link"):
             pass
     assert os.listdir(tmp_path / "real") == ["keep.json"] and sorted(os.listdir(tmp_path)) == ["link", "real"]
+
+
+def test_append_text_cut_short_by_a_full_disk_leaves_the_file_as_it_was(tmp_path, monkeypatch):
+    path = tmp_path / "metrics.jsonl"
+    append_text(path, '{"step": 1}\n')
+    real_write = os.write
+
+    def half_then_full(fd, data):  # the disk fills half-way through the record
+        if len(data) > 4:
+            return real_write(fd, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError) as caught:
+        append_text(path, '{"step": 2, "loss": 0.5}\n')
+    assert caught.value.filename == str(path) and caught.value.errno == errno.ENOSPC
+    assert path.read_text() == '{"step": 1}\n'
+    monkeypatch.setattr(os, "write", real_write)
+    append_text(path, '{"step": 2}\n')
+    assert path.read_text() == '{"step": 1}\n{"step": 2}\n'

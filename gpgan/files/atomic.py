@@ -90,16 +90,27 @@ def append_text(path, text):
     """Append ``text`` (UTF-8) to ``path``, all of it or nothing: a failed write (a full disk) cuts
     the file back to its length before, so no partial line is left; the OSError names ``path``."""
     path = os.fspath(path)
-    with open(path, "ab") as f:
-        start = f.tell()
+    data = text.encode("utf-8")
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as exc:
+        _name_the_file(exc, path)
+        raise
+    try:
+        # Unbuffered: a buffered file would flush again on truncate and on close, fail again on a
+        # full disk, and so neither cut the file back nor name it.
+        start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            f.write(text.encode("utf-8"))
-            f.flush()
+            written = 0
+            while written < len(data):
+                written += os.write(fd, data[written:])
         except OSError as exc:
             _name_the_file(exc, path)
             with contextlib.suppress(OSError):
-                f.truncate(start)
+                os.ftruncate(fd, start)
             raise
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path, content):
