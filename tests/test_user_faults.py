@@ -405,41 +405,59 @@ def test_a_full_disk_while_logging_leaves_no_partial_metrics_line(tmp_path, monk
     from gpgan.cli import train as train_cli
     from gpgan.files import atomic as atomic_module
 
-    real_open, calls = open, []
+    real_open, real_write, metrics_fds, calls = os.open, os.write, set(), []
 
-    class FullFile:
-        """metrics.jsonl opened for appending on a disk that fills at the third record."""
+    def fake_open(path, flags, *args, **kwargs):
+        fd = real_open(path, flags, *args, **kwargs)
+        if str(path).endswith("metrics.jsonl") and flags & os.O_APPEND:
+            metrics_fds.add(fd)
+        return fd
 
-        def __init__(self, f):
-            self.f = f
+    def full_write(fd, data):
+        """metrics.jsonl on a disk that fills in the third record, after 7 of its bytes."""
+        if fd not in metrics_fds:
+            return real_write(fd, data)
+        metrics_fds.discard(fd)
+        calls.append(len(data))
+        if len(calls) == 3:
+            real_write(fd, data[:7])
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
 
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
-            calls.append(len(data))
-            if len(calls) == 3:
-                self.f.write(data[:7])
-                raise OSError(errno.ENOSPC, "No space left on device")
-            return self.f.write(data)
-
-    def fake_open(path, mode="r", *args, **kwargs):
-        f = real_open(path, mode, *args, **kwargs)
-        return FullFile(f) if str(path).endswith("metrics.jsonl") and "a" in mode else f
-
-    monkeypatch.setattr(atomic_module, "open", fake_open, raising=False)
+    monkeypatch.setattr(atomic_module.os, "open", fake_open)
+    monkeypatch.setattr(atomic_module.os, "write", full_write)
     status = train_cli.main([QUICKSTART, *sets(SMALL), "--out", str(tmp_path), "--name", "m", "--quiet"])
     run = tmp_path / "quickstart" / "m"
     err = capsys.readouterr().err
     assert status == 1 and f"at step 3: {run / 'metrics.jsonl'}: No space left on device" in err
     assert (run / "metrics.jsonl").read_text().endswith("}\n")
     assert [r["step"] for r in metrics(run)] == [1, 2]
+
+
+def test_a_full_disk_under_the_tensorboard_events_stops_cleanly(tmp_path, monkeypatch, capsys):
+    """The events are written in the training thread: a failed write ends the run with one line
+    naming the events file and the step (tensorboardX's own writer thread died with a traceback
+    and then blocked the next write for ever)."""
+    import errno
+
+    from tensorboardX import record_writer
+
+    from gpgan.cli import train as train_cli
+
+    real_write, writes = record_writer.RecordWriter.write, []
+
+    def full(self, data):
+        writes.append(1)
+        if len(writes) > 40:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(self, data)
+
+    monkeypatch.setattr(record_writer.RecordWriter, "write", full)
+    status = train_cli.main([QUICKSTART, *sets(SMALL), "--out", str(tmp_path), "--name", "tb", "--quiet"])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") <= 2, err
+    assert "events.out.tfevents" in err and "No space left on device" in err and "at step" in err
+    assert "Traceback" not in err and "Exception in thread" not in err
 
 
 @pytest.mark.parametrize("args, message", [

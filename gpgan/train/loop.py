@@ -15,6 +15,7 @@ machine and install (another CPU model, other CPU extras or another process coun
 rounding at first, then diverge as chaotic training does; the manifest records each), and a
 resumed run continues exactly as the uninterrupted one.
 """
+import contextlib
 import os
 import signal
 import time
@@ -266,16 +267,22 @@ class Trainer:
         self._parent_pid = parent_to_watch()
         bar = tqdm(total=total, initial=self.step, disable=True if self.quiet else None, unit="step",
                    dynamic_ncols=True, desc=os.path.basename(self.run.path))
+        ended = False
         try:
             try:
-                return self._loop(tc, total, every, bar)
+                summary = self._loop(tc, total, every, bar)
+                ended = True
+                self.monitor.close()
+                return summary
             except OSError as exc:  # a full disk: name the file and the step, keep what was saved
                 raise RunWriteError(self.step, exc, self.run.latest_checkpoint()) from exc
         finally:
             bar.close()
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
-            self.monitor.close()
+            if not ended:  # the error on its way out is the one to tell, not the close's
+                with contextlib.suppress(OSError):
+                    self.monitor.close()
 
     def _loop(self, tc, total, every, bar):
         """The steps of :meth:`fit` up to final.json (its returned summary)."""

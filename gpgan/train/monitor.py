@@ -24,6 +24,8 @@ machine's speed (:data:`TIMING_KEYS`).
 """
 import contextlib
 import math
+import os
+import time
 
 import numpy
 
@@ -40,12 +42,60 @@ AUGMENT_KEYS = ("augment/p", "augment/rt")
 
 
 def _make_writer(logdir, purge_step=None):
-    """A tensorboardX SummaryWriter (None if tensorboardX cannot be imported)."""
+    """A :class:`TensorBoardEvents` in ``logdir`` (None if tensorboardX cannot be imported)."""
     try:
-        from tensorboardX import SummaryWriter
-    except Exception:  # an optional nicety: metrics.jsonl holds the same numbers
+        return TensorBoardEvents(logdir, purge_step)
+    except ImportError:  # an optional nicety: metrics.jsonl holds the same numbers
         return None
-    return SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=30)
+
+
+class TensorBoardEvents:
+    """A TensorBoard events file written in the caller's thread, with tensorboardX's record
+    format and summaries. (tensorboardX's SummaryWriter writes from a thread of its own: on a
+    full disk that thread dies with a traceback, and the next writes block forever on its full
+    queue.) An OSError of a write names the events file.
+
+    ``purge_step``: TensorBoard hides the events of earlier files from that step on (a resumed
+    run writes them again), as SummaryWriter's ``purge_step`` does."""
+
+    def __init__(self, logdir, purge_step=None):
+        from tensorboardX.event_file_writer import EventsWriter
+        from tensorboardX.proto.event_pb2 import Event, SessionLog
+
+        self._event = Event
+        self._file = EventsWriter(os.path.join(logdir, "events"))  # writes the file's version record
+        self.path = getattr(self._file, "_file_name", logdir)
+        if purge_step is not None:
+            now = time.time()
+            self._write(Event(step=purge_step, wall_time=now, file_version="brain.Event:2"))
+            self._write(Event(step=purge_step, wall_time=now, session_log=SessionLog(status=SessionLog.START)))
+            self.flush()
+
+    def add_scalar(self, tag, value, step):
+        from tensorboardX.summary import scalar
+        self._write(self._event(summary=scalar(tag, value), step=step, wall_time=time.time()))
+
+    def add_image(self, tag, image, step, dataformats="HWC"):
+        from tensorboardX.summary import image as image_summary
+        self._write(self._event(summary=image_summary(tag, image, dataformats=dataformats), step=step,
+                                wall_time=time.time()))
+
+    def _write(self, event):
+        self._named(self._file.write_event, event)
+
+    def flush(self):
+        self._named(self._file.flush)
+
+    def close(self):
+        self._named(self._file.close)
+
+    def _named(self, write, *args):
+        try:
+            write(*args)
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = self.path
+            raise
 
 
 class Monitor:
@@ -89,9 +139,10 @@ class Monitor:
             self.writer = _make_writer(self.run.path, purge_step=step + 1 if earlier else None)
 
     def close(self):
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        """Close the events file; its OSError (a full disk) is raised after the writer is let go."""
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            writer.close()
 
     # -- the generator's output ------------------------------------------------------------------
     @contextlib.contextmanager
@@ -165,6 +216,7 @@ class Monitor:
 
             with Image.open(path) as img:
                 self.writer.add_image("samples", numpy.asarray(img.convert("RGB")), step, dataformats="HWC")
+            self.writer.flush()
         return path
 
     def _sample_title(self, step):
@@ -235,6 +287,7 @@ class Monitor:
             for key, value in record.items():
                 if key != "step" and value is not None and math.isfinite(value):
                     self.writer.add_scalar(key, value, step)
+            self.writer.flush()
         return record
 
     @staticmethod
