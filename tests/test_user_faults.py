@@ -309,12 +309,30 @@ def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path
     assert manifest["forked_from"]["step"] == 4 and manifest["forked_from"]["run"] == str(source)
     assert metrics(fork) == metrics(straight)  # the original's first 4 steps, then the same training
     assert_same_weights(fork, straight)
+    # The best evaluation up to step 4 came along: the fork's best.npz is the straight run's.
+    from gpgan.checkpoint import read_meta
+    from gpgan.files import read_arrays
+    best_step = read_meta(straight / "checkpoints" / "best.npz")["step"]
+    assert read_meta(fork / "checkpoints" / "best.npz")["step"] == best_step
+    mine, theirs = (read_arrays(run / "checkpoints" / "best.npz", "best") for run in (fork, straight))
+    assert mine.keys() == theirs.keys() and all(np.array_equal(mine[k], theirs[k]) for k in mine)
     gpgan_train("--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork", check=2)
     # A CONFIG beside the checkpoint is read as on resume: one that differs elsewhere is refused.
     proc = gpgan_train(QUICKSTART, "--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork2",
                        check=2)
     assert "cannot resume with a changed config" in proc.stderr and "train.checkpoint_interval" in proc.stderr
     assert not (source.parent / "fork2").exists()
+
+
+def test_a_stop_after_the_run_has_passed_is_refused(toy_runs, tmp_path):
+    _, stopped, _ = toy_runs
+    run = tmp_path / "s"
+    shutil.copytree(stopped, run)
+    before = snapshot(run)
+    for source in (run, run / "checkpoints" / "ckpt_000004.npz"):
+        proc = gpgan_train("--resume", str(source), "--set", "train.stop_after=3", "--quiet", check=2)
+        assert "train.stop_after 3 is not after step" in proc.stderr and "Traceback" not in proc.stderr
+    assert snapshot(run) == before and sorted(os.listdir(tmp_path)) == ["s"]
 
 
 def test_best_checkpoint_holds_the_best_evaluation(toy_runs):

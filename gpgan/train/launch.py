@@ -19,6 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
+from gpgan.files import atomic_write
 from gpgan.train.config import (
     RESUMABLE_CHANGES,
     VOLATILE_KEYS,
@@ -175,6 +176,7 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
     step, path, notes = comm.on_root(lambda: _pick_checkpoint(run))
     if path is not None:
         step = comm.together(lambda: trainer.load_checkpoint(path))
+    _check_stop_after(config, step)
 
     def record():
         run.truncate_metrics(trainer.recorded_through)
@@ -212,13 +214,46 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
                                            os.path.basename(group), name))
     trainer = make_trainer(config, run, quiet, comm)
     step = comm.together(lambda: trainer.load_checkpoint(checkpoint))
+    _check_stop_after(config, step)
 
     def initialize():
         run.initialize(config, argv, forked_from={"run": source.path, "checkpoint": checkpoint, "step": step},
                        **trainer.manifest_entries())
         if os.path.isfile(source.metrics_path):
-            shutil.copyfile(source.metrics_path, run.metrics_path)
+            _copy_atomically(source.metrics_path, run.metrics_path)
             run.truncate_metrics(trainer.recorded_through)
+        # The best evaluation up to the fork's step is the fork's best too (its checkpoint carries
+        # that best value, so the fork writes best.npz only when it beats it): bring its weights.
+        best_step = _checkpoint_step(source.best_checkpoint_path)
+        if best_step is not None and best_step <= step:
+            _copy_atomically(source.best_checkpoint_path, run.best_checkpoint_path)
         return run.path
     run.path = comm.on_root(initialize)
     return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])
+
+
+def _checkpoint_step(path):
+    """The step of the checkpoint ``path``, or None where there is none (or it does not read)."""
+    from gpgan.checkpoint import CheckpointError, read_meta
+
+    if not os.path.isfile(path):
+        return None
+    try:
+        return int(read_meta(path)["step"])
+    except (OSError, CheckpointError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _copy_atomically(source, target):
+    """``source``'s bytes into ``target``, all at once (atomic_write)."""
+    with open(source, "rb") as f:
+        atomic_write(target, lambda out: shutil.copyfileobj(f, out))
+
+
+def _check_stop_after(config, step):
+    """Refuse a ``train.stop_after`` that the run, continuing from ``step``, has already passed (it
+    would never be met, and the run would train to its end)."""
+    stop_after = config["train"]["stop_after"]
+    if stop_after is not None and stop_after <= step:
+        raise ConfigError(f"train.stop_after {stop_after} is not after step {step}, where the run continues; "
+                          "give a later step, or leave it out")
