@@ -239,6 +239,13 @@ def test_image_loader_resumes_mid_epoch():
     resumed.load_state_dict(state)
     for a, b in zip(rest, [resumed.next() for _ in range(5)]):
         np.testing.assert_array_equal(a, b)
+    # A folder that gained an image orders its epochs otherwise: no resume, and it says why.
+    grown = ImageLoader(np.concatenate([images, images[:1]]), batch_size=3, seed=1, hflip=True)
+    with pytest.raises(ValueError, match=r"^the data changed: the run trained on 10 images and now finds 11,"):
+        grown.load_state_dict(state)
+    older = {k: v for k, v in state.items() if k != "images"}  # checkpoints written before the count
+    grown.load_state_dict(older)
+    assert (grown.epoch, grown.position) == (state["epoch"], state["position"])
 
 
 def test_hflip_returns_originals_or_mirror_images():

@@ -96,9 +96,16 @@ class ImageLoader:
         return self
 
     def state_dict(self):
-        return {"epoch": self.epoch, "position": self.position}
+        return {"epoch": self.epoch, "position": self.position, "images": len(self.images)}
 
     def load_state_dict(self, state):
+        """Continue where ``state`` left off; its number of images must be this loader's (a
+        folder that gained or lost images would order the epochs differently: no exact resume)."""
+        saved = state.get("images")
+        if saved is not None and int(saved) != len(self.images):
+            raise ValueError(f"the data changed: the run trained on {int(saved):,} images and now finds "
+                             f"{len(self.images):,}, so it cannot continue as it would have; restore the data, or "
+                             "start a new run")
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
 
