@@ -74,9 +74,7 @@ class _PickledArray(numpy.ndarray):
     non-negative integers and raw bytes of exactly that many items."""
 
     def __setstate__(self, state):
-        if not isinstance(state, tuple) or len(state) != 5:
-            raise RefusedPickle("an array state that is not (version, shape, dtype, fortran, bytes)")
-        version, shape, dtype, fortran, raw = state
+        version, shape, dtype, fortran, raw = state if isinstance(state, tuple) and len(state) == 5 else (None,) * 5
         if (not isinstance(dtype, _PickledDtype) or not isinstance(raw, bytes) or not isinstance(shape, tuple)
                 or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)):
             raise RefusedPickle("an array state that is not (version, shape, dtype, fortran, bytes)")
@@ -157,7 +155,7 @@ def _read_batch(path):
         raise ValueError(f"{path}: {len(data)} images but {len(labels)} labels")
     if labels.size and not (0 <= labels.min() and labels.max() < 10):
         raise ValueError(f"{path}: labels must be classes 0 to 9, got values from {labels.min()} to {labels.max()}")
-    return numpy.asarray(data).reshape(-1, 3, 32, 32), labels
+    return data.reshape(-1, 3, 32, 32), labels
 
 
 def _where_to_put(root, elsewhere="set data.root to the folder that holds them"):

@@ -244,10 +244,11 @@ def collect_results(sweep, out_dir, metrics=None):
                 if best is not None:
                     rec.best[name] = best
                     rec.best_step[name] = point[0] if point is not None else None
-            _values_at_best(rec, metrics)
+            lead_step = rec.best_step.get(metrics[0][0]) if metrics else None  # the first metric's best
+            _values_at_best(rec, metrics, lead_step)
             sample = folder.sample_path()
             rec.sample = sample if os.path.isfile(sample) else None
-            _find_best_sample(rec, folder, metrics)
+            _find_best_sample(rec, folder, lead_step)
             rec.evaluations = folder.read_evaluations()
             data_name = resolved.get("data.name")
             rec.image_samples = isinstance(data_name, str) and not is_toy(data_name)
@@ -255,10 +256,10 @@ def collect_results(sweep, out_dir, metrics=None):
     return records
 
 
-def _values_at_best(rec, metrics):
-    """Each metric's value at the run's best evaluation of the first metric (the evaluation whose
-    weights best.npz holds when that metric is train.best_metric), where it was evaluated then."""
-    step = rec.best_step.get(metrics[0][0]) if metrics else None
+def _values_at_best(rec, metrics, step):
+    """Each metric's value at ``step``, the run's best evaluation of the first metric (the
+    evaluation whose weights best.npz holds when that metric is train.best_metric), where it was
+    evaluated then."""
     if step is None:
         return
     for name, _ in metrics:
@@ -267,10 +268,9 @@ def _values_at_best(rec, metrics):
             rec.at_best[name] = value
 
 
-def _find_best_sample(rec, folder, metrics):
-    """The samples a finished run wrote at its best evaluation of the first metric: final.png when
-    that was the last step, else samples/step_N.png if the sample interval hit that step."""
-    step = rec.best_step.get(metrics[0][0]) if metrics else None
+def _find_best_sample(rec, folder, step):
+    """The samples a finished run wrote at ``step``, its best evaluation of the first metric:
+    final.png when that was the last step, else samples/step_N.png if the sample interval hit it."""
     if step is None:
         return
     rec.best_sample_step = step

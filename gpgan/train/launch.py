@@ -224,24 +224,12 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
             run.truncate_metrics(trainer.recorded_through)
         # The best evaluation up to the fork's step is the fork's best too (its checkpoint carries
         # that best value, so the fork writes best.npz only when it beats it): bring its weights.
-        best_step = _checkpoint_step(source.best_checkpoint_path)
+        best_step = source.best_step()
         if best_step is not None and best_step <= step:
             _copy_atomically(source.best_checkpoint_path, run.best_checkpoint_path)
         return run.path
     run.path = comm.on_root(initialize)
     return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])
-
-
-def _checkpoint_step(path):
-    """The step of the checkpoint ``path``, or None where there is none (or it does not read)."""
-    from gpgan.checkpoint import CheckpointError, read_meta
-
-    if not os.path.isfile(path):
-        return None
-    try:
-        return int(read_meta(path)["step"])
-    except (OSError, CheckpointError, KeyError, TypeError, ValueError):
-        return None
 
 
 def _copy_atomically(source, target):

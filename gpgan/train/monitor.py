@@ -61,8 +61,9 @@ class TensorBoardEvents:
     def __init__(self, logdir, purge_step=None):
         from tensorboardX.event_file_writer import EventsWriter
         from tensorboardX.proto.event_pb2 import Event, SessionLog
+        from tensorboardX.summary import image, scalar
 
-        self._event = Event
+        self._event, self._scalar, self._image = Event, scalar, image
         self._file = EventsWriter(os.path.join(logdir, "events"))  # writes the file's version record
         self.path = getattr(self._file, "_file_name", logdir)
         if purge_step is not None:
@@ -72,12 +73,10 @@ class TensorBoardEvents:
             self.flush()
 
     def add_scalar(self, tag, value, step):
-        from tensorboardX.summary import scalar
-        self._write(self._event(summary=scalar(tag, value), step=step, wall_time=time.time()))
+        self._write(self._event(summary=self._scalar(tag, value), step=step, wall_time=time.time()))
 
     def add_image(self, tag, image, step, dataformats="HWC"):
-        from tensorboardX.summary import image as image_summary
-        self._write(self._event(summary=image_summary(tag, image, dataformats=dataformats), step=step,
+        self._write(self._event(summary=self._image(tag, image, dataformats=dataformats), step=step,
                                 wall_time=time.time()))
 
     def _write(self, event):

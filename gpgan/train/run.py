@@ -348,20 +348,25 @@ class RunFolder:
             return step, path, skipped
         return None, None, skipped
 
+    def best_step(self):
+        """The step of best.npz, or None where there is none (or it does not read: a damaged file
+        is not this question's to settle)."""
+        path = self.best_checkpoint_path
+        if not os.path.isfile(path):
+            return None
+        try:
+            return int(read_meta(path)["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
     def set_aside_later_best(self, step):
         """Rename best.npz to best.npz.discarded when it was written after ``step``: by training
         that a resume from ``step`` discards (newer checkpoints damaged, or a crash after an
         evaluation that beat the best and before the next checkpoint). The resumed run writes
         best.npz again when an evaluation beats the best its checkpoint recorded. Returns a note
         for the user, or None when best.npz is absent or not later than ``step``."""
-        path = self.best_checkpoint_path
-        if not os.path.isfile(path):
-            return None
-        try:
-            best_step = int(read_meta(path)["step"])
-        except (OSError, ValueError, KeyError, TypeError):  # damaged: not this question's to settle
-            return None
-        if best_step <= step:
+        path, best_step = self.best_checkpoint_path, self.best_step()
+        if best_step is None or best_step <= step:
             return None
         os.replace(path, path + ".discarded")
         return (f"set aside {path} (from step {best_step}, after the resumed step {step}) as "
