@@ -31,7 +31,8 @@ __all__ = ["RunFolder", "RunNameError", "NotARunError", "EXIT_DIVERGED"]
 
 _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
 _EVALUATION = re.compile(r"^eval_(\d+)\.json$")
-_RECORD_NAMES = ("config.yaml", "manifest.json", "metrics.jsonl", "final.json")
+_CONFIG, _MANIFEST, _METRICS, _FINAL = "config.yaml", "manifest.json", "metrics.jsonl", "final.json"
+_RECORD_NAMES = (_CONFIG, _MANIFEST, _METRICS, _FINAL)  # the run's record, with its eval_<step>.json files
 STATES = ("finished", "resumable", "stale", "absent")
 #: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
 #: the same machine and install it would meet the same step again, so a sweep does not retry it.
@@ -142,19 +143,19 @@ class RunFolder:
 
     @property
     def config_path(self):
-        return os.path.join(self.path, "config.yaml")
+        return os.path.join(self.path, _CONFIG)
 
     @property
     def manifest_path(self):
-        return os.path.join(self.path, "manifest.json")
+        return os.path.join(self.path, _MANIFEST)
 
     @property
     def metrics_path(self):
-        return os.path.join(self.path, "metrics.jsonl")
+        return os.path.join(self.path, _METRICS)
 
     @property
     def final_path(self):
-        return os.path.join(self.path, "final.json")
+        return os.path.join(self.path, _FINAL)
 
     @property
     def samples_dir(self):
