@@ -47,6 +47,9 @@ if args[0] == "--resume":
     state = json.loads((run / "fake_state.json").read_text())
     with open(run / "calls.txt", "a") as fh:
         fh.write("resume\n")
+    failure = run.parent.parent.parent / "logs" / run.name / "failure.json"
+    if failure.exists():  # a report made now would call this running run interrupted
+        (run / "resumed_beside_a_failure_record.json").write_text(failure.read_text())
 else:
     config, sets, out, name, device = args[0], {}, None, None, None
     i = 1
@@ -1107,6 +1110,7 @@ def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
     for r in rows:
         calls = (out / r["run_dir"] / "calls.txt").read_text()
         assert calls == ("start\nresume\n" if r["run"] in running else "start\n")
+        assert not (out / r["run_dir"] / "resumed_beside_a_failure_record.json").exists()
 
 
 def test_ctrl_c_during_an_evaluation_longer_than_the_grace_period_loses_no_steps(tmp_path, monkeypatch, capsys):

@@ -32,7 +32,7 @@ class RunRecord:
     stderr), "diverged" (last attempt stopped on a non-finite loss or gradient, gpgan-train's exit
     3: not retried), "interrupted" (last attempt stopped with exit 130 and left a checkpoint: the
     next sweep resumes it), "unfinished" (a run folder without a finished final.json and no record of
-    an attempt), "not run", or any other
+    an ended attempt: a run now running is unfinished, as each attempt clears the last one's record), "not run", or any other
     status a trainer wrote into final.json. ``final`` / ``best``: metric name -> value;
     ``best_step``: metric name -> the step of its best evaluation (the first, if tied); ``curves``:
     metric name -> [(step, value)] of every evaluation logged in metrics.jsonl; ``ended_by``: why

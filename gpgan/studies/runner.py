@@ -311,6 +311,12 @@ class _Runner:
             shutil.rmtree(run_dir)
         logs = logs_dir(self.out_dir, spec.name)
         os.makedirs(logs, exist_ok=True)
+        # The last attempt's failure record describes a run that is now running again: a report
+        # made meanwhile must call it unfinished, not interrupted or failed. This attempt writes
+        # its own record if it ends without finishing (stderr.log keeps every attempt's lines).
+        failure = failure_path(self.out_dir, spec.name)
+        if os.path.exists(failure):
+            os.remove(failure)
         cmd = self.command(spec, action, run_dir, device, steps)
         where = f" on device {device}" if device is not None else ""
         with self.lock:
@@ -327,10 +333,7 @@ class _Runner:
         seconds = time.perf_counter() - t0
 
         new_dir = find_run_dir(self.out_dir, spec.name)
-        failure = failure_path(self.out_dir, spec.name)
         if rc == 0 and new_dir is not None and RunFolder(new_dir).is_finished():
-            if os.path.exists(failure):
-                os.remove(failure)
             result = JobResult(spec.name, action, "finished", rc, seconds, cpu_seconds=cpu)
         else:
             tail = stderr_tail(os.path.join(logs, "stderr.log"))
