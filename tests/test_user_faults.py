@@ -417,6 +417,87 @@ def test_a_full_disk_in_training_names_the_file_and_step_and_keeps_the_last_chec
     assert strip(metrics(run)) == strip(metrics(straight))
 
 
+def test_a_run_folder_is_made_whole_or_not_at_all(toy_runs, tmp_path, monkeypatch, capsys):
+    """A new run or a fork whose setup fails half-way (a full disk at its manifest or at the fork's
+    copied metrics, Ctrl-C) leaves no folder that looks like a run and blocks its name; a named
+    folder that was there before is left as it was."""
+    import gpgan.train.launch as launch_module
+    import gpgan.train.run as run_module
+    from gpgan.cli import train as train_cli
+
+    _, stopped, _ = toy_runs
+    args = [QUICKSTART, *sets(SMALL), "--out", str(tmp_path), "--quiet"]
+    _full_disk_at(monkeypatch, run_module, "manifest.json")
+    assert train_cli.main(args + ["--name", "r"]) == 1
+    assert "manifest.json: No space left on device" in capsys.readouterr().err
+    assert os.listdir(tmp_path / "quickstart") == []
+    (tmp_path / "quickstart" / "kept").mkdir()  # a named folder holding no run yet: allowed, and kept
+    (tmp_path / "quickstart" / "kept" / "notes.txt").write_text("mine")
+    assert train_cli.main(args + ["--name", "kept"]) == 1
+    assert snapshot(tmp_path / "quickstart" / "kept") == {"notes.txt": b"mine"}
+    assert sorted(os.listdir(tmp_path / "quickstart" / "kept")) == ["notes.txt"]
+    monkeypatch.undo()
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(run_module.RunFolder, "write_manifest", interrupted)
+    assert train_cli.main(args + ["--name", "r"]) == 130
+    assert "interrupted before training started; no run folder was made" in capsys.readouterr().err
+    assert sorted(os.listdir(tmp_path / "quickstart")) == ["kept"]
+    monkeypatch.undo()
+
+    source = tmp_path / "src" / "quickstart" / "stopped"
+    shutil.copytree(stopped, source)
+    before = snapshot(source)
+    _full_disk_at(monkeypatch, launch_module, "metrics.jsonl")
+    assert train_cli.main(["--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork",
+                           "--quiet"]) == 1
+    assert "metrics.jsonl: No space left on device" in capsys.readouterr().err
+    assert sorted(os.listdir(source.parent)) == ["stopped"] and snapshot(source) == before
+    monkeypatch.undo()
+    # Nothing blocks the names now.
+    assert train_cli.main(args + ["--name", "r", "--set", "train.steps=2"]) == 0
+    assert train_cli.main(["--resume", str(source / "checkpoints" / "ckpt_000004.npz"), "--name", "fork",
+                           "--quiet"]) == 0
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch):
+    """Each run claims its timestamped folder with one mkdir, which fails where another run has
+    claimed it: the second and third runs of a second get the suffixes -2 and -3."""
+    import gpgan.train.run as run_module
+
+    monkeypatch.setattr(run_module, "_timestamp", lambda: "20261127-120000")
+    config = yaml.safe_load(open(QUICKSTART))
+    from gpgan.train.config import validate_config
+
+    config = validate_config(config)
+    runs = [run_module.RunFolder.new(tmp_path, "quickstart") for _ in range(3)]
+    assert len({run.path for run in runs}) == 1  # all three picked the same name before any was made
+    for run in runs:
+        run.initialize(config)
+    assert sorted(os.listdir(tmp_path / "quickstart")) == ["20261127-120000", "20261127-120000-2",
+                                                          "20261127-120000-3"]
+    assert all(run_module.RunFolder(run.path).exists() for run in runs)
+
+
+def test_ctrl_c_while_a_resume_loads_says_how_to_resume(toy_runs, tmp_path, monkeypatch, capsys):
+    import gpgan.train.launch as launch_module
+    from gpgan.cli import train as train_cli
+
+    _, stopped, _ = toy_runs
+    run = tmp_path / "s"
+    shutil.copytree(stopped, run)
+    before = snapshot(run)
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(launch_module, "make_trainer", interrupted)
+    assert train_cli.main(["--resume", str(run), "--quiet"]) == 130
+    err = capsys.readouterr().err
+    assert f"interrupted before training continued; resume again with `gpgan-train --resume {run}`" in err
+    assert snapshot(run) == before
+
+
 def test_a_full_disk_while_logging_leaves_no_partial_metrics_line(tmp_path, monkeypatch, capsys):
     import errno
 

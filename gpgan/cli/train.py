@@ -181,8 +181,12 @@ def _start(args, overrides, comm):
         launch = _launch(args, overrides, comm)
     except ConfigError as exc:
         return _error(_console.text(exc), 2), False
-    except KeyboardInterrupt:  # before training started (loading data, building models)
-        _console.say("interrupted before training started; nothing to resume", after_progress=True)
+    except KeyboardInterrupt:  # before training started (loading data, models, a checkpoint)
+        if args.resume is not None and not os.path.isfile(args.resume):
+            _console.say(f"interrupted before training continued; resume again with "
+                         f"`gpgan-train --resume {args.resume}`", after_progress=True)
+        else:  # a new run's folder is made all at once or not at all (RunFolder.initialize)
+            _console.say("interrupted before training started; no run folder was made", after_progress=True)
         return 130, comm.size > 1
     except (OSError, RuntimeError, ValueError, TypeError) as exc:
         # Missing data, an unusable device, unknown model options, a damaged checkpoint...: say

@@ -216,9 +216,7 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
     step = comm.together(lambda: trainer.load_checkpoint(checkpoint))
     _check_stop_after(config, step)
 
-    def initialize():
-        run.initialize(config, argv, forked_from={"run": source.path, "checkpoint": checkpoint, "step": step},
-                       **trainer.manifest_entries())
+    def copy_history():
         if os.path.isfile(source.metrics_path):
             _copy_atomically(source.metrics_path, run.metrics_path)
             run.truncate_metrics(trainer.recorded_through)
@@ -227,6 +225,11 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
         best_step = source.best_step()
         if best_step is not None and best_step <= step:
             _copy_atomically(source.best_checkpoint_path, run.best_checkpoint_path)
+
+    def initialize():
+        run.initialize(config, argv, then=copy_history,
+                       forked_from={"run": source.path, "checkpoint": checkpoint, "step": step},
+                       **trainer.manifest_entries())
         return run.path
     run.path = comm.on_root(initialize)
     return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])

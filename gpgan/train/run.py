@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 
 from gpgan.checkpoint import CheckpointError, read_meta, verify
 from gpgan.files import append_text, atomic_write, is_temporary, make_folder
@@ -120,21 +121,59 @@ class RunFolder:
         run._make_folders()
         return run
 
-    def _make_folders(self):
-        if self._timestamped:  # another run may have taken this second's name meanwhile
+    def _make_folders(self, made=None):
+        """Make the run folder and its samples/ and checkpoints/; the folders this made (none of
+        them existed before) are appended to ``made`` as they are made, outermost first."""
+        made = [] if made is None else made
+        make_folder(os.path.dirname(self.path))
+        if self._timestamped:
+            # Claimed with mkdir, which fails if the folder exists: two runs started in the same
+            # second get the timestamp and the timestamp-2, never one folder.
             stem, k = self.path, 1
-            while os.path.exists(self.path):
-                k += 1
-                self.path = f"{stem}-{k}"
-        make_folder(self.samples_dir)
-        make_folder(self.checkpoints_dir)
+            while True:
+                try:
+                    os.mkdir(self.path)
+                    break
+                except FileExistsError:
+                    k += 1
+                    self.path = f"{stem}-{k}"
+            made.append(self.path)
+        for folder in (self.path, self.samples_dir, self.checkpoints_dir):
+            if not os.path.isdir(folder):
+                make_folder(folder)
+                made.append(folder)
 
-    def initialize(self, config, argv=None, **manifest):
-        """Make the folders of a new run and write its config.yaml and manifest.json (with the
-        ``manifest`` entries added)."""
-        self._make_folders()
-        self.write_config(config)
-        self.write_manifest(config, argv, **manifest)
+    def initialize(self, config, argv=None, then=None, **manifest):
+        """Make the folders of a new run, write its config.yaml and manifest.json (with the
+        ``manifest`` entries added), then call ``then()`` (a fork's copies into the folder).
+
+        All or nothing: when any of it fails (a full disk, Ctrl-C), what it made is removed, so no
+        half-made run is left to look like a run and block its name; a named folder that existed
+        before (holding no run) is left as it was.
+        """
+        made, new_files = [], []
+        try:
+            self._make_folders(made)  # a timestamped path is final only now
+            new_files = [path for path in (self.config_path, self.manifest_path, self.metrics_path,
+                                           self.best_checkpoint_path) if not os.path.lexists(path)]
+            self.write_config(config)
+            self.write_manifest(config, argv, **manifest)
+            if then is not None:
+                then()
+        except BaseException:
+            self._remove_partial(made, new_files)
+            raise
+
+    def _remove_partial(self, folders, files):
+        """Undo a failed :meth:`initialize`: its config.yaml first (without it the folder is no
+        run), then the other files it may have written, then the folders it made."""
+        for path in files:
+            try:
+                os.remove(path)
+            except OSError:
+                pass
+        for folder in reversed(folders):
+            shutil.rmtree(folder, ignore_errors=True)
 
     # -- paths --------------------------------------------------------------------------------
     @property
