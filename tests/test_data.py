@@ -20,6 +20,7 @@ from gpgan.data import (
     make_loader,
     restricted_load,
     safe_extract,
+    to_uint8,
 )
 from gpgan.data.cifar import TEST_FILES, TRAIN_FILES
 from helpers import write_cifar
@@ -268,6 +269,33 @@ def test_toy_loader_resumes():
     other.load_state_dict(state)
     np.testing.assert_array_equal(a, other.next())
     assert isinstance(loader, ToyLoader) and a.shape == (5, 2) and a.dtype == np.float32
+
+
+def test_each_random_stream_of_a_run_draws_its_own_numbers():
+    """The weights, the loaders, the trainer's noise, the sample grids and the evaluations each draw
+    from a generator of their own: no two of a run's streams (epochs 0-39 included) start alike.
+    The image loader seeded epoch e with (seed, e) before, which is the weights' stream for e = 0
+    (NumPy's seed sequence pads with zeros) and the trainer's for e = 2."""
+    from gpgan.backend import STREAMS, get_rng, manual_seed, stream
+
+    for seed in (0, 1, 7):
+        manual_seed(seed)
+        starts = {"weights": tuple(get_rng().bit_generator.random_raw(4))}
+        assert starts["weights"] == tuple(stream(seed, "weights").bit_generator.random_raw(4))
+        starts.update({name: tuple(stream(seed, name).bit_generator.random_raw(4))
+                       for name in STREAMS if name not in ("weights", "epoch_order")})
+        starts.update({("epoch_order", e): tuple(stream(seed, "epoch_order", e).bit_generator.random_raw(4))
+                       for e in range(40)})
+        assert len(set(starts.values())) == len(starts) == len(STREAMS) - 2 + 40 + 1
+    # The loaders draw from their own streams.
+    images = np.zeros((64, 3, 1, 1), dtype=np.uint8)
+    images[:, 0, 0, 0] = np.arange(64)
+    loader = ImageLoader(images, batch_size=64, seed=3)
+    for e in range(3):
+        order = to_uint8(loader.next())[:, 0, 0, 0]
+        np.testing.assert_array_equal(order, stream(3, "epoch_order", e).permutation(64))
+    toy, _ = make_loader("grid25", batch_size=5, seed=3)
+    assert toy.rng.bit_generator.state == stream(3, "toy_data").bit_generator.state
 
 
 def test_image_folder_resize_and_center_crop(tmp_path):

@@ -22,7 +22,7 @@ from gpgan.backend.array_module import (
     to_device,
 )
 from gpgan.backend.host_memory import keep_freed_host_memory
-from gpgan.backend.random import get_rng, manual_seed
+from gpgan.backend.random import STREAMS, get_rng, manual_seed, stream
 from gpgan.backend.threads import available_cores, get_num_threads, parallel_range, set_num_threads
 
 __all__ = [

@@ -2,14 +2,17 @@
 
 * :class:`ImageLoader` walks a uint8 image array in a fresh random order every epoch, with
   optional horizontal flips. The order and the flips of epoch ``e`` are drawn from a generator
-  seeded with ``(seed, e)``, so the state is just ``(epoch, position)``: resuming rebuilds the
-  same permutation instead of storing it.
-* :class:`ToyLoader` draws fresh samples from a 2-D toy distribution with its own generator,
-  whose bit-generator state is the loader's state.
+  of their own (the run's stream ``epoch_order``, index ``e``: :func:`gpgan.backend.stream`), so
+  the state is just ``(epoch, position)``: resuming rebuilds the same permutation instead of
+  storing it.
+* :class:`ToyLoader` draws fresh samples from a 2-D toy distribution with its own generator
+  (the stream ``toy_data``), whose bit-generator state is the loader's state.
 
 Both return float32 NumPy arrays on the CPU; the trainer moves them to its device.
 """
 import numpy
+
+from gpgan.backend import stream
 
 __all__ = ["ImageLoader", "ToyLoader", "to_unit_range", "to_uint8"]
 
@@ -67,7 +70,7 @@ class ImageLoader:
 
     def _epoch_plan(self, epoch):
         if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            rng = numpy.random.default_rng([self.seed, epoch])
+            rng = stream(self.seed, "epoch_order", epoch)
             order = rng.permutation(len(self.images))
             flips = rng.random(len(self.images)) < 0.5 if self.hflip else None
             self._epoch_cache = (epoch, order, flips)
@@ -119,7 +122,7 @@ class ToyLoader:
     def __init__(self, sampler, batch_size, seed=0):
         self.sampler = sampler
         self.batch_size = int(batch_size)
-        self.rng = numpy.random.default_rng([int(seed), 1])
+        self.rng = stream(seed, "toy_data")
 
     def next(self):
         return numpy.asarray(self.sampler.sample(self.batch_size, self.rng), dtype=numpy.float32)

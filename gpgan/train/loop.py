@@ -20,10 +20,9 @@ import os
 import signal
 import time
 
-import numpy
-
 import gpgan
 from gpgan.backend import random as global_random
+from gpgan.backend import stream
 from gpgan.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from gpgan.files import describe_os_error
 from gpgan.kernels import configure_process
@@ -97,7 +96,7 @@ class Trainer:
                                     graph=self.parts.device == "cuda" and tc["cuda_graph"],
                                     precision=tc["precision"])
         penalty = self.parts.penalty if config["penalty"]["type"] != "none" else None
-        self.feed = InputFeed(self.parts.loader, numpy.random.default_rng([tc["seed"], 2]), penalty,
+        self.feed = InputFeed(self.parts.loader, stream(tc["seed"], "trainer"), penalty,
                               self.parts.latent_dim, tc["batch_size"], tc["generator_batch_size"],
                               tc["critic_steps"], generator_reals=self.parts.loss.pairs_real,
                               num_classes=self.parts.num_classes, augment=self.parts.augment)

@@ -29,6 +29,7 @@ import time
 
 import numpy
 
+from gpgan.backend import stream
 from gpgan.losses import gradient_norm
 from gpgan.metrics import is_better, mode_metrics
 from gpgan.train.sampling import batches, class_grid, generate
@@ -118,12 +119,12 @@ class Monitor:
         tc = parts.config["train"]
         seed = tc["seed"]
         n_fixed = tc["eval_samples"] if parts.is_toy else tc["n_samples"]
-        self.fixed_noise = numpy.random.default_rng([seed, 3]).standard_normal(
+        self.fixed_noise = stream(seed, "fixed_noise").standard_normal(
             (n_fixed, parts.latent_dim)).astype(numpy.float32)
-        self.fixed_real = parts.sampler.sample(n_fixed, numpy.random.default_rng([seed, 4])) if parts.is_toy else None
+        self.fixed_real = parts.sampler.sample(n_fixed, stream(seed, "fixed_real")) if parts.is_toy else None
         self.images = images
         # The image metrics' noise: fixed, so successive evaluations differ only by the generator.
-        self.eval_noise = None if images is None else numpy.random.default_rng([seed, 5]).standard_normal(
+        self.eval_noise = None if images is None else stream(seed, "eval_noise").standard_normal(
             (parts.config["eval"]["samples"], parts.latent_dim)).astype(numpy.float32)
         self.writer = None
         self.latest_eval, self.latest_eval_step = {}, None
