@@ -219,6 +219,7 @@ class PixelNetwork:
     """Features from the pixels: the reference logic does not need the real network."""
 
     weights_id = "feedbeef" * 8
+    features_id = weights_id[:12]
     dtype = np.float32
     has_classifier = True
 

@@ -93,7 +93,7 @@ def test_logged_scores_are_the_ema_generators_on_its_own_fixed_noise(runs, monke
     noise = np.random.default_rng([config["train"]["seed"], 5]).standard_normal((4, 8)).astype(np.float32)
     net = InceptionV3(random_state_dict(0))
     fake = net.features(to_uint8(generate(generator, noise)), progress=False)
-    with np.load(features_path("cifar10", net.weights_id, root=str(runs.cifar))) as cached:
+    with np.load(features_path("cifar10", net.features_id, root=str(runs.cifar))) as cached:
         real = cached["pool3"]
     assert real.shape == (5, 2048) and real.dtype == np.float32
     want = score_features(["fid", "kid", "is", "pr"], fake, Reference(*feature_statistics(real), real))

@@ -154,8 +154,8 @@ def test_reference_features_are_computed_once_with_their_statistics(home, tmp_pa
                                   for i in range(5)]))["pool3"]
     np.testing.assert_array_equal(ref.features, want.astype(np.float32))
     np.testing.assert_allclose(ref.mu, want.mean(axis=0), rtol=1e-6)
-    path = features_path("image_folder", net.weights_id, root=str(folder))
-    assert path == statistics_path("image_folder", net.weights_id, root=str(folder))[:-4] + "-pool3.npz"
+    path = features_path("image_folder", net.features_id, root=str(folder))
+    assert path == statistics_path("image_folder", net.features_id, root=str(folder))[:-4] + "-pool3.npz"
     assert os.path.isfile(path)
     seen = net.seen
     again = load_reference(net, str(folder), features=True)
@@ -163,7 +163,7 @@ def test_reference_features_are_computed_once_with_their_statistics(home, tmp_pa
     np.testing.assert_array_equal(again.features, ref.features)
     assert load_reference(net, str(folder), features=True, compute=False) is not None
     # Statistics alone follow from cached features, without a pass over the images.
-    os.remove(statistics_path("image_folder", net.weights_id, root=str(folder)))
+    os.remove(statistics_path("image_folder", net.features_id, root=str(folder)))
     mu, _ = dataset_statistics(net, "image_folder", root=str(folder), progress=False)
     assert net.seen == seen
     np.testing.assert_array_equal(mu, ref.mu)
@@ -188,7 +188,7 @@ def test_missing_or_tiny_references_fail_clearly(home, tmp_path):
 def test_cifar10_copies_that_are_not_the_official_files_get_their_own_cache(home, tmp_path, monkeypatch):
     write_cifar(tmp_path / "a", per_batch=2, seed=0)
     write_cifar(tmp_path / "b", per_batch=2, seed=1)
-    w = PixelNetwork.weights_id
+    w = PixelNetwork.features_id
     official = statistics_path("cifar10", w, split="train")
     assert os.path.basename(official) == "cifar10-train-inception-feedbeeffeed.npz"
     assert statistics_path("cifar10", w, root=str(tmp_path / "missing"), split="train") == official

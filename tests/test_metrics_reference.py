@@ -69,6 +69,7 @@ class StandInNetwork:
     """Features from the pixels (the caching logic does not need the real network)."""
 
     weights_id = "0123456789abcdef" * 4
+    features_id = weights_id[:12]
 
     def __init__(self):
         self.calls = 0
@@ -98,7 +99,7 @@ def test_image_folder_statistics_are_computed_once(home, tmp_path, rng):
     want = feature_statistics(net.features(load_image_folder(str(root)))["pool3"])
     np.testing.assert_allclose(mu, want[0])
     np.testing.assert_allclose(sigma, want[1])
-    path = statistics_path("image_folder", net.weights_id, root=str(root))
+    path = statistics_path("image_folder", net.features_id, root=str(root))
     assert os.path.dirname(path) == str(home / ".cache" / "gpgan" / "fid_stats")
     assert os.path.basename(path).startswith("image_folder-faces-") and path.endswith("-inception-0123456789ab.npz")
     assert os.path.isfile(path)
@@ -113,12 +114,30 @@ def test_image_folder_statistics_are_computed_once(home, tmp_path, rng):
 def test_cache_names_follow_the_data_and_the_weights(home, tmp_path, rng):
     root = tmp_path / "imgs"
     _write_images(root, 2, rng)
-    before = statistics_path("image_folder", "a" * 64, root=str(root))
-    assert statistics_path("image_folder", "a" * 64, root=str(root)) == before
-    assert statistics_path("image_folder", "b" * 64, root=str(root)) != before
+    before = statistics_path("image_folder", "a" * 12, root=str(root))
+    assert statistics_path("image_folder", "a" * 12, root=str(root)) == before
+    assert statistics_path("image_folder", "b" * 12, root=str(root)) != before
     _write_images(root / "more", 1, rng)  # a new image: other statistics
-    assert statistics_path("image_folder", "a" * 64, root=str(root)) != before
-    assert os.path.basename(statistics_path("cifar10", "c" * 64, split="test")) == "cifar10-test-inception-cccccccccccc.npz"
+    assert statistics_path("image_folder", "a" * 12, root=str(root)) != before
+    assert os.path.basename(statistics_path("cifar10", "c" * 12, split="test")) == "cifar10-test-inception-cccccccccccc.npz"
+
+
+def test_cache_names_follow_the_networks_dtype_and_features_version(monkeypatch):
+    """float32 and float64 networks with the same weights compute different features, and a new
+    version of the features (another preprocessing, say) must not reuse older caches; the float32
+    features of version 1 keep the names caches had before these were part of them."""
+    from gpgan.metrics import InceptionV3
+    from gpgan.metrics.inception import random_state_dict
+
+    state = random_state_dict(seed=0)
+    f32, f64 = InceptionV3(state), InceptionV3(state, dtype=np.float64)
+    assert f32.features_id == f32.weights_id[:12]
+    assert f64.features_id == f32.weights_id[:12] + "-float64"
+    names = {statistics_path("cifar10", net.features_id, split="train") for net in (f32, f64)}
+    monkeypatch.setattr(InceptionV3, "FEATURES_VERSION", 2)
+    assert f32.features_id == f32.weights_id[:12] + "-v2" and f64.features_id.endswith("-float64-v2")
+    names |= {statistics_path("cifar10", net.features_id, split="train") for net in (f32, f64)}
+    assert len(names) == 4
 
 
 def test_dataset_errors(home):
@@ -126,7 +145,7 @@ def test_dataset_errors(home):
     with pytest.raises(ValueError, match="unknown data set 'mnist' for statistics; accepted: cifar10, image_folder"):
         dataset_statistics(net, "mnist")
     with pytest.raises(ValueError, match="CIFAR-10 split 'valid'"):
-        statistics_path("cifar10", net.weights_id, split="valid")
+        statistics_path("cifar10", net.features_id, split="valid")
     with pytest.raises(ValueError, match="image_folder statistics need root"):
         dataset_statistics(net, "image_folder")
     with pytest.raises(FileNotFoundError, match="CIFAR-10 files missing in"):
@@ -146,4 +165,4 @@ def test_cifar10_statistics_use_the_whole_split(home, monkeypatch, rng):
     mu, _ = dataset_statistics(net, "cifar10", root="/data/cifar", split="test", download=True, progress=False)
     assert seen == {"root": "/data/cifar", "split": "test", "download": True}
     np.testing.assert_allclose(mu, images.reshape(12, -1)[:, :6].mean(axis=0))
-    assert os.path.isfile(reference.statistics_path("cifar10", net.weights_id, split="test"))
+    assert os.path.isfile(reference.statistics_path("cifar10", net.features_id, split="test"))

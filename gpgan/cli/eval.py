@@ -246,7 +246,7 @@ def _stats(parser, args):
                            progress=progress)
     mu, sigma = dataset_statistics(net, args.data, root=root, split=args.split, download=args.download,
                                    batch_size=args.batch_size, progress=progress)
-    cached = statistics_path(args.data, net.weights_id, root, args.split)
+    cached = statistics_path(args.data, net.features_id, root, args.split)
     what = f"cifar10:{args.split}" if args.data == "cifar10" else os.path.abspath(os.path.expanduser(root))
     CONSOLE.say(f"statistics of {what} ({mu.shape[0]} features), cached at {cached}")
     if args.out is not None:

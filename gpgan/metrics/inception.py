@@ -401,13 +401,19 @@ class InceptionV3:
     Build it with :meth:`load` (the official weights) or from a state dict in torchvision's
     names and shapes (:func:`state_dict_shapes`), e.g. ``InceptionV3(random_state_dict())``; a
     state dict without the classifier (``fc.*``) gives features without logits.
-    ``weights_id`` is :func:`weights_digest` of the weights.
+    ``weights_id`` is :func:`weights_digest` of the weights; ``features_id`` names the features
+    this network computes (the weights, the dtype and :attr:`FEATURES_VERSION`), which cached
+    data-set features and statistics are filed under.
 
     Args:
         state_dict: name -> array (NumPy), as :func:`state_dict_shapes` lists.
         device: "cpu" (NumPy) or "cuda" (CuPy).
         dtype: the computing dtype, float32 (as pytorch-fid) or float64.
     """
+
+    #: Raise it with any change to what :meth:`features` computes from given weights (the
+    #: preprocessing, the forward), so that cached data-set features from before are not reused.
+    FEATURES_VERSION = 1
 
     def __init__(self, state_dict, device="cpu", dtype=numpy.float32):
         dtype = numpy.dtype(dtype)
@@ -439,6 +445,17 @@ class InceptionV3:
         # (1008, 2048) float64 on the host: logits in float64; None for weights without the classifier.
         self.fc_weight = state.get("fc.weight")
         self.source = None  # the file it was loaded from, if any (for messages)
+
+    @property
+    def features_id(self):
+        """What the features are, for cache file names: the weights' digest (12 digits), then
+        ``-float64`` for a float64 network and ``-v<N>`` from version 2 of the features on (the
+        float32 features of version 1 keep the names caches had before these were added). The
+        device is left out: CPU and CUDA features agree to float32 rounding, as two CPUs do."""
+        suffix = "" if self.dtype == numpy.float32 else f"-{self.dtype.name}"
+        if self.FEATURES_VERSION > 1:
+            suffix += f"-v{self.FEATURES_VERSION}"
+        return self.weights_id[:12] + suffix
 
     @property
     def has_classifier(self):

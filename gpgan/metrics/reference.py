@@ -5,7 +5,7 @@ FID compares the Gaussian of generated features with the data set's, which is co
 kept: :func:`dataset_statistics` reads a data set through :mod:`gpgan.data` (CIFAR-10, an image
 folder), takes its pool3 features and saves ``(mu, sigma)`` in
 ``~/.cache/gpgan/fid_stats/`` under the name :func:`statistics_path` gives (the data set, what
-selects its images, and the Inception weights). Files use pytorch-fid's ``.npz`` layout (arrays
+selects its images, and the network's features: weights, dtype, version). Files use pytorch-fid's ``.npz`` layout (arrays
 ``mu`` and ``sigma``), so published statistics files load with :func:`load_statistics` too. KID and
 precision/recall need the features themselves: :func:`dataset_features` keeps them beside the
 statistics (:func:`features_path`).
@@ -95,16 +95,16 @@ def _check_dataset(dataset, root, split):
         raise ValueError("image_folder statistics need root: a folder of PNG/JPEG images")
 
 
-def statistics_path(dataset, weights_id, root=None, split="train"):
+def statistics_path(dataset, features_id, root=None, split="train"):
     """Where the statistics of a data set are cached: the one place their file name is made.
 
-    ``cifar10-<split>-inception-<weights>.npz`` for the official CIFAR-10 files (or ``root``
-    None), ``cifar10-<split>-<fingerprint>-inception-<weights>.npz`` for other files in CIFAR-10's
+    ``cifar10-<split>-inception-<features>.npz`` for the official CIFAR-10 files (or ``root``
+    None), ``cifar10-<split>-<fingerprint>-inception-<features>.npz`` for other files in CIFAR-10's
     layout (a subset, say: the fingerprint hashes the batch files' md5s), or for an image folder
-    ``image_folder-<folder name>-<fingerprint>-inception-<weights>.npz`` (the fingerprint covers
+    ``image_folder-<folder name>-<fingerprint>-inception-<features>.npz`` (the fingerprint covers
     the folder's path and its files' names, sizes and times, so a changed folder gets new
-    statistics), in ``~/.cache/gpgan/fid_stats/``. ``weights_id`` is the Inception network's
-    :attr:`~gpgan.metrics.InceptionV3.weights_id` (its first 12 digits are used).
+    statistics), in ``~/.cache/gpgan/fid_stats/``. ``features_id`` is the Inception network's
+    :attr:`~gpgan.metrics.InceptionV3.features_id` (its weights, dtype and features version).
     """
     _check_dataset(dataset, root, split)
     if dataset == "cifar10":
@@ -113,13 +113,13 @@ def statistics_path(dataset, weights_id, root=None, split="train"):
     else:
         root = os.path.abspath(os.path.expanduser(str(root)))
         what = f"image_folder-{os.path.basename(root.rstrip(os.sep)) or 'root'}-{_folder_fingerprint(root)}"
-    return os.path.join(cache_dir(), "fid_stats", f"{what}-inception-{weights_id[:12]}.npz")
+    return os.path.join(cache_dir(), "fid_stats", f"{what}-inception-{features_id}.npz")
 
 
-def features_path(dataset, weights_id, root=None, split="train"):
+def features_path(dataset, features_id, root=None, split="train"):
     """Where the pool3 features of a data set are cached: beside its statistics
     (:func:`statistics_path`), ending in ``-pool3.npz`` (array ``pool3``, (N, 2048))."""
-    return statistics_path(dataset, weights_id, root, split)[:-len(".npz")] + "-pool3.npz"
+    return statistics_path(dataset, features_id, root, split)[:-len(".npz")] + "-pool3.npz"
 
 
 def _load_features(path):
@@ -157,10 +157,10 @@ def dataset_statistics(net, dataset, root=None, split="train", download=False, b
     Returns:
         mu (2048,), sigma (2048, 2048), float64.
     """
-    path = statistics_path(dataset, net.weights_id, root, split)
+    path = statistics_path(dataset, net.features_id, root, split)
     if cache and os.path.isfile(path):
         return load_statistics(path)
-    features = _load_features(features_path(dataset, net.weights_id, root, split)) if cache else None
+    features = _load_features(features_path(dataset, net.features_id, root, split)) if cache else None
     if features is not None:
         mu, sigma = feature_statistics(features)
         save_statistics(path, mu, sigma)
@@ -181,7 +181,7 @@ def dataset_features(net, dataset, root=None, split="train", download=False, bat
     Arguments as :func:`dataset_statistics`. Returns (N, 2048), float32 when the network computes
     in float32 (its features are float32 numbers), else float64.
     """
-    path = features_path(dataset, net.weights_id, root, split)
+    path = features_path(dataset, net.features_id, root, split)
     features = _load_features(path) if cache else None
     if features is not None:
         return features
@@ -193,7 +193,7 @@ def dataset_features(net, dataset, root=None, split="train", download=False, bat
         mu, sigma = feature_statistics(features)
         os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write(path, lambda f: numpy.savez(f, pool3=features))
-        save_statistics(statistics_path(dataset, net.weights_id, root, split), mu, sigma)
+        save_statistics(statistics_path(dataset, net.features_id, root, split), mu, sigma)
     return features
 
 
@@ -245,7 +245,7 @@ def load_reference(net, spec, cifar_root=None, download=False, features=False, b
     :func:`dataset_features`).
 
     Args:
-        net: an :class:`~gpgan.metrics.InceptionV3` (its ``weights_id`` names the cache files).
+        net: an :class:`~gpgan.metrics.InceptionV3` (its ``features_id`` names the cache files).
         spec: ``cifar10:train``, ``cifar10:test``, a ``.npz`` statistics file or a folder of images.
         cifar_root, download: the ``cifar-10-batches-py`` folder of a CIFAR-10 reference, and
             whether to download the official archive there when it is missing.
@@ -273,7 +273,7 @@ def load_reference(net, spec, cifar_root=None, download=False, features=False, b
         raise ValueError(f"reference cifar10:{split} needs the folder of CIFAR-10's batches (cifar-10-batches-py)")
     name = f"cifar10:{split}" if dataset == "cifar10" else what
     cached = features_path if features else statistics_path
-    if not compute and not os.path.isfile(cached(dataset, net.weights_id, root, split)):
+    if not compute and not os.path.isfile(cached(dataset, net.features_id, root, split)):
         _dataset_images(dataset, root, split, download, progress)  # can they be read?
         return None
     feats = None
