@@ -13,11 +13,13 @@ from gpgan.backend import core_share
 from gpgan.backend.core_share import (BLAS_THREAD_VARS, LOCAL_SIZE_VARIABLES, available_cores, cores_per_process,
                                       local_processes)
 from gpgan.kernels import switches
-from gpgan.kernels.process import ONEDNN_TIMEOUT, RESTARTED_ENV, SHORT_TIMEOUT, TIMEOUT_ENV
+from gpgan.kernels.process import (ONEDNN_TIMEOUT, RESTARTED_ENV, SHORT_SPIN, SHORT_TIMEOUT, SPIN_ENV, TIMEOUT_ENV,
+                                   WAIT_POLICY_ENV)
 from gpgan.studies.trainers import THREAD_VARS, _child_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WATCHED = (TIMEOUT_ENV, "GPGAN_NUM_THREADS", "GPGAN_ONEDNN", RESTARTED_ENV) + BLAS_THREAD_VARS + LOCAL_SIZE_VARIABLES
+WATCHED = ((TIMEOUT_ENV, SPIN_ENV, WAIT_POLICY_ENV, "GPGAN_NUM_THREADS", "GPGAN_ONEDNN", RESTARTED_ENV) + BLAS_THREAD_VARS
+           + LOCAL_SIZE_VARIABLES)
 
 PROBE = """
 import json, os, sys
@@ -66,7 +68,7 @@ def test_without_a_restart_the_spin_is_set_for_child_processes_only():
     # processes this one starts, but this one goes on with OpenBLAS's default spin, and says so.
     for first in ("", "import numpy"):
         got = probe(first, GPGAN_ONEDNN="0")
-        assert got["settings"]["environment"] == {TIMEOUT_ENV: str(SHORT_TIMEOUT)}
+        assert got["settings"]["environment"] == {TIMEOUT_ENV: str(SHORT_TIMEOUT), SPIN_ENV: str(SHORT_SPIN)}
         assert got["settings"]["blas_idles_briefly"] is False and got["runs"] == 1
         assert got["environ"][TIMEOUT_ENV] == str(SHORT_TIMEOUT) and got["settings"]["threads"] == available_cores()
 
@@ -80,12 +82,30 @@ def test_the_spin_is_shortest_where_onednn_runs_the_convolutions():
 
 
 def test_a_users_setting_is_kept():
-    got = probe(**{TIMEOUT_ENV: "28"})
+    got = probe(**{TIMEOUT_ENV: "28", SPIN_ENV: "300000"})
     assert got["settings"]["environment"] == {} and got["environ"][TIMEOUT_ENV] == "28"
+    assert got["environ"][SPIN_ENV] == "300000"
     assert got["settings"]["blas_idles_briefly"] is False and got["settings"]["threads"] == available_cores()
     assert probe(**{TIMEOUT_ENV: "10"})["settings"]["blas_idles_briefly"] is True
     assert probe(**{TIMEOUT_ENV: "22"})["settings"]["blas_idles_briefly"] is False
     assert probe(**{TIMEOUT_ENV: "10", "GPGAN_NUM_THREADS": "3"})["settings"]["threads"] == 3
+
+
+def test_openmp_threads_spin_briefly_unless_the_user_chose_how_they_wait():
+    """libgomp reads GOMP_SPINCOUNT when it loads, with the first oneDNN or Numba kernel, after
+    configure_process: no restart is needed for it. A user's OMP_WAIT_POLICY (PASSIVE: no spin;
+    ACTIVE: spin on) or GOMP_SPINCOUNT is theirs."""
+    got = probe("import numpy", args="restart=True", **{TIMEOUT_ENV: "20"})
+    assert got["settings"]["environment"] == {SPIN_ENV: str(SHORT_SPIN)} and got["runs"] == 1
+    assert got["environ"][SPIN_ENV] == str(SHORT_SPIN)
+    for policy in ("PASSIVE", "ACTIVE"):
+        got = probe(**{WAIT_POLICY_ENV: policy})
+        assert got["environ"][SPIN_ENV] is None and got["environ"][WAIT_POLICY_ENV] == policy
+    # Once libgomp is loaded, it has read its spin: the command line starts again to have it.
+    code = "import numpy, ctypes, ctypes.util; ctypes.CDLL(ctypes.util.find_library('gomp') or 'libgomp.so.1')"
+    if subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0:
+        got = probe(code + "; print('started', flush=True)", args="restart=True", **{TIMEOUT_ENV: "20"})
+        assert got["runs"] == 3 and got["environ"][SPIN_ENV] == str(SHORT_SPIN)
 
 
 def test_restart_starts_the_command_line_again_once_with_the_settings():
@@ -93,8 +113,8 @@ def test_restart_starts_the_command_line_again_once_with_the_settings():
     assert got["runs"] == 3  # started, started again, the report
     assert got["settings"]["blas_idles_briefly"] is True and got["settings"]["environment"] == {}
     assert got["environ"][TIMEOUT_ENV] == _spin() and got["environ"][RESTARTED_ENV] == "1"
-    # Nothing to change (the user's value): no restart.
-    assert probe("import numpy", args="restart=True", **{TIMEOUT_ENV: "20"})["runs"] == 1
+    # Nothing to change (the user's values): no restart.
+    assert probe("import numpy", args="restart=True", **{TIMEOUT_ENV: "20", SPIN_ENV: "1000"})["runs"] == 1
 
 
 def test_a_command_line_tool_restarts_only_when_run_as_a_program():

@@ -16,7 +16,7 @@ library, and must keep it that way.
 import os
 import sys
 
-__all__ = ["LOCAL_SIZE_VARIABLES", "BLAS_THREAD_VARS", "blas_loaded", "available_cores",
+__all__ = ["LOCAL_SIZE_VARIABLES", "BLAS_THREAD_VARS", "blas_loaded", "openmp_loaded", "available_cores",
            "local_processes", "cores_per_process", "process_cores"]
 
 #: variables by which MPI launchers tell a process how many ranks run on its machine
@@ -30,6 +30,17 @@ def blas_loaded():
     """True once NumPy, and with it the BLAS library, is loaded: from then on the environment
     variables that BLAS reads when it loads (threads, idle spin) no longer take effect."""
     return "numpy" in sys.modules
+
+
+def openmp_loaded():
+    """True once GNU OpenMP (libgomp: oneDNN's and Numba's threads) is loaded in this process (it
+    reads its variables, such as the idle spin, then). Read from /proc/self/maps; False where there
+    is none (other systems ship other OpenMP runtimes)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            return any("libgomp" in line for line in maps)
+    except OSError:
+        return False
 
 
 def available_cores():

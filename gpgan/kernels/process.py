@@ -13,6 +13,11 @@ see below):
   (:data:`SHORT_TIMEOUT`: back-to-back small GEMMs still find the workers awake), or 2**4
   (:data:`ONEDNN_TIMEOUT`) where oneDNN runs the convolutions: its OpenMP threads split each call
   statically, and one BLAS worker spinning on one of their cores stretches the whole call.
+* libgomp's idle spin (``GOMP_SPINCOUNT``). oneDNN's and Numba's OpenMP threads wait for the
+  next parallel region by spinning, by default 300,000 times; beside another busy process a
+  spinning thread takes the core that the thread it waits for needs, and a step takes many times
+  as long. The spin is set to 1,000 (:data:`SHORT_SPIN`), unless ``OMP_WAIT_POLICY`` or
+  ``GOMP_SPINCOUNT`` was set (docs/benchmarks.md, "Beside another busy process").
 * In an MPI run that shares this machine, the BLAS and OpenMP thread counts
   (:data:`gpgan.backend.core_share.BLAS_THREAD_VARS`) default to this process's share of the cores
   (:func:`gpgan.backend.core_share.process_cores`).
@@ -21,8 +26,9 @@ see below):
   glibc's defaults).
 
 A value the user set in the environment is always kept. OpenBLAS reads its variables once, when it
-is loaded, which NumPy's import does, and importing gpgan imports NumPy: so the first two take
-effect in this process only where they were in its environment when it started. With
+is loaded, which NumPy's import does, and importing gpgan imports NumPy: so the first three take
+effect in this process only where they were in its environment when it started (libgomp reads
+its own when it is loaded, which may be earlier or later). With
 ``restart=True``, :func:`configure_process` then starts this same command line again (``os.execv``,
 the same process id) with them in the environment, once; the command-line tools do that. Without,
 the process goes on with OpenBLAS's own settings (the variables are set for the processes it
@@ -38,12 +44,12 @@ import os
 import sys
 from collections import namedtuple
 
-from gpgan.backend.core_share import BLAS_THREAD_VARS, blas_loaded, local_processes, process_cores
+from gpgan.backend.core_share import BLAS_THREAD_VARS, blas_loaded, local_processes, openmp_loaded, process_cores
 from gpgan.backend.host_memory import keep_freed_host_memory
 from gpgan.backend.threads import get_num_threads
 from gpgan.kernels.switches import onednn_switch
 
-__all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "ONEDNN_TIMEOUT", "RESTARTED_ENV", "ProcessSettings",
+__all__ = ["TIMEOUT_ENV", "SHORT_TIMEOUT", "ONEDNN_TIMEOUT", "SPIN_ENV", "SHORT_SPIN", "RESTARTED_ENV", "ProcessSettings",
            "configure_process", "process_environment", "blas_idles_briefly"]
 
 TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
@@ -52,6 +58,12 @@ TIMEOUT_ENV = "OPENBLAS_THREAD_TIMEOUT"
 SHORT_TIMEOUT = 20
 #: 2**4 cycles where oneDNN's convolutions run (see the module docstring).
 ONEDNN_TIMEOUT = 4
+SPIN_ENV = "GOMP_SPINCOUNT"
+#: libgomp's spins before an idle OpenMP thread sleeps (its default: 300,000); what 1,000 gains
+#: beside a busy process and costs alone: docs/benchmarks.md, "Beside another busy process".
+SHORT_SPIN = 1000
+#: Set by a user who chose how OpenMP threads wait: then the spin is theirs too.
+WAIT_POLICY_ENV = "OMP_WAIT_POLICY"
 #: Set in the environment of the process that :func:`configure_process` restarted (so that it
 #: restarts once at most, and knows that its libraries loaded with the settings).
 RESTARTED_ENV = "GPGAN_PROCESS_CONFIGURED"
@@ -77,6 +89,8 @@ def process_environment(environ=None):
     name -> value, for those not set there already. Changes nothing."""
     env = os.environ if environ is None else environ
     wanted = {TIMEOUT_ENV: str(ONEDNN_TIMEOUT if _onednn_will_run() else SHORT_TIMEOUT)}
+    if WAIT_POLICY_ENV not in env:
+        wanted[SPIN_ENV] = str(SHORT_SPIN)
     if local_processes(env) > 1:
         share = str(process_cores(env))
         wanted.update((name, share) for name in BLAS_THREAD_VARS)
@@ -113,8 +127,11 @@ def configure_process(restart=False, host_memory=True):
     """
     added = process_environment()
     loaded = blas_loaded()
+    # Each library reads its variables when it loads: NumPy's import loads OpenBLAS, while libgomp
+    # usually loads later, with the first oneDNN or Numba kernel, and then sees the spin set here.
+    late = [name for name in added if (openmp_loaded() if name == SPIN_ENV else loaded)]
     os.environ.update(added)
-    if added and loaded and restart and os.name == "posix" and RESTARTED_ENV not in os.environ:
+    if late and restart and os.name == "posix" and RESTARTED_ENV not in os.environ:
         os.environ[RESTARTED_ENV] = "1"
         _restart()
     brief = blas_idles_briefly() and not (loaded and TIMEOUT_ENV in added)
