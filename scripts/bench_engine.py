@@ -641,11 +641,19 @@ def onednn_description():
     return f"oneDNN {version} convolutions and products" if version else "no oneDNN"
 
 
+def _openmp_wait():
+    """How idle OpenMP threads (oneDNN's, Numba's, PyTorch's) wait, as the environment sets it."""
+    if os.environ.get("OMP_WAIT_POLICY"):
+        return f"wait policy {os.environ['OMP_WAIT_POLICY']} (OMP_WAIT_POLICY)"
+    return f"idle spin {os.environ.get('GOMP_SPINCOUNT', 'libgomp default')} (GOMP_SPINCOUNT)"
+
+
 def switch_states(args):
     """What ran, for scripts/ab_mechanisms.py to check: the accelerators' versions (None: not used),
     the process settings and the mechanisms turned off (gpgan.backend.mechanisms)."""
     return {"numba": compiled_kernels_version(), "onednn": onednn_version(),
             "blas_idles_briefly": args.process.blas_idles_briefly, "host_memory_kept": args.process.host_memory_kept,
+            "openmp_spin": os.environ.get("GOMP_SPINCOUNT"), "openmp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
             "threads": get_num_threads(), "mechanisms_off": mechanisms.off.names()}
 
 
@@ -659,7 +667,8 @@ def bench_device(args, device, torch):
         machine = (f"{device_description('cpu')}, {available_cores()} available to this process; "
                    f"NumPy {numpy.__version__}, {blas_description()}; gpgan array passes on "
                    f"{get_num_threads()} thread(s) (GPGAN_NUM_THREADS); OpenBLAS's idle spin "
-                   f"{'short' if args.process.blas_idles_briefly else 'long'} (OPENBLAS_THREAD_TIMEOUT); freed host "
+                   f"{'short' if args.process.blas_idles_briefly else 'long'} (OPENBLAS_THREAD_TIMEOUT); OpenMP's "
+                   f"{_openmp_wait()}; freed host "
                    f"memory {'kept' if args.process.host_memory_kept else 'returned to the OS'} (GPGAN_KEEP_HOST_MEMORY); "
                    f"{compiled_description()} (GPGAN_NUMBA); {onednn_description()} (GPGAN_ONEDNN)")
         if mechanisms.off.names():

@@ -1113,6 +1113,32 @@ def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
         assert not (out / r["run_dir"] / "resumed_beside_a_failure_record.json").exists()
 
 
+def test_an_attempt_that_never_starts_keeps_the_last_failure_record(tmp_path):
+    """A run's failure record is cleared when its next attempt starts; an attempt that never does
+    (a queued Ray task cancelled by Ctrl-C: the trainers return None) puts it back as it was."""
+    from gpgan.studies.runner import _Runner, failure_path
+
+    sweep = load_sweep(str(write_sweep(tmp_path, TINY)))
+    spec = expand_runs(sweep)[0]
+    out = tmp_path / "out"
+    record = Path(failure_path(str(out), spec.name))
+    record.parent.mkdir(parents=True)
+    text = b'{"status": "failed", "returncode": 1, "error": "the last attempt\'s error"}\n'
+    record.write_bytes(text)
+
+    class NeverStarts:
+        stopping, forces_cuda, seen = False, False, []
+
+        def run(self, cmd, device, logs):
+            self.seen.append(record.exists())
+            return None
+    trainers = NeverStarts()
+    result = _Runner(sweep, str(out), 1, None, ["gpgan-train"], lambda *a: None, trainers).run(1, 1, spec, "start",
+                                                                                            None, None)
+    assert result.status == "not run" and trainers.seen == [False]
+    assert record.read_bytes() == text
+
+
 def test_ctrl_c_during_an_evaluation_longer_than_the_grace_period_loses_no_steps(tmp_path, monkeypatch, capsys):
     """Ctrl-C to gpgan-ablate while its trainer evaluates, the evaluation being longer than the
     time gpgan-ablate waits before SIGTERM (as a CIFAR evaluation on a CPU is): the trainer leaves

@@ -494,7 +494,7 @@ def test_ctrl_c_while_a_resume_loads_says_how_to_resume(toy_runs, tmp_path, monk
     monkeypatch.setattr(launch_module, "make_trainer", interrupted)
     assert train_cli.main(["--resume", str(run), "--quiet"]) == 130
     err = capsys.readouterr().err
-    assert f"interrupted before training continued; resume again with `gpgan-train --resume {run}`" in err
+    assert f"interrupted before training continued; resume again with: gpgan-train --resume {run}\n" in err
     assert snapshot(run) == before
 
 

@@ -107,6 +107,15 @@ def _error(message, status=1):
     return _console.error(message, status)
 
 
+def _resume_command(run_dir):
+    """The command line that continues the run in ``run_dir``."""
+    resume = f"gpgan-train --resume {shlex.quote(os.path.abspath(run_dir))}"
+    comm = _console.comm
+    if comm is not None and comm.size > 1:  # a data-parallel run resumes exactly under the same N
+        resume = f"mpiexec -n {comm.size} {resume}"
+    return resume
+
+
 def _fit(launch):
     """Train; returns ``(exit status, alone)``: ``alone`` when this process stopped on its own (a
     second Ctrl-C), which in a data-parallel run must take the others down."""
@@ -117,10 +126,7 @@ def _fit(launch):
     if launch.trainer is None:
         return 0, False
     run = launch.run
-    resume = f"gpgan-train --resume {shlex.quote(run.path)}"
-    comm = _console.comm
-    if comm is not None and comm.size > 1:  # a data-parallel run resumes exactly under the same N
-        resume = f"mpiexec -n {comm.size} {resume}"
+    resume = _resume_command(run.path)
     try:
         summary = launch.trainer.fit()
     except TrainingInterrupted as exc:  # every process stops at the same step
@@ -183,8 +189,8 @@ def _start(args, overrides, comm):
         return _error(_console.text(exc), 2), False
     except KeyboardInterrupt:  # before training started (loading data, models, a checkpoint)
         if args.resume is not None and not os.path.isfile(args.resume):
-            _console.say(f"interrupted before training continued; resume again with "
-                         f"`gpgan-train --resume {args.resume}`", after_progress=True)
+            _console.say(f"interrupted before training continued; resume again with: "
+                         f"{_resume_command(args.resume)}", after_progress=True)
         else:  # a new run's folder is made all at once or not at all (RunFolder.initialize)
             _console.say("interrupted before training started; no run folder was made", after_progress=True)
         return 130, comm.size > 1

@@ -26,11 +26,13 @@ see below):
   glibc's defaults).
 
 A value the user set in the environment is always kept. OpenBLAS reads its variables once, when it
-is loaded, which NumPy's import does, and importing gpgan imports NumPy: so the first three take
-effect in this process only where they were in its environment when it started (libgomp reads
-its own when it is loaded, which may be earlier or later). With
+is loaded, which NumPy's import does, and importing gpgan imports NumPy: so its two take effect
+in this process only where they were in its environment when it started. libgomp reads the spin
+when it is loaded, usually by the first oneDNN or Numba kernel, after this call: the spin set here
+takes effect unless libgomp was loaded before. With
 ``restart=True``, :func:`configure_process` then starts this same command line again (``os.execv``,
-the same process id) with them in the environment, once; the command-line tools do that. Without,
+the same process id) with them in the environment, once, where a library had already read its
+variables; the command-line tools do that. Without,
 the process goes on with OpenBLAS's own settings (the variables are set for the processes it
 starts), and :attr:`ProcessSettings.blas_idles_briefly` says so; exporting
 ``OPENBLAS_THREAD_TIMEOUT=20`` (``4`` where oneDNN runs) before starting Python has the same effect.

@@ -5,7 +5,7 @@ Output folder layout (``OUT`` is the sweep's output folder)::
     OUT/runs/<config name>/<run name>/   run folders written by gpgan-train (``--out OUT/runs``)
     OUT/logs/<run name>/stdout.log       the trainer's stdout / stderr, appended on every attempt
     OUT/logs/<run name>/stderr.log       (each attempt starts with a "=== gpgan-ablate" line)
-    OUT/logs/<run name>/failure.json     written when an attempt fails, removed when one succeeds
+    OUT/logs/<run name>/failure.json     written when an attempt fails, removed when the next starts
 
 A run is skipped when its final.json says ``"status": "finished"``, or when its last attempt
 diverged (a non-finite loss or gradient: resumed, it would meet the same step again; delete its
@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from gpgan.files import make_folder
+from gpgan.files import atomic_write, make_folder
 from gpgan.studies.sweep import SweepError, expand_runs, override_text, run_config
 from gpgan.studies.trainers import LocalTrainers
 from gpgan.train.run import EXIT_DIVERGED, RunFolder
@@ -83,6 +83,15 @@ def logs_dir(out_dir, name):
 def failure_path(out_dir, name):
     """``OUT/logs/<name>/failure.json``: the record of run ``name``'s last unsuccessful attempt."""
     return os.path.join(logs_dir(out_dir, name), "failure.json")
+
+
+def _read_bytes(path):
+    """The file's bytes, or None when there is none."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def find_run_dir(out_dir, name):
@@ -313,9 +322,11 @@ class _Runner:
         os.makedirs(logs, exist_ok=True)
         # The last attempt's failure record describes a run that is now running again: a report
         # made meanwhile must call it unfinished, not interrupted or failed. This attempt writes
-        # its own record if it ends without finishing (stderr.log keeps every attempt's lines).
+        # its own record if it ends without finishing (stderr.log keeps every attempt's lines); an
+        # attempt that never starts (a queued Ray task cancelled) puts the old record back.
         failure = failure_path(self.out_dir, spec.name)
-        if os.path.exists(failure):
+        previous = _read_bytes(failure)
+        if previous is not None:
             os.remove(failure)
         cmd = self.command(spec, action, run_dir, device, steps)
         where = f" on device {device}" if device is not None else ""
@@ -328,6 +339,8 @@ class _Runner:
         t0 = time.perf_counter()
         outcome = self.trainers.run(cmd, device, logs)
         if outcome is None:
+            if previous is not None:
+                atomic_write(failure, previous)
             return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
         rc, cpu = outcome
         seconds = time.perf_counter() - t0
