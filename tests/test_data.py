@@ -22,6 +22,7 @@ from gpgan.data import (
     safe_extract,
     to_uint8,
 )
+from gpgan.backend import stream
 from gpgan.data.cifar import TEST_FILES, TRAIN_FILES
 from helpers import write_cifar
 
@@ -247,6 +248,26 @@ def test_image_loader_resumes_mid_epoch():
     older = {k: v for k, v in state.items() if k != "images"}  # checkpoints written before the count
     grown.load_state_dict(older)
     assert (grown.epoch, grown.position) == (state["epoch"], state["position"])
+
+
+def test_a_run_saved_before_the_epoch_stream_resumes_with_its_own_orders():
+    """Loader states saved before the image loader had a stream of its own (no "order") keep the
+    (seed, epoch) orders they were trained with, so their runs resume exactly; new states keep the
+    stream's. A version this gpgan does not know is refused."""
+    images = np.zeros((8, 3, 1, 1), dtype=np.uint8)
+    images[:, 0, 0, 0] = np.arange(8)
+
+    def orders(loader, n):
+        return [to_uint8(loader.next())[:, 0, 0, 0].tolist() for _ in range(n)]
+    old = ImageLoader(images, batch_size=8, seed=4)
+    old.load_state_dict({"epoch": 2, "position": 8, "images": 8})  # as a run written before
+    assert orders(old, 2) == [np.random.default_rng([4, e]).permutation(8).tolist() for e in (3, 4)]
+    assert old.state_dict()["order"] == 1
+    new = ImageLoader(images, batch_size=8, seed=4)
+    new.load_state_dict({"epoch": 2, "position": 8, "images": 8, "order": 2})
+    assert orders(new, 2) == [stream(4, "epoch_order", e).permutation(8).tolist() for e in (3, 4)]
+    with pytest.raises(ValueError, match="data order is of version 3, which this gpgan does not know"):
+        new.load_state_dict({"epoch": 0, "position": 0, "images": 8, "order": 3})
 
 
 def test_hflip_returns_originals_or_mirror_images():

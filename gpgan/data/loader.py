@@ -44,6 +44,11 @@ class ImageLoader:
     ``(images, labels)``, the same batch with its labels (int64 (batch_size,)).
     """
 
+    #: How epoch orders are seeded: 2, the run's stream "epoch_order" with the epoch; 1, ``(seed,
+    #: epoch)``, which shared numbers with other streams (until 2026-11-27). A state saved without
+    #: "order" is version 1's, and its run goes on with version 1's orders: an exact resume.
+    ORDER = 2
+
     def __init__(self, images, batch_size, seed=0, hflip=False, labels=None):
         images = numpy.asarray(images)
         if images.dtype != numpy.uint8 or images.ndim != 4:
@@ -62,6 +67,7 @@ class ImageLoader:
         self.hflip = bool(hflip)
         self.epoch = 0
         self.position = 0
+        self.order = self.ORDER
         self._epoch_cache = None
 
     def __len__(self):
@@ -70,7 +76,8 @@ class ImageLoader:
 
     def _epoch_plan(self, epoch):
         if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            rng = stream(self.seed, "epoch_order", epoch)
+            rng = (stream(self.seed, "epoch_order", epoch) if self.order == 2
+                   else numpy.random.default_rng([self.seed, epoch]))
             order = rng.permutation(len(self.images))
             flips = rng.random(len(self.images)) < 0.5 if self.hflip else None
             self._epoch_cache = (epoch, order, flips)
@@ -99,7 +106,7 @@ class ImageLoader:
         return self
 
     def state_dict(self):
-        return {"epoch": self.epoch, "position": self.position, "images": len(self.images)}
+        return {"epoch": self.epoch, "position": self.position, "images": len(self.images), "order": self.order}
 
     def load_state_dict(self, state):
         """Continue where ``state`` left off; its number of images must be this loader's (a
@@ -109,8 +116,14 @@ class ImageLoader:
             raise ValueError(f"the data changed: the run trained on {int(saved):,} images and now finds "
                              f"{len(self.images):,}, so it cannot continue as it would have; restore the data, or "
                              "start a new run")
+        order = int(state.get("order", 1))
+        if order not in (1, 2):
+            raise ValueError(f"the run's data order is of version {order}, which this gpgan does not know (it "
+                             "knows 1 and 2); continue it with the gpgan that wrote it")
         self.epoch = int(state["epoch"])
         self.position = int(state["position"])
+        self.order = order
+        self._epoch_cache = None
 
 
 class ToyLoader:
