@@ -480,6 +480,21 @@ def test_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeyp
     assert all(run_module.RunFolder(run.path).exists() for run in runs)
 
 
+def test_two_runs_that_picked_one_name_never_share_its_folder(tmp_path):
+    """Both found the name free before either made its folder (two commands started together):
+    the second is refused, and the first's run is left whole."""
+    import gpgan.train.run as run_module
+    from gpgan.train.config import validate_config
+
+    config = validate_config(yaml.safe_load(open(QUICKSTART)))
+    first, second = (run_module.RunFolder.new(tmp_path, "quickstart", "same") for _ in range(2))
+    first.initialize(config)
+    before = snapshot(first.path)
+    with pytest.raises(FileExistsError, match="already holds a run"):
+        second.initialize(dict(config, loss="wgan"))
+    assert snapshot(first.path) == before and first.read_config()["loss"] == config["loss"]
+
+
 def test_ctrl_c_while_a_resume_loads_says_how_to_resume(toy_runs, tmp_path, monkeypatch, capsys):
     import gpgan.train.launch as launch_module
     from gpgan.cli import train as train_cli

@@ -38,6 +38,8 @@ __all__ = [
     "to_device",
     "get_rng",
     "manual_seed",
+    "STREAMS",
+    "stream",
     "available_cores",
     "get_num_threads",
     "set_num_threads",

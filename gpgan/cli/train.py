@@ -127,6 +127,7 @@ def _fit(launch):
         return 0, False
     run = launch.run
     resume = _resume_command(run.path)
+    comm = _console.comm
     try:
         summary = launch.trainer.fit()
     except TrainingInterrupted as exc:  # every process stops at the same step

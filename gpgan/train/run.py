@@ -139,23 +139,32 @@ class RunFolder:
                     self.path = f"{stem}-{k}"
             made.append(self.path)
         for folder in (self.path, self.samples_dir, self.checkpoints_dir):
-            if not os.path.isdir(folder):
-                make_folder(folder)
+            if folder in made:
+                continue
+            try:
+                os.mkdir(folder)  # made here, or found: never counted as made when another run made it
                 made.append(folder)
+            except FileExistsError:
+                make_folder(folder)  # a folder: fine; a file: its one-line error
 
     def initialize(self, config, argv=None, then=None, **manifest):
         """Make the folders of a new run, write its config.yaml and manifest.json (with the
         ``manifest`` entries added), then call ``then()`` (a fork's copies into the folder).
 
         All or nothing: when any of it fails (a full disk, Ctrl-C), what it made is removed, so no
-        half-made run is left to look like a run and block its name; a named folder that existed
-        before (holding no run) is left as it was.
+        half-made run is left to look like a run and block its name; in a named folder that was
+        there before (holding no run), the files it had are kept.
+
+        Raises:
+            FileExistsError: another run took the folder since :meth:`new` (config.yaml is claimed
+                with an exclusive create, so two runs never share one).
         """
         made, new_files = [], []
         try:
             self._make_folders(made)  # a timestamped path is final only now
-            new_files = [path for path in (self.config_path, self.manifest_path, self.metrics_path,
-                                           self.best_checkpoint_path) if not os.path.lexists(path)]
+            self._claim_config()
+            new_files = [self.config_path] + [path for path in (self.manifest_path, self.metrics_path,
+                                                                self.best_checkpoint_path) if not os.path.lexists(path)]
             self.write_config(config)
             self.write_manifest(config, argv, **manifest)
             if then is not None:
@@ -163,6 +172,15 @@ class RunFolder:
         except BaseException:
             self._remove_partial(made, new_files)
             raise
+
+    def _claim_config(self):
+        """Create an empty config.yaml, failing if there is one: the folder is this run's from now
+        (write_config then replaces it whole)."""
+        try:
+            os.close(os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+        except FileExistsError:
+            raise FileExistsError(f"run folder {self.path} already holds a run (another run took it just now); "
+                                  "pick another --name") from None
 
     def _remove_partial(self, folders, files):
         """Undo a failed :meth:`initialize`: its config.yaml first (without it the folder is no
