@@ -170,6 +170,25 @@ def test_rmsprop_matches_formula(problem, momentum, centered, wd):
         np.testing.assert_allclose(g, e, rtol=1e-12, atol=1e-14)
 
 
+def test_centered_rmsprop_stays_finite_where_the_gradient_does_not_vary():
+    """With a constant gradient, E[g^2] - E[g]^2 is zero up to rounding, and rounds below zero for
+    some entries in float32: its root must not be NaN (torch's formula gives NaN weights there)."""
+    g = np.random.default_rng(0).uniform(0.1, 10, 1000).astype(np.float32)
+    p = gpgan.Variable(np.zeros(1000, np.float32), requires_grad=True)
+    opt = RMSprop([p], lr=1e-3, centered=True)
+    unclipped_nan = False
+    s = np.zeros(1000, np.float32)
+    a = np.zeros(1000, np.float32)
+    for _ in range(3000):
+        p.grad = gpgan.Variable(g)
+        opt.step()
+        s = np.float32(0.99) * s + np.float32(0.01) * (g * g)
+        a = np.float32(0.99) * a + np.float32(0.01) * g
+        unclipped_nan |= bool(np.any(s - a * a < 0))
+    assert unclipped_nan  # the case arises: without the clip these entries' roots are NaN
+    assert np.all(np.isfinite(p.data))
+
+
 # -- common behaviour -------------------------------------------------------------------------------
 def test_step_skips_parameters_without_grad_and_zero_grad_clears(rng):
     p = gpgan.Variable(rng.standard_normal(3), requires_grad=True)

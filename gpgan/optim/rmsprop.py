@@ -9,7 +9,8 @@ class RMSprop(Optimizer):
     """RMSprop as torch.optim.RMSprop computes it:
 
         ``g = grad + weight_decay * p``; ``s = alpha s + (1 - alpha) g^2``;
-        centered: ``a = alpha a + (1 - alpha) g`` and ``d = sqrt(s - a^2) + eps``, else ``d = sqrt(s) + eps``;
+        centered: ``a = alpha a + (1 - alpha) g`` and ``d = sqrt(max(s - a^2, 0)) + eps`` (torch: without the
+            max, NaN where rounding makes the difference negative), else ``d = sqrt(s) + eps``;
         with momentum: ``buf = momentum buf + g / d`` and ``p -= lr buf``, else ``p -= lr g / d``.
 
     Args:
@@ -54,7 +55,10 @@ class RMSprop(Optimizer):
             grad_avg = state["grad_avg"]
             grad_avg *= dt(self.alpha)
             grad_avg += dt(1.0 - self.alpha) * grad
-            denom = xp.sqrt(square_avg - grad_avg * grad_avg)
+            # The variance estimate E[g^2] - E[g]^2 can round below zero where the gradient barely
+            # varies, and its root would be NaN in finite weights: clipped at 0 (torch's formula
+            # otherwise; torch leaves the NaN).
+            denom = xp.sqrt(xp.maximum(square_avg - grad_avg * grad_avg, dt(0.0)))
         else:
             denom = xp.sqrt(square_avg)
         denom += dt(self.eps)

@@ -73,7 +73,8 @@ def _optimizer_section(who, lr, betas):
                        minimum=0, maximum=1, exclusive_max=True),
         "eps": Field("float", 1e-8, f"adam, rmsprop: epsilon of the {who}'s denominator", minimum=0,
                      exclusive_min=True),
-        "momentum": Field("float", 0.0, f"sgd, rmsprop: momentum factor of the {who} (0: none)", minimum=0),
+        "momentum": Field("float", 0.0, f"sgd, rmsprop: momentum factor of the {who} (0: none)", minimum=0,
+                          maximum=1, exclusive_max=True),
         "nesterov": Field("bool", False, f"sgd: Nesterov momentum for the {who} (needs momentum > 0)"),
         "alpha": Field("float", 0.99, f"rmsprop: smoothing constant of the {who}'s squared-gradient average",
                        minimum=0, maximum=1, exclusive_max=True),
@@ -255,8 +256,9 @@ SCHEMA = {
 #: Keys that say where a run trains and where it pauses, not what it computes: a run folder and a
 #: config that differ only here describe the same run (a sweep skips or resumes it).
 VOLATILE_KEYS = ("train.stop_after", "train.cuda_graph", "device")
-#: Keys a resumed run may change: the volatile ones, train.steps (only up) and train.patience (both
-#: say only when the run ends).
+#: Keys a resumed run may change: the volatile ones, train.steps (only up) and train.patience. Both
+#: say when the run ends; train.steps also sets the length of the schedules that follow it (a linear
+#: decay, cosines without schedule.total_images), which a longer run then stretches.
 RESUMABLE_CHANGES = ("train.steps", "train.patience") + VOLATILE_KEYS
 
 
@@ -406,7 +408,7 @@ def _check_optimizers(config):
     for who in ("generator", "critic"):
         section, fields = config["optim"][who], SCHEMA["optim"][who]
         kind, own = section["type"], OPTIMIZER_OPTIONS[section["type"]]
-        for key in sorted(k for keys in OPTIMIZER_OPTIONS.values() for k in keys):
+        for key in sorted({k for keys in OPTIMIZER_OPTIONS.values() for k in keys}):
             if key in own or section[key] == fields[key].default:
                 continue
             readers = [t for t, keys in OPTIMIZER_OPTIONS.items() if key in keys]
