@@ -1253,6 +1253,11 @@ def test_mean_std_and_stderr_tail(tmp_path):
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nset: {penalty.type: r2}\n", "is also an axis"),
     ("base: base.yaml\naxes: {penalty.wieght: [1]}\n", "did you mean 'penalty.weight'"),
     ("base: base.yaml\naxes: {penalty.type: [a/b, a_b]}\n", "get the same folder name"),
+    # values the schema reads as one (1e0 is a string to YAML, 1.0 to the schema): one run, not two
+    ("base: base.yaml\naxes: {penalty.weight: [1, 1e0]}\n",
+     "runs weight-1 and weight-1e0 (penalty.weight=1e0) would train the same config"),
+    ("base: base.yaml\nvariants: {s: {a: {penalty.type: r1}, b: {penalty.type: r1}}}\naxes: {s: [a, b]}\n",
+     "runs s-a and s-b (s=b) would train the same config"),
     ("- just a list\n", "top level: got [just a list]; accepted: a mapping with keys base, axes, set"),
     # values the trainer's schema refuses are caught before any run starts, naming the run
     ("base: base.yaml\naxes: {penalty.type: [r1, r9]}\n",

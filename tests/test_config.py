@@ -160,10 +160,25 @@ def test_overrides_are_typed_by_the_schema(tmp_path):
     ("train=3", "is a section"),
     ("train.steps", "expected key.sub=value"),
     ("train.ema.enabled=maybe", "train.ema.enabled: got 'maybe'; accepted: true or false"),
+    # The first unknown part is named, with its section's keys (it said "valid keys here: " and
+    # nothing for a section that does not exist).
+    ("foo.bar.baz=1", r"unknown key 'foo'; valid keys here: device, model, loss, penalty, optim, train,"),
+    ("train.steps.x=1", r"'train.steps' is a value, not a section: set 'train.steps' itself"),
 ])
 def test_bad_overrides(text, match):
     with pytest.raises(ConfigError, match=match):
         parse_override(text)
+
+
+def test_an_override_does_not_hide_a_section_the_file_got_wrong(tmp_path):
+    """``train: 3`` is an error of the file; --set train.steps=4 replaced the 3 with a mapping and
+    the run trained. An empty section (``train:``) takes the override."""
+    path = tmp_path / "c.yaml"
+    path.write_text("train: 3\n")
+    with pytest.raises(ConfigError, match=r"^cannot set train.steps: 'train' is 3 in the config, not a section"):
+        load_config(path, ["train.steps=4"])
+    path.write_text("train:\n")
+    assert load_config(path, ["train.steps=4"])["train"]["steps"] == 4
 
 
 def test_override_with_wrong_value_names_key(tmp_path):

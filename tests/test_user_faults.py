@@ -324,6 +324,18 @@ def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path
     assert not (source.parent / "fork2").exists()
 
 
+def test_resume_from_a_file_that_is_no_checkpoint_names_that_file(toy_runs, tmp_path):
+    """It named the file's grandparent folder as 'not a run folder'."""
+    _, stopped, _ = toy_runs
+    stray = tmp_path / "notes.txt"
+    stray.write_text("x")
+    for path in (stray, stopped / "config.yaml"):
+        proc = gpgan_train("--resume", str(path), check=2)
+        assert proc.stderr == (f"gpgan-train: error: --resume {path}: a file, but not in a run's checkpoints/ folder; "
+                               "give a run folder to continue it, or one of its checkpoints "
+                               "(RUN_DIR/checkpoints/ckpt_N.npz) to fork a new run from it\n")
+
+
 def test_a_stop_after_the_run_has_passed_is_refused(toy_runs, tmp_path):
     _, stopped, _ = toy_runs
     run = tmp_path / "s"

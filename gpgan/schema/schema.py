@@ -154,13 +154,14 @@ class Schema:
             node = node[part]
         return node
 
-    def hint(self, key, prefix, siblings):
+    def hint(self, key, prefix, siblings, values_only=False):
         """A '; did you mean ...?' for an unknown ``key`` under ``prefix``: the (up to two) closest
-        siblings, else the closest dotted key anywhere, else the list of valid keys there."""
+        siblings, else the closest dotted key anywhere (``values_only``: a key that takes a value,
+        not a section, as ``--set`` needs), else the list of valid keys there."""
         match = closest(key, siblings, n=2)  # two: 'axis' may mean 'axes' as well as 'x_axis'
         if match:
             return "; did you mean " + " or ".join(f"'{prefix}{m}'" for m in match) + "?"
-        match = closest(prefix + key, self.keys())
+        match = closest(prefix + key, [path for path, _ in self.fields()] if values_only else self.keys())
         if match:
             return f"; did you mean '{match[0]}'?"
         return f"; valid keys here: {', '.join(prefix + s for s in siblings)}"
@@ -244,11 +245,16 @@ class Schema:
                 parent = self.lookup(".".join(parts[:i]))
                 if isinstance(parent, Field) and parent.kind == "dict":
                     return key, parse_yaml(value, f"override {text!r}: the value") if value.strip() else None
-            parent_path = ".".join(parts[:-1])
-            parent = self.lookup(parent_path) if parent_path else self.tree
-            siblings = parent if isinstance(parent, dict) else {}
-            prefix = parent_path + "." if parent_path else ""
-            raise ConfigError(f"override {text!r}: unknown key '{key}'{self.hint(parts[-1], prefix, siblings)}")
+            # Name the first part that is not in the schema, with its section's keys (foo.bar: 'foo').
+            section, depth = self.tree, 0
+            while isinstance(section, dict) and parts[depth] in section:
+                section, depth = section[parts[depth]], depth + 1
+            known = ".".join(parts[:depth])
+            if not isinstance(section, dict):
+                raise ConfigError(f"override {text!r}: '{known}' is a value, not a section: set '{known}' itself")
+            prefix = known + "." if known else ""
+            hint = self.hint(parts[depth], prefix, section, values_only=True)
+            raise ConfigError(f"override {text!r}: unknown key '{prefix}{parts[depth]}'{hint}")
         if isinstance(node, dict):
             raise ConfigError(f"override {text!r}: '{key}' is a section; set one of its keys: "
                               + ", ".join(f"{key}.{k}" for k in node))
@@ -283,9 +289,12 @@ class Schema:
             key, value = self.parse_override(item) if isinstance(item, str) else item
             node = config
             parts = key.split(".")
-            for part in parts[:-1]:
-                if not isinstance(node.get(part), dict):
+            for i, part in enumerate(parts[:-1]):
+                if node.get(part) is None:  # absent, or an empty section (``train:`` in YAML)
                     node[part] = {}
+                elif not isinstance(node[part], dict):  # the file's own error, not to be overwritten
+                    raise ConfigError(f"cannot set {key}: '{'.'.join(parts[:i + 1])}' is {_short(node[part])} in the "
+                                      "config, not a section; fix the config file")
                 node = node[part]
             node[parts[-1]] = value
         return config

@@ -65,6 +65,7 @@ the figures of the metrics it holds::
 """
 
 import itertools
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -578,17 +579,25 @@ def _check_config_keys(sweep):
 def _check_run_configs(sweep, specs):
     """Reject, before any run starts, a run whose whole config gpgan-train would refuse (a value
     out of range or not among a key's choices, such as ``penalty.type: r9``), naming the run and
-    its axis values; the first such run is named."""
+    its axis values; the first such run is named. Also two runs that would train one config (axis
+    values that the schema reads as one, such as 1 and 1e0, or variants with the same settings):
+    they would be counted as two seeds' worth of evidence for one run."""
     try:
         from gpgan.train.config import ConfigError
     except ImportError:  # the training package is not importable here: the trainer will judge
         return
+    seen = {}
     for spec in specs:
+        values = ", ".join(f"{k}={format_value(v)}" for k, v in spec.values.items() if v is not IGNORED)
         try:
-            run_config(sweep, spec)
+            config = run_config(sweep, spec)
         except ConfigError as exc:
-            values = ", ".join(f"{k}={format_value(v)}" for k, v in spec.values.items() if v is not IGNORED)
             raise _err(sweep.path, f"run {spec.name} ({values})", str(exc)) from None
+        key = json.dumps(config, sort_keys=True, default=str)
+        if key in seen:
+            raise _err(sweep.path, "axes", f"runs {seen[key]} and {spec.name} ({values}) would train the same "
+                       "config: their values mean one setting; keep one of them")
+        seen[key] = spec.name
 
 
 # ----------------------------------------------------------------------------------------------

@@ -206,6 +206,10 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
 
     comm = comm or LocalCommunicator()
     checkpoint = os.path.abspath(os.fspath(checkpoint))
+    if os.path.basename(os.path.dirname(checkpoint)) != "checkpoints":
+        raise ConfigError(f"--resume {checkpoint}: a file, but not in a run's checkpoints/ folder; give a run "
+                          "folder to continue it, or one of its checkpoints (RUN_DIR/checkpoints/ckpt_N.npz) to fork "
+                          "a new run from it")
     source = _open_run(os.path.dirname(os.path.dirname(checkpoint)))
     verify(checkpoint)  # a damaged file fails here, with a one-line message
     config = resume_config(source, config_path, overrides)
