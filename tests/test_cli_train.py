@@ -91,7 +91,7 @@ def test_same_seed_gives_identical_runs(reference_runs):
 def test_name_of_an_existing_run_is_a_command_line_error(reference_runs):
     _, _, out = reference_runs
     proc = gpgan_train(QUICKSTART, *sets(TINY + ["train.steps=12"]), "--out", str(out), "--name", "a", check=2)
-    assert "--name a:" in proc.stderr and "already holds a run" in proc.stderr and "--resume" in proc.stderr
+    assert f"--name: run folder {out / 'quickstart' / 'a'} already holds a run" in proc.stderr and "--resume" in proc.stderr
 
 
 def test_other_seed_gives_another_run(reference_runs):

@@ -235,10 +235,11 @@ def test_tensorboard_drops_an_attempt_that_a_resume_starts_over(toy_runs, tmp_pa
 
 
 # -- 5-7. names, arguments, configs ------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "."])
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", ".", "a\nb", "tab\there", "x" * 256])
 def test_a_run_name_is_a_plain_name(tmp_path, name):
     proc = gpgan_train(QUICKSTART, "--out", str(tmp_path / "out"), "--name", name, check=2)
-    assert "not a plain folder name" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("gpgan-train: error: --name: run name ")
+    assert ("a folder name takes at most 255" if len(name) > 255 else "not a plain folder name") in proc.stderr
     assert os.listdir(tmp_path) == []
 
 

@@ -102,7 +102,7 @@ def _new_folder(out, config_name_, name):
     try:  # a bad command line (exit 2), found before any work
         return RunFolder.new(out, config_name_, name)
     except (ValueError, FileExistsError) as exc:
-        raise ConfigError(f"--name {name}: {exc}") from None
+        raise ConfigError(f"--name: {exc}") from None
 
 
 def resume_config(run, config_path=None, overrides=()):

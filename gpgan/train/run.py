@@ -48,6 +48,10 @@ class NotARunError(FileNotFoundError):
     """A folder that holds no run (no config.yaml)."""
 
 
+#: The longest folder name, in bytes, on Linux's and macOS's file systems.
+_NAME_MAX = 255
+
+
 def _timestamp():
     return datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
 
@@ -74,9 +78,13 @@ class RunFolder:
     def check_name(name):
         """Refuse a run name that is not one plain folder name (it would write elsewhere)."""
         if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name
-                or "\\" in name or os.sep in name or (os.altsep and os.altsep in name) or "\0" in name):
+                or "\\" in name or os.sep in name or (os.altsep and os.altsep in name)
+                or any(ord(c) < 32 or ord(c) == 127 for c in name)):
             raise RunNameError(f"run name {name!r} is not a plain folder name: it may not be empty, contain "
-                               "a path separator, or be '.' or '..'")
+                               "a path separator or a control character (a newline, a tab), or be '.' or '..'")
+        if len(name.encode("utf-8", "surrogateescape")) > _NAME_MAX:
+            raise RunNameError(f"run name {name[:40]!r}... is {len(name.encode('utf-8', 'surrogateescape'))} bytes "
+                               f"long; a folder name takes at most {_NAME_MAX}")
         return name
 
     @classmethod
