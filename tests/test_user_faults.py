@@ -282,7 +282,11 @@ def test_an_output_path_through_a_file_names_that_file(toy_runs, image_run, tmp_
     sweep.write_text(f"base: {QUICKSTART}\nset: {{train.steps: 1}}\naxes:\n  train.seed: [0]\n")
     commands = [(sample_cli.main, [str(straight), "--out", str(blocker / "grid.png")], "gpgan-sample"),
                 (sample_cli.main, [str(image_run), "--out-dir", str(blocker / "pngs"), "--n", "2"], "gpgan-sample"),
-                (ablate_cli.main, [str(sweep), "--out", str(blocker / "study")], "gpgan-ablate")]
+                (ablate_cli.main, [str(sweep), "--out", str(blocker / "study")], "gpgan-ablate"),
+                # said before any run (and by --dry-run, which listed the runs "in" the file)
+                (ablate_cli.main, [str(sweep), "--out", str(blocker), "--dry-run"], "gpgan-ablate"),
+                (ablate_cli.main, [str(sweep), "--out", str(tmp_path / "study"), "--report-dir", str(blocker / "r")],
+                 "gpgan-ablate")]
     for main, args, program in commands:
         assert main(args) == 1
         assert capsys.readouterr().err == f"{program}: error: {blocker}: a file, not a folder\n"

@@ -17,6 +17,7 @@ import signal
 import sys
 
 from gpgan.cli._console import Console
+from gpgan.files import check_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.records import RecordsError, export_records
 from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
@@ -190,6 +191,14 @@ def main(argv=None):
             CONSOLE.warn("--cluster ray: one GPU per run, picked by Ray (the ids in --devices are not used)")
     else:
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
+
+    # A file where --out or --report-dir must be a folder: said now, not after hours of runs.
+    for folder in (out, args.report_dir):
+        try:
+            if folder is not None:
+                check_folder_path(folder)
+        except NotADirectoryError as exc:
+            return CONSOLE.error(CONSOLE.text(exc))
 
     if args.export_records is not None:
         given = [flag for flag, value in (("--report-only", args.report_only), ("--dry-run", args.dry_run),

@@ -11,8 +11,8 @@ import re
 import shutil
 import tempfile
 
-__all__ = ["append_text", "atomic_write", "describe_os_error", "is_temporary", "make_folder", "replaced_folder",
-           "staged_folder"]
+__all__ = ["append_text", "atomic_write", "check_folder_path", "describe_os_error", "is_temporary", "make_folder",
+           "replaced_folder", "staged_folder"]
 
 _TMP_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
@@ -23,6 +23,16 @@ def is_temporary(name):
     return bool(_TEMPORARY.match(name))
 
 
+def check_folder_path(folder):
+    """Raise the NotADirectoryError :func:`make_folder` would raise, naming the file that stands
+    where a folder of ``folder``'s path must be; makes nothing (a check before long work)."""
+    part = os.path.abspath(folder)
+    while part != os.path.dirname(part):
+        if os.path.lexists(part) and not os.path.isdir(part):
+            raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder", part)
+        part = os.path.dirname(part)
+
+
 def make_folder(folder):
     """``os.makedirs(folder, exist_ok=True)``; when a file stands where a folder of the path must be,
     the NotADirectoryError names that file (Python's own error names ``folder`` and says "File
@@ -30,11 +40,10 @@ def make_folder(folder):
     try:
         os.makedirs(folder, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
-        part = os.path.abspath(folder)
-        while part != os.path.dirname(part):
-            if os.path.lexists(part) and not os.path.isdir(part):
-                raise NotADirectoryError(errno.ENOTDIR, "a file, not a folder", part) from None
-            part = os.path.dirname(part)
+        try:
+            check_folder_path(folder)
+        except NotADirectoryError as exc:
+            raise exc from None
         raise
 
 
