@@ -1043,6 +1043,17 @@ def test_metric_figure_linear_categorical_and_point_plot_axes(tmp_path):
     assert not (tmp_path / "none.png").exists()
 
 
+def test_a_metric_no_run_logged_is_named(tmp_path, fake, capsys):
+    """A misspelt metric in the sweep file gave empty columns and no word about it."""
+    sweep = write_sweep(tmp_path, TINY.replace("metrics: [eval/modes, {eval/reverse_kl: min}]",
+                                               "metrics: [eval/modes, eval/mdoes]"))
+    assert main([str(sweep), "--out", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert (f"gpgan-ablate: warning: no finished run logged eval/mdoes (metrics: in {sweep}); a run's "
+            "metrics.jsonl has the names it logs") in err
+    assert "logged eval/modes" not in err
+
+
 def test_report_marks_and_names_an_infinite_setting(tmp_path, monkeypatch):
     """A reverse KL of inf (a collapsed run) is drawn as a mark and named in the figure's caption."""
     script = tmp_path / "fake_inf.py"

@@ -176,6 +176,17 @@ def _export(sweep, out, dest):
     return 0
 
 
+def _warn_unlogged_metrics(sweep, records):
+    """Name the sweep file's metrics that no finished run logged (a misspelt name gives empty
+    columns otherwise)."""
+    finished = [r for r in records if r.status == "finished"]
+    logged = set().union(*(r.final.keys() for r in finished)) if finished else set()
+    missing = [name for name, _ in sweep.metrics if finished and name not in logged]
+    if missing:
+        CONSOLE.warn(f"no finished run logged {', '.join(missing)} (metrics: in {sweep.path}); a run's "
+                     "metrics.jsonl has the names it logs")
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
     try:
@@ -246,6 +257,7 @@ def main(argv=None):
         records = write_report(sweep, out, args.report_dir)
     except OSError as exc:
         return CONSOLE.error(f"the report could not be written: {CONSOLE.text(exc)}")
+    _warn_unlogged_metrics(sweep, records)
     failed = [r for r in records if r.status == "failed"]
     diverged = [r for r in records if r.status == "diverged"]
     incomplete = [r for r in records if r.status not in ("finished", "failed", "diverged")]
