@@ -122,7 +122,8 @@ def test_toy_scatter_and_errors(runs, capsys):
     assert sample_cli.main([str(toy_run), "--n", "300", "--out", str(out)]) == 0
     assert _size(out) == (560, 560)
     assert sample_cli.main([str(toy_run), "--interpolate", "--out", str(out)]) == 1
-    assert "need image data" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--interpolate needs image data" in err and "--grid" not in err  # only what was given
     assert sample_cli.main([str(tmp / "nowhere"), "--out", str(out)]) == 1
     assert "neither a run folder nor a checkpoint" in capsys.readouterr().err
     with pytest.raises(SystemExit) as info:  # argparse's usage error
@@ -144,6 +145,133 @@ def test_bad_arguments_exit_2_naming_them(runs, tmp_path, capsys, args, message)
     err = capsys.readouterr().err
     assert info.value.code == 2 and message in err and "Error" not in err
     assert not (tmp_path / "g.png").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--interpolate", "--n", "3", "--out", "a.npz"], "--interpolate makes a picture, but --out {tmp}/a.npz writes "
+                                                      "the samples themselves: use --out FILE.png (or .jpg)"),
+    (["--grid", "2x2", "--out-dir", "pngs"], "--grid 2x2 makes a picture, but --out-dir {tmp}/pngs writes"),
+    (["--side-by-side", "--interpolate", "--out", "a.npz"], "--interpolate and --side-by-side make a picture"),
+])
+def test_picture_options_with_sample_files_exit_2_naming_what_was_given(runs, tmp_path, capsys, args, message):
+    img_run, _, _ = runs
+    args = [str(tmp_path / a) if a in ("a.npz", "pngs") else a for a in args]
+    with pytest.raises(SystemExit) as info:
+        sample_cli.main([str(img_run), *args])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and message.format(tmp=tmp_path) in err, err
+    if "--grid" not in args:
+        assert "--grid" not in err.splitlines()[-1]
+    assert os.listdir(tmp_path) == []
+
+
+def test_latents_are_drawn_a_batch_at_a_time_and_are_those_of_one_draw(runs, tmp_path, monkeypatch):
+    from gpgan.data import to_uint8
+
+    img_run, toy_run, _ = runs
+    drawn, real_batches = [], sample_cli.batches
+    monkeypatch.setattr(sample_cli, "batches", lambda g, noise, *a, **k: drawn.append(len(noise)) or
+                        real_batches(g, noise, *a, **k))
+    folder = tmp_path / "pngs"
+    assert sample_cli.main([str(img_run), "--n", "7", "--batch-size", "3", "--seed", "2", "--quiet",
+                            "--out-dir", str(folder)]) == 0
+    assert drawn == [3, 3, 1]  # never more latents in memory than one batch
+    run, ckpt = sample_cli.resolve_source(str(img_run))
+    generator = sample_cli.load_generator(run, ckpt)[0]
+    expected = to_uint8(sample_cli.generate(generator, np.random.default_rng(2).standard_normal((7, 8)), "cpu",
+                                            3)).transpose(0, 2, 3, 1)
+    for k in range(7):
+        np.testing.assert_array_equal(_pixels(folder / f"{k:06d}.png"), expected[k])
+    drawn.clear()
+    out = tmp_path / "p.npz"
+    assert sample_cli.main([str(toy_run), "--n", "10", "--batch-size", "4", "--seed", "2", "--out", str(out)]) == 0
+    assert drawn == [4, 4, 2]
+    run, ckpt = sample_cli.resolve_source(str(toy_run))
+    generator = sample_cli.load_generator(run, ckpt)[0]
+    noise = np.random.default_rng(2).standard_normal((10, int(generator.latent_dim)))
+    with np.load(out) as f:
+        np.testing.assert_array_equal(f["points"], sample_cli.generate(generator, noise, "cpu", 4))
+
+
+# Sizes past what any machine can address (NumPy: MemoryError; past 2**63 bytes, ValueError).
+@pytest.mark.parametrize("run, args, message", [
+    (0, ["--n", f"{10 ** 15}", "--out", "o/a.npz"], "--n 1,000,000,000,000,000: 1,000,000,000,000,000 images "
+                                                    "(3,072,000,000.0 GB) do not fit in memory; give a smaller --n, "
+                                                    "or write one PNG per image with --out-dir DIR"),
+    (0, ["--n", f"{10 ** 19}", "--out", "o/a.npz"], "do not fit in memory; give a smaller --n, or write one PNG"),
+    (1, ["--n", f"{10 ** 17}", "--out", "o/p.npz"], "--n 100,000,000,000,000,000: 100,000,000,000,000,000 points "),
+    (1, ["--n", f"{10 ** 17}", "--out", "o/p.png"], "points (800,000,000.0 GB) do not fit in memory; give a "
+                                                    "smaller --n\n"),
+    (0, ["--scale", f"{10 ** 6}", "--out", "o/g.png"], "--scale 1000000: a grid picture of 274,000,000 x 274,000,000 "
+                                                       "pixels does not fit in memory; give a smaller --scale"),
+    (0, ["--scale", f"{10 ** 9}", "--out", "o/g.png"], "--scale 1000000000: a grid picture of"),
+    (0, ["--n", f"{10 ** 17}", "--batch-size", f"{10 ** 17}", "--out-dir", "pngs"],
+     "out of memory generating a batch of 100,000,000,000,000,000 samples: give a smaller --batch-size"),
+])
+def test_more_than_memory_holds_is_one_line_naming_the_option(runs, tmp_path, capsys, run, args, message):
+    args = [str(tmp_path / a) if a.startswith("o/") or a == "pngs" else a for a in args]
+    assert sample_cli.main([str(runs[run]), *args, "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpgan-sample: error: ") and err.count("\n") == 1, err
+    assert message in err and "Error" not in err and "Traceback" not in err, err
+    assert os.listdir(tmp_path) == []  # not even the folder
+
+
+def test_a_jpeg_picture_past_its_size_limit_is_refused_in_one_line(runs, tmp_path, capsys):
+    img_run, _, _ = runs
+    out = tmp_path / "wide.jpg"
+    assert sample_cli.main([str(img_run), "--grid", "1x2000", "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--out {out}: the picture is 68,002 x 60 pixels, more than a JPEG holds (65,500 a " \
+        "side); write a .png" in err, err
+    assert os.listdir(tmp_path) == []
+
+
+def test_ctrl_c_leaves_nothing_and_says_so(runs, tmp_path, capsys, monkeypatch):
+    from PIL import Image as PILImage
+
+    img_run, _, _ = runs
+    real_save, saved = PILImage.Image.save, []
+
+    def interrupted(self, fp, *args, **kwargs):
+        if len(saved) == 3:
+            raise KeyboardInterrupt
+        saved.append(fp)
+        return real_save(self, fp, *args, **kwargs)
+
+    monkeypatch.setattr(PILImage.Image, "save", interrupted)
+    assert sample_cli.main([str(img_run), "--n", "6", "--batch-size", "2", "--out-dir", str(tmp_path / "pngs")]) == 130
+    assert capsys.readouterr().err == "\ngpgan-sample: interrupted; nothing written\n"
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(PILImage.Image, "save", real_save)
+    real_batches = sample_cli.batches
+
+    def second_batch_interrupted(generator, noise, *args, **kwargs):
+        if len(noise) < 2:
+            raise KeyboardInterrupt
+        return real_batches(generator, noise, *args, **kwargs)
+
+    monkeypatch.setattr(sample_cli, "batches", second_batch_interrupted)
+    assert sample_cli.main([str(img_run), "--n", "3", "--batch-size", "2", "--out", str(tmp_path / "o" / "a.npz")]) \
+        == 130
+    assert capsys.readouterr().err == "\ngpgan-sample: interrupted; nothing written\n"
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(sample_cli, "batches", real_batches)
+    # Into an existing folder the PNG files are moved one by one: a Ctrl-C then may leave some.
+    folder = tmp_path / "pngs"
+    folder.mkdir()
+    real_replace, moved = os.replace, []
+
+    def replace_interrupted(src, dst):
+        if len(moved) == 1:
+            raise KeyboardInterrupt
+        moved.append(dst)
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace_interrupted)
+    assert sample_cli.main([str(img_run), "--n", "3", "--out-dir", str(folder)]) == 130
+    assert capsys.readouterr().err == f"\ngpgan-sample: interrupted; some of the PNG files may be in {folder} already\n"
+    assert os.listdir(folder) == ["000000.png"] and os.listdir(tmp_path) == ["pngs"]
 
 
 def test_out_dir_that_is_a_file_exits_2(runs, tmp_path, capsys):

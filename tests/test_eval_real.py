@@ -202,6 +202,9 @@ def test_missing_or_too_little_data_fails_in_one_line(data, pixel_network, capsy
          "cifar10:train, cifar10:test or a folder of PNG/JPEG images, or a statistics file (.npz)"),
         (["real", "cifar10:test", "--ref", str(data / "none.npz"), "--metrics", "fid", *cifar],
          f"statistics file {data / 'none.npz'} does not exist"),
+        (["real", str(data / "cifar" / "test_batch"), "--ref", "cifar10:train", *cifar],
+         f"SOURCE {data / 'cifar' / 'test_batch'}: is a file, not a folder of images ({data / 'cifar' / 'test_batch'}); "
+         "accepted: cifar10:train, cifar10:test or a folder of PNG/JPEG images"),
     ]
     three = data / "three"
     three.mkdir()

