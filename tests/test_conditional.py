@@ -126,6 +126,10 @@ def test_conditional_r3gan_run_trains_and_feeds_labels(tmp_path):
     from gpgan.data import to_uint8
     np.testing.assert_array_equal(np.load(tmp_path / "c3.npz")["images"], to_uint8(expected).transpose(0, 2, 3, 1))
     assert sample([str(run), "--class", "10", "--out", str(tmp_path / "x.png"), "--quiet"]) == 1
+    # An interpolation fills whole rows: --n 3 is 2 rows of 2 images, each with its class (it had 3
+    # labels for the 4 latents).
+    assert sample([str(run), "--interpolate", "--n", "3", "--class", "3", "--out", str(tmp_path / "i.png"),
+                   "--quiet"]) == 0
     labels, cols = class_grid(20, 10)
     assert cols == 2 and list(labels[:4]) == [0, 0, 1, 1] and labels[-1] == 9
 

@@ -283,6 +283,7 @@ def _grid(args, generator, rng, latent):
     if args.interpolate:
         if cols < 2:
             raise ValueError("--interpolate needs at least 2 columns")
+        n = rows * cols  # whole rows: each is one interpolation (--n 3 gives 2 rows of 2)
         z0, z1 = rng.standard_normal((rows, latent)), rng.standard_normal((rows, latent))
         z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
     else:
