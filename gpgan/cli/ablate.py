@@ -180,8 +180,10 @@ def _warn_unlogged_metrics(sweep, records):
     """Name the sweep file's metrics that no finished run logged (a misspelt name gives empty
     columns otherwise)."""
     finished = [r for r in records if r.status == "finished"]
-    logged = set().union(*(r.final.keys() for r in finished)) if finished else set()
-    missing = [name for name, _ in sweep.metrics if finished and name not in logged]
+    if not finished:
+        return
+    logged = set().union(*(r.final.keys() for r in finished))
+    missing = [name for name, _ in sweep.metrics if name not in logged]
     if missing:
         CONSOLE.warn(f"no finished run logged {', '.join(missing)} (metrics: in {sweep.path}); a run's "
                      "metrics.jsonl has the names it logs")

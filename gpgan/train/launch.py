@@ -206,11 +206,12 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
 
     comm = comm or LocalCommunicator()
     checkpoint = os.path.abspath(os.fspath(checkpoint))
-    if os.path.basename(os.path.dirname(checkpoint)) != "checkpoints":
+    run_dir = os.path.dirname(os.path.dirname(checkpoint))
+    if RunFolder(run_dir).checkpoints_dir != os.path.dirname(checkpoint):
         raise ConfigError(f"--resume {checkpoint}: a file, but not in a run's checkpoints/ folder; give a run "
                           "folder to continue it, or one of its checkpoints (RUN_DIR/checkpoints/ckpt_N.npz) to fork "
                           "a new run from it")
-    source = _open_run(os.path.dirname(os.path.dirname(checkpoint)))
+    source = _open_run(run_dir)
     verify(checkpoint)  # a damaged file fails here, with a one-line message
     config = resume_config(source, config_path, overrides)
     group = os.path.dirname(source.path)  # <out>/<config name> of the original run

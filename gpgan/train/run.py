@@ -82,9 +82,10 @@ class RunFolder:
                 or any(ord(c) < 32 or ord(c) == 127 for c in name)):
             raise RunNameError(f"run name {name!r} is not a plain folder name: it may not be empty, contain "
                                "a path separator or a control character (a newline, a tab), or be '.' or '..'")
-        if len(name.encode("utf-8", "surrogateescape")) > _NAME_MAX:
-            raise RunNameError(f"run name {name[:40]!r}... is {len(name.encode('utf-8', 'surrogateescape'))} bytes "
-                               f"long; a folder name takes at most {_NAME_MAX}")
+        size = len(os.fsencode(name))  # bytes as the file system stores the name
+        if size > _NAME_MAX:
+            raise RunNameError(f"run name {name[:40]!r}... is {size} bytes long; a folder name takes at most "
+                               f"{_NAME_MAX}")
         return name
 
     @classmethod
