@@ -62,6 +62,8 @@ def test_unknown_key_names_closest_valid_key(raw, wrong, suggestion):
     ({"device": "tpu"}, "device", "'tpu'", "one of 'cpu', 'cuda'"),
     ({"loss": "wasserstein"}, "loss", "'wasserstein'", "'wgan'"),
     ({"train": {"batch_size": True}}, "train.batch_size", "true", "an integer"),
+    # a seed is one 32-bit word (a larger one would share another seed's streams), its bound in full
+    ({"train": {"seed": 2**32}}, "train.seed", "4294967296", "an integer >= 0 and <= 4294967295"),
 ])
 def test_wrong_type_or_range_names_key_value_and_accepted(raw, key, value, accepted):
     with pytest.raises(ConfigError) as info:

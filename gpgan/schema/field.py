@@ -77,9 +77,9 @@ class Field:
             }[self.kind]
             bounds = []
             if self.minimum is not None:
-                bounds.append(f"{'>' if self.exclusive_min else '>='} {self.minimum:g}")
+                bounds.append(f"{'>' if self.exclusive_min else '>='} {_number(self.minimum)}")
             if self.maximum is not None:
-                bounds.append(f"{'<' if self.exclusive_max else '<='} {self.maximum:g}")
+                bounds.append(f"{'<' if self.exclusive_max else '<='} {_number(self.maximum)}")
             if bounds:
                 joined = " and ".join(bounds)
                 text += f", each {joined}" if self.kind == "floats" else f" {joined}"
@@ -191,3 +191,8 @@ class Field:
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{yaml_kind(value)}, not a list")
         return copy.deepcopy(list(value))
+
+
+def _number(bound):
+    """A bound as the error message writes it: whole numbers in full (a seed's 4294967295), others short."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"

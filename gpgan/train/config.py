@@ -142,7 +142,10 @@ SCHEMA = {
                            "the operands of every float32 product (convolutions, linear layers) to bfloat16 and "
                            "accumulates in float32; weights, optimizer and everything else stay float32 "
                            "(the CPU trains in float32)", choices=list(MATMUL_PRECISIONS)),
-        "seed": Field("int", 0, "seed of weights, noise, data order and penalties", minimum=0),
+        # One 32-bit word: the streams are seeded with (seed, stream, ...), and NumPy splits a larger
+        # seed into two words, so seed 2**32 + x would draw seed x's numbers of another stream.
+        "seed": Field("int", 0, "seed of weights, noise, data order and penalties", minimum=0,
+                      maximum=2**32 - 1),
         "ema": {
             "enabled": Field("bool", False, "keep an exponential moving average of the generator's "
                              "weights (used for samples and evaluation)"),
