@@ -1621,3 +1621,24 @@ def test_studies_import_the_stop_contract_not_the_training_loop():
     env = stop_with_parent({}, 4321)
     assert env == {PARENT_ENV: "4321"} and parent_to_watch(env) == 4321
     assert parent_to_watch({}) is None and parent_to_watch({PARENT_ENV: "x"}) is None
+
+
+def test_dry_run_checks_new_runs_as_gpgan_train_does(tmp_path, capsys):
+    # A model option only the model's constructor refuses passes the schema: the dry run builds
+    # each run to start, as gpgan-train --dry-run does, and names every run that would fail.
+    base = "base: " + str(REPO / "configs" / "quickstart.yaml") + "\n"
+    path = write_sweep(tmp_path, "base: base.yaml\naxes: {model.critic_options.activation: [relu, foo, bar]}\n",
+                       base_text=base)
+    out = tmp_path / "out"
+    assert main([str(path), "--out", str(out), "--dry-run"]) == 2  # a config gpgan-train refuses
+    captured = capsys.readouterr()
+    assert "3 runs in" in captured.out
+    errors = [line for line in captured.err.splitlines() if "error:" in line]
+    assert len(errors) == 2 and "run activation-foo: " in errors[0] and "run activation-bar: " in errors[1]
+    assert "'foo'" in errors[0] and "relu" in errors[0] and "Traceback" not in captured.err
+    assert not out.exists() and not (tmp_path / "experiments").exists()
+    path = write_sweep(tmp_path, "base: base.yaml\naxes: {model.critic_options.activation: [relu, tanh]}\n",
+                       name="good.yaml")
+    assert main([str(path), "--out", str(out), "--dry-run"]) == 0
+    assert "pass gpgan-train's --dry-run checks" in capsys.readouterr().err
+    assert not out.exists()

@@ -21,6 +21,7 @@ from gpgan.files import check_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.records import RecordsError, export_records
 from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
+from gpgan.studies.sweep import override_args
 from gpgan.train.run import RunFolder
 
 
@@ -119,7 +120,8 @@ def build_parser():
                    help="the Ray cluster's head (default: $RAY_ADDRESS, else 'auto': a Ray cluster already "
                         "running on this machine, started with `ray start --head`; none is started)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each; run nothing")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each, and check each run to start "
+                        "as gpgan-train --dry-run does; run nothing")
     p.add_argument("--export-records", metavar="DIR", default=None,
                    help="copy what the report reads of each finished, failed or diverged run (no checkpoints) "
                         "into DIR, replacing it whole; `--out DIR --report-only` then rebuilds the same report "
@@ -143,6 +145,32 @@ def _where(action, run_dir, steps):
         return f" (from step {latest[0]:,} of {run.read_config(validate=False)['train']['steps']:,})"
     except (OSError, ValueError, KeyError, TypeError):  # another trainer's folder, a damaged config
         return f" (from step {latest[0]:,})"
+
+
+def _check_new_runs(sweep, plan, on_cuda):
+    """Check each run the sweep would start as ``gpgan-train --dry-run`` checks a config (the
+    schema, then what only building it finds: model options, the data, the device, the Inception
+    weights and the metrics' reference), naming every run that would fail. Returns the exit
+    status: 0, 2 where some run's config is refused, else 1 (as gpgan-train's)."""
+    from gpgan.train.config import ConfigError
+    from gpgan.train.launch import plan_run
+
+    status = 0
+    for spec, action, _, _ in plan:
+        if action not in ("start", "restart"):
+            continue  # resumed and extended runs were checked against their own configs above
+        overrides = override_args(spec) + (["device=cuda"] if on_cuda else [])
+        try:
+            plan_run(str(sweep.base), overrides)  # (a run folder's path is computed, nothing is written)
+        except ConfigError as exc:
+            status = 2
+            CONSOLE.error(f"run {spec.name}: {CONSOLE.text(exc)}")
+        except (OSError, RuntimeError, ValueError, TypeError) as exc:
+            status = status or 1
+            CONSOLE.error(f"run {spec.name}: {CONSOLE.text(exc)}")
+    if status == 0 and any(action in ("start", "restart") for _, action, _, _ in plan):
+        CONSOLE.say("the runs to start pass gpgan-train's --dry-run checks")
+    return status
 
 
 def _stop_on_sigint():
@@ -230,7 +258,10 @@ def main(argv=None):
         for spec, action, run_dir, steps in plan:
             print(f"{action:8s} {spec.name}{_where(action, run_dir, steps)}")
         print(f"{len(plan)} runs in {out}")
-        return 0
+        if args.cluster == "ray":
+            CONSOLE.say("the runs to start are checked where they train (--cluster ray), not here")
+            return 0
+        return _check_new_runs(sweep, plan, bool(args.devices))
 
     if not args.report_only:
         _stop_on_sigint()

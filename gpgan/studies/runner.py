@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from gpgan.files import atomic_write, make_folder
-from gpgan.studies.sweep import SweepError, expand_runs, override_text, run_config
+from gpgan.studies.sweep import SweepError, expand_runs, override_args, run_config
 from gpgan.studies.trainers import LocalTrainers
 from gpgan.train.run import EXIT_DIVERGED, RunFolder
 
@@ -298,8 +298,8 @@ class _Runner:
                 cmd += ["--set", f"train.steps={steps}"]
         else:
             cmd = self.trainer + [os.path.realpath(self.sweep.base)]
-            for key, value in spec.overrides:
-                cmd += ["--set", f"{key}={override_text(value)}"]
+            for override in override_args(spec):
+                cmd += ["--set", override]
             cmd += ["--out", os.path.realpath(runs_root(self.out_dir)), "--name", spec.name]
         if device is not None or self.trainers.forces_cuda:
             cmd += ["--device", "cuda"]

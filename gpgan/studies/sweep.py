@@ -554,7 +554,12 @@ def run_config(sweep, spec):
     OSError where the trainer would refuse it)."""
     from gpgan.train.config import load_config
 
-    return load_config(str(sweep.base), [f"{k}={override_text(v)}" for k, v in spec.overrides])
+    return load_config(str(sweep.base), override_args(spec))
+
+
+def override_args(spec):
+    """Run ``spec``'s overrides as gpgan-train's ``--set`` takes them (``key=value``), in order."""
+    return [f"{k}={override_text(v)}" for k, v in spec.overrides]
 
 
 def _check_config_keys(sweep):
