@@ -229,8 +229,10 @@ def test_the_report_lists_what_gpgan_eval_scored_afterwards(tmp_path, fake):
     run = next((out / "runs").glob("*/type-r1__weight-1.0__seed-0"))
     scored = {"checkpoint": str(run / "checkpoints" / "best.npz"), "weights": "ema", "samples": 5000,
               "seed": 0, "metrics": ["fid", "kid"], "reference": "cifar10:test (1,017 images)"}
-    (run / "eval_000003.json").write_text(json.dumps(
+    (run / "eval_000003_cifar10-test.json").write_text(json.dumps(
         {**scored, "step": 3, "scores": {"eval/fid": 41.25, "eval/kid": 0.0123, "eval_std/kid": 0.0004}}))
+    (run / "eval_000003.json").write_text(json.dumps(  # the same step against the run's own reference
+        {**scored, "step": 3, "reference": "cifar10:train (5,085 images)", "scores": {"eval/fid": 30.5}}))
     (run / "eval_000002.json").write_text(json.dumps({**scored, "step": 2, "weights": "raw",
                                                       "scores": {"eval/fid": 50.5, "eval/precision": 0.61}}))
     (run / "eval_000001.json").write_text("{not json")
@@ -241,10 +243,12 @@ def test_the_report_lists_what_gpgan_eval_scored_afterwards(tmp_path, fake):
             "|---|---|---|---|---|---|---|---|---|\n"
             "| `type-r1__weight-1.0__seed-0` | 2 | `best.npz` | raw | 5,000 | cifar10:test (1,017 images) | 50.5 | 0.61 "
             "| n/a |\n"
+            "| `type-r1__weight-1.0__seed-0` | 3 | `best.npz` | ema | 5,000 | cifar10:train (5,085 images) | 30.5 | n/a "
+            "| n/a |\n"
             "| `type-r1__weight-1.0__seed-0` | 3 | `best.npz` | ema | 5,000 | cifar10:test (1,017 images) | 41.25 | n/a "
             "| 0.0123 ± 0.0004 |\n") in report
     section = report[report.index("## Scored afterwards"):report.index("## Failures")]
-    assert section.count("`type-r1__weight-1.0__seed-0` | ") == 2  # the broken and foreign files: no rows
+    assert section.count("`type-r1__weight-1.0__seed-0` | ") == 3  # the broken and foreign files: no rows
 
 
 def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):

@@ -356,9 +356,14 @@ def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs,
     pictures = np.random.default_rng(1).integers(0, 256, (4, 32, 32, 3), dtype=np.uint8)
     for i, picture in enumerate(pictures):
         Image.fromarray(picture).save(faces / f"{i}.png")
+    own = RunFolder(runs.m).eval_path(step)
+    before = open(own).read() if os.path.exists(own) else None
     assert eval_cli.main([str(best), "--n", "5", "--no-ema", "--seed", "3", "--ref", str(faces), "--quiet"]) == 0
-    with open(RunFolder(runs.m).eval_path(step)) as f:
+    # Against another reference than the run's own: a file of its own, named after it.
+    assert RunFolder(runs.m).eval_path(step, str(faces)) == str(runs.m / f"eval_{step:06d}_faces.json")
+    with open(RunFolder(runs.m).eval_path(step, str(faces))) as f:
         written = json.load(f)
+    assert (open(own).read() if os.path.exists(own) else None) == before
     assert written["weights"] == "raw" and written["seed"] == 3 and written["metrics"] == ["fid", "kid", "is"]
     assert written["reference"] == f"{faces} (4 images)"
     assert written["scores"] == pytest.approx(expected_scores(runs.m, best, ["fid", "kid", "is"], 5, seed=3, ema=False,
@@ -373,7 +378,7 @@ def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs,
         np.testing.assert_array_equal(npz["mu"], feature_statistics(real)[0])
     capsys.readouterr()
     assert eval_cli.main([str(runs.m), "--n", "4", "--ref", str(stats), "--quiet"]) == 0  # fid and is by default
-    assert json.loads((runs.m / "eval_000004.json").read_text())["scores"] == pytest.approx(
+    assert json.loads((runs.m / "eval_000004_cifar_train.json").read_text())["scores"] == pytest.approx(
         expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["fid", "is"], 4,
                         real=load_cifar10(str(runs.cifar))[0]), rel=1e-12)
 
@@ -389,7 +394,7 @@ def test_gpgan_eval_density_and_coverage_against_a_folder(runs, pixel_network, t
         Image.fromarray(picture).save(folder / f"{i:02d}.png")
     assert eval_cli.main([str(runs.m), "--n", "8", "--metrics", "dc,pr", "--ref", str(folder), "--quiet"]) == 0
     out = capsys.readouterr().out
-    written = json.loads((runs.m / "eval_000004.json").read_text())
+    written = json.loads((runs.m / "eval_000004_twelve.json").read_text())
     want = expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["pr", "dc"], 8,
                            real=pictures.transpose(0, 3, 1, 2))
     assert list(written["scores"]) == ["eval/precision", "eval/recall", "eval/density", "eval/coverage"]

