@@ -92,6 +92,27 @@ def test_a_failed_staged_folder_leaves_the_folder_as_it_was_and_names_the_files_
     assert sorted(os.listdir(tmp_path)) == ["pngs"]
 
 
+def test_a_failed_write_removes_the_folders_it_made_and_keeps_those_that_were_there(tmp_path):
+    (tmp_path / "kept").mkdir()
+
+    def interrupted(f):
+        raise KeyboardInterrupt  # Ctrl-C mid-write, as a full disk would stop it
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "kept" / "a" / "b" / "out.txt", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        with staged_folder(tmp_path / "kept" / "o" / "dd") as staging:
+            (tmp_path / staging / "0.png").write_text("x")
+            raise KeyboardInterrupt
+    assert os.listdir(tmp_path) == ["kept"] and os.listdir(tmp_path / "kept") == []
+    # A folder that gained another file meanwhile stays (and so do those above it).
+    with pytest.raises(OSError):
+        with staged_folder(tmp_path / "kept" / "o" / "dd"):
+            (tmp_path / "kept" / "o" / "other.txt").write_text("other")
+            raise OSError(errno.ENOSPC, "No space left on device")
+    assert os.listdir(tmp_path / "kept" / "o") == ["other.txt"]
+
+
 def test_replaced_folder_swaps_the_whole_folder_or_leaves_it(tmp_path):
     out = tmp_path / "records"
     with replaced_folder(out) as staging:

@@ -47,6 +47,26 @@ def make_folder(folder):
         raise
 
 
+def _missing_folders(path):
+    """The folders above ``path`` that do not exist yet, outermost first (those a write of
+    ``path`` makes, and a failed one removes again)."""
+    missing = []
+    folder = os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    return missing[::-1]
+
+
+def _remove_made(folders):
+    """Remove ``folders`` (from :func:`_missing_folders`) innermost first while they are empty."""
+    for folder in reversed(folders):
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (another writer's files), or gone: leave it and those above
+            return
+
+
 def _umask():
     mask = os.umask(0)
     os.umask(mask)
@@ -126,9 +146,14 @@ def atomic_write(path, content):
     """Write ``path`` atomically. ``content``: bytes, str (UTF-8), or a function that writes
     into the binary file object it is given. The folder is created if needed. On failure (a full
     disk) the temporary file is removed, ``path`` keeps what it held, and the OSError names
-    ``path``."""
+    ``path``; the folders it made for ``path`` are removed again."""
     path = os.fspath(path)
-    tmp = _temporary_beside(path, folder=False)
+    made = _missing_folders(path)
+    try:
+        tmp = _temporary_beside(path, folder=False)
+    except BaseException:
+        _remove_made(made)
+        raise
     try:
         with open(tmp, "wb") as f:
             if callable(content):
@@ -141,6 +166,7 @@ def atomic_write(path, content):
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        _remove_made(made)
         _name_the_file(exc, path)
         raise
     _fsync_folder(os.path.dirname(os.path.abspath(path)))
@@ -151,10 +177,17 @@ def staged_folder(out_dir):
     """Fill ``out_dir`` all at once: yields a new hidden folder beside it (same filesystem) to
     write into; when the block ends without an error its files are moved into ``out_dir`` (made
     if needed; renames, so no new space is needed), else they are removed and ``out_dir`` is left
-    as it was. An OSError that names a file of the staging folder names its place in ``out_dir``
-    instead (one that names no file names ``out_dir``)."""
+    as it was (with the folders above it that were made for it). An OSError that names a file of
+    the staging folder names its place in ``out_dir`` instead (one that names no file names
+    ``out_dir``)."""
     out_dir = os.fspath(out_dir)
-    staging = _temporary_beside(out_dir, folder=True)
+    made = _missing_folders(out_dir)
+    try:
+        staging = _temporary_beside(out_dir, folder=True)
+    except BaseException:
+        _remove_made(made)
+        raise
+    filled = False
     try:
         try:
             yield staging
@@ -166,11 +199,15 @@ def staged_folder(out_dir):
             raise
         if not os.path.isdir(out_dir):
             os.rename(staging, out_dir)
+            filled = True
             return
         for name in sorted(os.listdir(staging)):
             os.replace(os.path.join(staging, name), os.path.join(out_dir, name))
+        filled = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # nothing left where the block failed (or all moved)
+        if not filled:
+            _remove_made(made)
 
 
 @contextlib.contextmanager
