@@ -162,8 +162,10 @@ def test_resume_with_changed_config_is_refused(reference_runs, tmp_path):
     # A CONFIG that differs from the run's is refused too, naming the keys.
     proc = gpgan_train("--resume", str(run), QUICKSTART, check=2)
     assert "model.generator_options.width" in proc.stderr
-    # Growing train.steps continues the finished run.
-    gpgan_train("--resume", str(run), "--set", "train.steps=14", "--quiet", check=0)
+    # Growing train.steps continues the finished run, and says that its linear decays stretch.
+    proc = gpgan_train("--resume", str(run), "--set", "train.steps=14", "--quiet", check=0)
+    assert ("train.steps grows from 12 to 14: optim.critic.schedule follows train.steps and is read over the new "
+            "length from here on") in proc.stderr
     assert [r["step"] for r in metrics(run)][-2:] == [12, 14]
     assert json.loads((run / "final.json").read_text())["steps"] == 14
 

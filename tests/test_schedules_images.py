@@ -1,12 +1,15 @@
 """Schedules counted in images (R3GAN's cosine decay with warm-up), Adam's scheduled beta2 and
 beta1 = 0, and the EMA by half-life in images, against closed forms."""
 import math
+import os
 
 import numpy as np
 import pytest
 
 import gpgan.nn
 from gpgan.optim import EMA, Adam, CosineLR, CosineValue, cosine_value, make_schedule
+from gpgan.train.build import build_components
+from gpgan.train.config import load_config, schedules_following_steps, validate_config
 
 
 def test_cosine_value_closed_form():
@@ -95,3 +98,42 @@ def test_ema_by_half_life_in_images_with_ramp():
     assert ema.decay_at(1) == 0.0  # half-life 0: the first update copies the weights
     constant = EMA(_Net(), half_life=CosineValue(300.0, 300.0, 1, images_per_step=100), images_per_step=100)
     assert constant.decay_at(10) ** 3 == pytest.approx(0.5, rel=1e-12)
+
+
+QUICKSTART = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "quickstart.yaml")
+SMALL = ["model.generator_options.width=8", "model.critic_options.width=8"]
+COSINES = ["optim.generator.schedule=cosine", "optim.critic.schedule=cosine", "optim.generator.lr_final=1e-5",
+           "optim.critic.lr_final=1e-5", "penalty.weight_final=0.5", "train.ema.enabled=true",
+           "train.ema.half_life_images=5000", "train.ema.half_life_ramp=true"]
+
+
+def _curves_at(config, step):
+    """Each schedule that build_components makes from ``config``, by the key that sets it: its value at ``step``."""
+    c = build_components(config, progress=False)
+    values = {"optim.generator.schedule": c.g_sched.lr_at(step), "optim.critic.schedule": c.d_sched.lr_at(step)}
+    if c.penalty_weight is not None:
+        values["penalty.weight_final"] = c.penalty_weight.value_at(step)
+    if c.ema is not None and c.ema.half_life is not None:
+        values["train.ema.half_life_ramp"] = c.ema.half_life.value_at(step)
+    return values
+
+
+@pytest.mark.parametrize("overrides", [[], ["optim.critic.schedule=constant"], COSINES,
+                                       COSINES + ["schedule.total_images=1e6"],
+                                       COSINES + ["optim.generator.schedule=linear", "optim.generator.lr_final=null",
+                                                  "schedule.total_images=1e6"]])
+def test_schedules_following_steps_are_those_that_extending_a_run_changes(overrides):
+    # What a resume with more train.steps warns of: exactly the curves that build reads over
+    # train.steps (their values at step 40 move when the run is made twice as long).
+    short, long = (load_config(QUICKSTART, SMALL + overrides + [f"train.steps={n}"]) for n in (100, 200))
+    a, b = _curves_at(short, 40), _curves_at(long, 40)
+    assert sorted(schedules_following_steps(long)) == sorted(k for k in a if a[k] != b[k])
+    assert schedules_following_steps(short) == schedules_following_steps(long)
+
+
+def test_ada_cosine_p_follows_steps_without_total_images():
+    ada = {"augment": {"type": "ada", "p_mode": "cosine", "p": 0.2, "p_end": 0.0}}
+    config = validate_config({**ada, "data": {"name": "cifar10"}})
+    assert schedules_following_steps(config) == ["augment.p_mode"]
+    config = validate_config({**ada, "data": {"name": "cifar10"}, "schedule": {"total_images": 1e6}})
+    assert schedules_following_steps(config) == []

@@ -404,6 +404,25 @@ def schedule_images(config):
     return float(total) if total is not None else float(config["train"]["steps"] * images_per_step(config))
 
 
+def schedules_following_steps(config):
+    """The keys of ``config`` whose schedules are read over ``train.steps``, so that extending a
+    run stretches them: a linear learning-rate decay, and with ``schedule.total_images`` null
+    (the cosines' length is then the whole run) a cosine learning rate, ``penalty.weight_final``,
+    the EMA half-life's ramp and ADA's cosine p. :mod:`gpgan.train.build` builds these curves."""
+    optim = config["optim"]
+    keys = [f"optim.{who}.schedule" for who in ("generator", "critic") if optim[who]["schedule"] == "linear"]
+    if config["schedule"]["total_images"] is None:
+        keys += [f"optim.{who}.schedule" for who in ("generator", "critic") if optim[who]["schedule"] == "cosine"]
+        if config["penalty"]["weight_final"] is not None and config["penalty"]["type"] != "none":
+            keys.append("penalty.weight_final")
+        ema = config["train"]["ema"]
+        if ema["enabled"] and ema["half_life_images"] is not None and ema["half_life_ramp"]:
+            keys.append("train.ema.half_life_ramp")
+        if config["augment"]["type"] == "ada" and config["augment"]["p_mode"] == "cosine":
+            keys.append("augment.p_mode")
+    return keys
+
+
 def _check_optimizers(config):
     """Each optim.<who> option that its type does not read keeps its default: a value set for
     another optimizer would otherwise be silently ignored."""

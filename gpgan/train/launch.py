@@ -26,6 +26,7 @@ from gpgan.train.config import (
     ConfigError,
     apply_overrides,
     load_config,
+    schedules_following_steps,
     validate_config,
 )
 from gpgan.parallel import LocalCommunicator
@@ -189,7 +190,21 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
     if set_aside:
         notes.append(set_aside)
     notes.append(f"resuming {run.path} from step {step}")
+    notes += _stretched(saved, config)
     return Launch(trainer, run, notes)
+
+
+def _stretched(saved, config):
+    """A note when ``config`` (continuing a run made with ``saved``) has more ``train.steps`` and
+    some schedule follows them: read over the new length, its values jump where the run goes on."""
+    old, new = saved["train"]["steps"], config["train"]["steps"]
+    keys = schedules_following_steps(config) if new > old else []
+    if not keys:
+        return []
+    one = len(keys) == 1
+    return [f"train.steps grows from {old:,} to {new:,}: {', '.join(keys)} follow{'s' if one else ''} train.steps "
+            f"and {'is' if one else 'are'} read over the new length from here on, as if the run had always been "
+            "that long (the values jump here)"]
 
 
 def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, quiet=False, argv=None, comm=None):
@@ -237,7 +252,8 @@ def fork_run(checkpoint, config_path=None, overrides=(), out=None, name=None, qu
                        **trainer.manifest_entries())
         return run.path
     run.path = comm.on_root(initialize)
-    return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"])
+    return Launch(trainer, run, [f"run folder {run.path}, forked from {checkpoint} at step {step}"]
+                  + _stretched(source.read_config(), config))
 
 
 def _copy_atomically(source, target):
