@@ -92,6 +92,18 @@ def _temporary_beside(path, folder):
     return tmp
 
 
+def _temporary_making_folders(path, folder):
+    """``(temporary, made)``: :func:`_temporary_beside` of ``path``, and the folders above ``path``
+    that it made, for a failed write to hand to :func:`_remove_made` (they are removed at once
+    when the temporary itself cannot be made)."""
+    made = _missing_folders(path)
+    try:
+        return _temporary_beside(path, folder), made
+    except BaseException:
+        _remove_made(made)
+        raise
+
+
 def _fsync_folder(folder):
     """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
     with contextlib.suppress(OSError):
@@ -148,12 +160,7 @@ def atomic_write(path, content):
     disk) the temporary file is removed, ``path`` keeps what it held, and the OSError names
     ``path``; the folders it made for ``path`` are removed again."""
     path = os.fspath(path)
-    made = _missing_folders(path)
-    try:
-        tmp = _temporary_beside(path, folder=False)
-    except BaseException:
-        _remove_made(made)
-        raise
+    tmp, made = _temporary_making_folders(path, folder=False)
     try:
         with open(tmp, "wb") as f:
             if callable(content):
@@ -181,12 +188,7 @@ def staged_folder(out_dir):
     the staging folder names its place in ``out_dir`` instead (one that names no file names
     ``out_dir``)."""
     out_dir = os.fspath(out_dir)
-    made = _missing_folders(out_dir)
-    try:
-        staging = _temporary_beside(out_dir, folder=True)
-    except BaseException:
-        _remove_made(made)
-        raise
+    staging, made = _temporary_making_folders(out_dir, folder=True)
     filled = False
     try:
         try:
