@@ -26,6 +26,7 @@ import yaml
 from PIL import Image
 
 from gpgan.cli.ablate import main
+from gpgan.files import FileLock
 from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
 from gpgan.studies.statistics import mean_std
 from gpgan.studies.runner import stderr_tail
@@ -480,7 +481,8 @@ def test_a_sweep_continues_on_another_machine_from_its_records(tmp_path, fake, c
     ("notes", "holds a.txt, which records do not hold, and records replace their folder whole"),
     ("notes/a.txt", "is a file, not a folder"),
     ("link", "is a symbolic link; name the folder it points to"),
-    ("continued", "holds REPORT.md, which records do not hold"),  # and the checkpoints of the run it reran
+    # the lock of the sweep that ran there (and its REPORT.md, the checkpoints of the run it reran)
+    ("continued", "holds .lock, which records do not hold"),
 ])
 def test_records_refuse_a_folder_they_would_clobber(tmp_path, fake, capsys, where, message):
     """Records replace their folder whole, so they refuse one with anything they would not have
@@ -1646,3 +1648,24 @@ def test_dry_run_checks_new_runs_as_gpgan_train_does(tmp_path, capsys):
     assert main([str(path), "--out", str(out), "--dry-run"]) == 0
     assert "pass gpgan-train's --dry-run checks" in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_a_second_sweep_into_the_same_out_is_refused_while_the_first_runs(tmp_path, fake, capsys):
+    # Two sweeps into one folder would resume the same run twice at once: the one that finds the
+    # folder's lock held (here by this test, as a running gpgan-ablate holds it) runs nothing.
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = FileLock(out / ".lock")
+    holder.acquire()
+    try:
+        assert main([str(sweep), "--out", str(out)]) == 1
+        err = capsys.readouterr().err
+        assert (f"error: another gpgan-ablate (process {os.getpid()}) is running the runs of {out}; wait for it to "
+                f"end, or stop it (kill -INT {os.getpid()}") in err and "Traceback" not in err
+        assert not list((out / "runs").rglob("config.yaml"))
+        # --dry-run and --report-only only read: they go on beside a running sweep.
+        assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+    finally:
+        holder.release()
+    assert main([str(sweep), "--out", str(out)]) == 0

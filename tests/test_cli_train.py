@@ -137,11 +137,15 @@ def test_sigint_saves_checkpoint_and_resume_matches(tmp_path):
     deadline = time.time() + 120
     while time.time() < deadline and not (ckpts.exists() and any(ckpts.iterdir())):
         time.sleep(0.05)
+    run = tmp_path / "quickstart" / "int"
+    # While it trains, a second trainer of the run is refused (its files would interleave).
+    busy = gpgan_train("--resume", str(run), "--quiet", check=1)
+    assert f"{run} is being trained by process {proc.pid}; wait for it to end, or stop it (kill -INT {proc.pid}" \
+        in busy.stderr and "Traceback" not in busy.stderr
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     assert "interrupted (Ctrl-C)" in err and "Resume with: gpgan-train --resume" in err
-    run = tmp_path / "quickstart" / "int"
     stopped_at = max(int(p.name[5:11]) for p in ckpts.glob("ckpt_*.npz"))
     target = stopped_at + 3
     gpgan_train("--resume", str(run), "--set", f"train.stop_after={target}", "--quiet", check=130)

@@ -3,11 +3,13 @@ part, name the user's path in their errors, and give new files and folders the u
 import errno
 import os
 import stat
+import subprocess
+import sys
 import tempfile
 
 import pytest
 
-from gpgan.files import append_text, atomic_write, is_temporary, replaced_folder, staged_folder
+from gpgan.files import FileLock, LockHeld, append_text, atomic_write, is_temporary, replaced_folder, staged_folder
 
 
 def _mode(path):
@@ -177,3 +179,35 @@ def test_append_text_cut_short_by_a_full_disk_leaves_the_file_as_it_was(tmp_path
     monkeypatch.setattr(os, "write", real_write)
     append_text(path, '{"step": 2}\n')
     assert path.read_text() == '{"step": 1}\n{"step": 2}\n'
+
+
+def test_a_file_lock_has_one_holder_and_names_it_to_the_others(tmp_path):
+    path = tmp_path / ".lock"
+    first, second = FileLock(path), FileLock(path)
+    first.acquire()
+    first.acquire()  # again by its holder: nothing changes
+    with pytest.raises(LockHeld) as caught:
+        second.acquire()  # refused even in this process: the lock belongs to an open file
+    assert caught.value.pid == os.getpid() and not second.held
+    first.release()
+    with second:
+        assert second.held
+    assert not second.held
+
+
+def test_a_file_lock_is_let_go_when_its_process_ends(tmp_path):
+    # No stale lock is ever left: a holder killed outright (SIGKILL, no clean-up) releases it.
+    path = tmp_path / ".lock"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from gpgan.files import FileLock; "
+                               f"lock = FileLock({str(path)!r}); lock.acquire(); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockHeld) as caught:
+            FileLock(path).acquire()
+        assert caught.value.pid == holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+    with FileLock(path) as lock:
+        assert lock.held

@@ -44,8 +44,10 @@ def image_run(tmp_path_factory):
 
 
 def snapshot(folder):
+    """Every file's bytes, but a run's .lock: a resume takes the lock (and writes its process id
+    there) before it reads the run, so one refused later has still held it."""
     return {os.path.relpath(os.path.join(d, f), folder): open(os.path.join(d, f), "rb").read()
-            for d, _, files in os.walk(folder) for f in files}
+            for d, _, files in os.walk(folder) for f in files if f != ".lock"}
 
 
 # -- 1. --report-only without runs ------------------------------------------------------------------

@@ -20,7 +20,7 @@ from gpgan.cli._console import Console
 from gpgan.files import check_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.records import RecordsError, export_records
-from gpgan.studies.runner import config_mismatches, plan_runs, stale_message
+from gpgan.studies.runner import OutInUseError, config_mismatches, plan_runs, stale_message
 from gpgan.studies.sweep import override_args
 from gpgan.train.run import RunFolder
 
@@ -270,6 +270,8 @@ def main(argv=None):
                                 ray_address=args.ray_address)
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
             return CONSOLE.error(exc, 2)
+        except OutInUseError as exc:  # another sweep runs this --out
+            return CONSOLE.error(exc)
         except OSError as exc:  # --out cannot be made or written (a file in the way, a full disk)
             return CONSOLE.error(CONSOLE.text(exc))
         except KeyboardInterrupt:

@@ -31,7 +31,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from gpgan.files import atomic_write, make_folder
+from gpgan.files import FileLock, LockHeld, atomic_write, make_folder
 from gpgan.studies.sweep import SweepError, expand_runs, override_args, run_config
 from gpgan.studies.trainers import LocalTrainers
 from gpgan.train.run import EXIT_DIVERGED, RunFolder
@@ -392,6 +392,7 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
         StaleRunError: before running anything, when existing run folders were made with another
             config (see :func:`config_mismatches`).
         ClusterError: the Ray cluster cannot be reached (or Ray is not installed).
+        OutInUseError: another sweep is running the runs of ``out_dir``.
     """
     if cluster not in ("local", "ray"):
         raise ValueError(f"run_sweep: cluster must be 'local' or 'ray', got {cluster!r}")
@@ -413,7 +414,12 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
         devices = None  # Ray assigns the GPUs
     else:
         trainers = LocalTrainers(jobs)
-    make_folder(runs_root(out_dir))
+    try:
+        make_folder(runs_root(out_dir))
+        lock = _hold_out_dir(out_dir)
+    except BaseException:
+        trainers.close()
+        raise
     if skipped:
         log(f"skipping {skipped} finished run(s)")
 
@@ -431,9 +437,28 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
         raise
     finally:
         trainers.close()
+        lock.release()
     pool.shutdown(wait=True)
     ordered = [results[spec.name] for spec, *_ in todo]
     return SweepSummary(total=len(specs), skipped=skipped, results=ordered)
+
+
+class OutInUseError(RuntimeError):
+    """Another gpgan-ablate runs the runs of the same output folder."""
+
+
+def _hold_out_dir(out_dir):
+    """The lock of ``out_dir`` (OUT/.lock), held while this sweep runs its trainers: two sweeps
+    into one folder would resume the same run twice at once."""
+    lock = FileLock(os.path.join(out_dir, ".lock"))
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        who = f"process {exc.pid}" if exc.pid is not None else "another process"
+        stop = f" (kill -INT {exc.pid} stops it, its trainers with a checkpoint)" if exc.pid is not None else ""
+        raise OutInUseError(f"another gpgan-ablate ({who}) is running the runs of {out_dir}; wait for it to end, or "
+                            f"stop it{stop}, then run this again") from None
+    return lock
 
 
 def _config_device(sweep, spec):

@@ -159,15 +159,30 @@ def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, 
     """The run in ``run_dir`` continued from its newest readable checkpoint (``trainer`` is None
     when it already finished its steps); ``comm``: the processes of a data-parallel run.
 
+    The run's lock (:meth:`RunFolder.hold`) is taken first and held until the trainer's ``fit``
+    ends, so that no other process trains the run meanwhile.
+
     Raises:
         ConfigError: ``run_dir`` holds no run, or the config changed (see :func:`resume_config`).
+        RunInUseError: another process trains the run.
     """
     comm = comm or LocalCommunicator()
     run = _open_run(run_dir)
+    comm.on_root(run.hold)  # before anything is read: a trainer at work on it changes it
+    try:
+        return _resume(run, config_path, overrides, quiet, argv, comm)
+    except BaseException:
+        run.release()
+        raise
+
+
+def _resume(run, config_path, overrides, quiet, argv, comm):
+    """:func:`resume_run` of ``run``, whose lock this process holds (rank 0)."""
     saved = run.read_config()
     config = resume_config(run, config_path, overrides)
     same_end = all(config["train"][k] == saved["train"][k] for k in ("steps", "patience"))
     if run.is_finished() and same_end:
+        run.release()
         early = run.stopped_early()
         # More steps do not continue a run that train.patience ended: it would stop where it is.
         hint = "--set train.patience=N (larger)" if early else "--set train.steps=N (larger)"

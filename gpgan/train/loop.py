@@ -282,6 +282,7 @@ class Trainer:
             if not ended:  # the error on its way out is the one to tell, not the close's
                 with contextlib.suppress(OSError):
                     self.monitor.close()
+            self.run.release()  # (the lock its start, resume or fork took: the run is written)
 
     def _loop(self, tc, total, every, bar):
         """The steps of :meth:`fit` up to final.json (its returned summary)."""

@@ -12,6 +12,8 @@ Layout (``<out>/<config name>/<name or timestamp>/``)::
                        as best.npz.discarded by a resume from an earlier step)
     final.json         written only when the run finished: {"status": "finished", ...}
     eval_000100.json   gpgan-eval's evaluation of the checkpoint of step 100 (image metrics)
+    .lock              held by the process that trains the run (gpgan.files.FileLock), so that a
+                       second trainer of the same folder is refused instead of interleaving files
 
 A run is *finished* when final.json says so, *resumable* when it holds a checkpoint, *stale* when
 it has neither (nothing to continue from), and *absent* when the folder holds no run.
@@ -23,16 +25,17 @@ import re
 import shutil
 
 from gpgan.checkpoint import CheckpointError, read_meta, verify
-from gpgan.files import append_text, atomic_write, is_temporary, make_folder
+from gpgan.files import FileLock, LockHeld, append_text, atomic_write, is_temporary, make_folder
 from gpgan.schema import get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
 
-__all__ = ["RunFolder", "RunNameError", "NotARunError", "EXIT_DIVERGED"]
+__all__ = ["RunFolder", "RunNameError", "NotARunError", "RunInUseError", "EXIT_DIVERGED"]
 
 _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
 _EVALUATION = re.compile(r"^eval_(\d+)(?:_[A-Za-z0-9._+-]+)?\.json$")
 _CONFIG, _MANIFEST, _METRICS, _FINAL = "config.yaml", "manifest.json", "metrics.jsonl", "final.json"
+_LOCK = ".lock"
 _RECORD_NAMES = (_CONFIG, _MANIFEST, _METRICS, _FINAL)  # the run's record, with its eval_<step>[_<reference>].json files
 STATES = ("finished", "resumable", "stale", "absent")
 #: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
@@ -46,6 +49,10 @@ class RunNameError(ValueError):
 
 class NotARunError(FileNotFoundError):
     """A folder that holds no run (no config.yaml)."""
+
+
+class RunInUseError(RuntimeError):
+    """Another process trains the run (it holds the run folder's lock)."""
 
 
 #: The longest folder name, in bytes, on Linux's and macOS's file systems.
@@ -69,6 +76,7 @@ class RunFolder:
 
     def __init__(self, path):
         self.path = os.path.abspath(os.path.expanduser(os.fspath(path)))
+        self._lock = None
 
     def __repr__(self):
         return f"RunFolder({self.path!r})"
@@ -173,12 +181,15 @@ class RunFolder:
             self._make_folders(made)  # a timestamped path is final only now
             self._claim_config()
             new_files = [self.config_path] + [path for path in (self.manifest_path, self.metrics_path,
-                                                                self.best_checkpoint_path) if not os.path.lexists(path)]
+                                                                self.best_checkpoint_path, self.lock_path)
+                                              if not os.path.lexists(path)]
+            self.hold()
             self.write_config(config)
             self.write_manifest(config, argv, **manifest)
             if then is not None:
                 then()
         except BaseException:
+            self.release()
             self._remove_partial(made, new_files)
             raise
 
@@ -201,6 +212,33 @@ class RunFolder:
                 pass
         for folder in reversed(folders):
             shutil.rmtree(folder, ignore_errors=True)
+
+    # -- the writer's lock ---------------------------------------------------------------------
+    @property
+    def lock_path(self):
+        return os.path.join(self.path, _LOCK)
+
+    def hold(self):
+        """Take the run's lock for this process until :meth:`release` (or the process's end):
+        one trainer writes a run at a time.
+
+        Raises:
+            RunInUseError: another process holds it, naming that process.
+        """
+        if self._lock is None:
+            self._lock = FileLock(self.lock_path)
+        try:
+            self._lock.acquire()
+        except LockHeld as exc:
+            who = f"process {exc.pid}" if exc.pid is not None else "another process"
+            stop = f" (kill -INT {exc.pid} stops it with a checkpoint)" if exc.pid is not None else ""
+            raise RunInUseError(f"{self.path} is being trained by {who}; wait for it to end, or stop it{stop}, "
+                                "then resume") from None
+
+    def release(self):
+        """Let the run's lock go (nothing when this process does not hold it)."""
+        if self._lock is not None:
+            self._lock.release()
 
     # -- paths --------------------------------------------------------------------------------
     @property
