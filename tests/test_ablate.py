@@ -70,9 +70,9 @@ else:
         print("gpgan-train: error: non-finite loss/critic (inf) at step 1", file=sys.stderr)
         sys.exit(1)
     run = Path(out) / Path(config).stem / name
-    if run.exists():
+    if run.exists() and any(p.name != ".lock" for p in run.iterdir()):  # (a cleared stale run keeps its lock)
         sys.exit("fake trainer: run folder exists: " + str(run))
-    run.mkdir(parents=True)
+    run.mkdir(parents=True, exist_ok=True)
     state = {"sets": sets, "device": device, "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "omp": os.environ.get("OMP_NUM_THREADS")}
     (run / "fake_state.json").write_text(json.dumps(state))
@@ -1666,6 +1666,29 @@ def test_a_second_sweep_into_the_same_out_is_refused_while_the_first_runs(tmp_pa
         assert not list((out / "runs").rglob("config.yaml"))
         # --dry-run and --report-only only read: they go on beside a running sweep.
         assert main([str(sweep), "--out", str(out), "--dry-run"]) == 0
+        # (the fake trainer is $GPGAN_TRAIN_CMD: another install, which this one cannot check)
+        assert "checked where they train ($GPGAN_TRAIN_CMD), not here" in capsys.readouterr().err
     finally:
         holder.release()
     assert main([str(sweep), "--out", str(out)]) == 0
+
+
+def test_a_sweep_leaves_a_run_that_another_process_trains(tmp_path):
+    """A stale or resumable run whose lock a trainer holds (one started by hand, or left by a
+    killed sweep) is neither cleared nor resumed: it is reported as not run."""
+    from gpgan.studies.runner import _clear_stale, _in_use
+    from gpgan.train.run import RunFolder, RunInUseError
+
+    run = tmp_path / "run"
+    (run / "samples").mkdir(parents=True)
+    (run / "config.yaml").write_text("x: 1\n")
+    trainer = RunFolder(run)
+    trainer.hold()
+    assert f"is being trained by process {os.getpid()}" in _in_use(run)
+    with pytest.raises(RunInUseError):
+        _clear_stale(run)
+    assert sorted(p.name for p in run.iterdir()) == [".lock", "config.yaml", "samples"]
+    trainer.release()
+    assert _in_use(run) is None
+    _clear_stale(run)
+    assert [p.name for p in run.iterdir()] == [".lock"]  # the lock file stays: one file for every holder

@@ -211,3 +211,30 @@ def test_a_file_lock_is_let_go_when_its_process_ends(tmp_path):
         holder.wait()
     with FileLock(path) as lock:
         assert lock.held
+
+
+def test_a_file_lock_in_a_read_only_folder_is_taken_read_only_or_not_at_all(tmp_path, monkeypatch):
+    # As root the test cannot make a folder unwritable, so os.open refuses as a read-only mount
+    # would: an existing lock file is locked through a read-only descriptor (flock needs no
+    # write), and without one there is no lock, and no error (a finished run still answers).
+    path = tmp_path / ".lock"
+    real_open = os.open
+
+    def read_only_mount(p, flags, *args):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise OSError(errno.EROFS, "Read-only file system", p)
+        return real_open(p, flags, *args)
+
+    monkeypatch.setattr(os, "open", read_only_mount)
+    lock = FileLock(path)
+    lock.acquire()
+    assert not lock.held and not path.exists()
+    monkeypatch.undo()
+    path.write_text("")
+    monkeypatch.setattr(os, "open", read_only_mount)
+    with FileLock(path) as lock:
+        assert lock.held
+        monkeypatch.undo()
+        with pytest.raises(LockHeld) as caught:
+            FileLock(path).acquire()
+        assert caught.value.pid is None  # (nothing could be written there to name it)

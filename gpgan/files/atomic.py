@@ -47,7 +47,7 @@ def make_folder(folder):
         raise
 
 
-def _missing_folders(path):
+def missing_folders(path):
     """The folders above ``path`` that do not exist yet, outermost first (those a write of
     ``path`` makes, and a failed one removes again)."""
     missing = []
@@ -58,8 +58,8 @@ def _missing_folders(path):
     return missing[::-1]
 
 
-def _remove_made(folders):
-    """Remove ``folders`` (from :func:`_missing_folders`) innermost first while they are empty."""
+def remove_empty_folders(folders):
+    """Remove ``folders`` (from :func:`missing_folders`) innermost first while they are empty."""
     for folder in reversed(folders):
         try:
             os.rmdir(folder)
@@ -94,13 +94,13 @@ def _temporary_beside(path, folder):
 
 def _temporary_making_folders(path, folder):
     """``(temporary, made)``: :func:`_temporary_beside` of ``path``, and the folders above ``path``
-    that it made, for a failed write to hand to :func:`_remove_made` (they are removed at once
+    that it made, for a failed write to hand to :func:`remove_empty_folders` (they are removed at once
     when the temporary itself cannot be made)."""
-    made = _missing_folders(path)
+    made = missing_folders(path)
     try:
         return _temporary_beside(path, folder), made
     except BaseException:
-        _remove_made(made)
+        remove_empty_folders(made)
         raise
 
 
@@ -173,7 +173,7 @@ def atomic_write(path, content):
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        _remove_made(made)
+        remove_empty_folders(made)
         _name_the_file(exc, path)
         raise
     _fsync_folder(os.path.dirname(os.path.abspath(path)))
@@ -209,7 +209,7 @@ def staged_folder(out_dir):
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # nothing left where the block failed (or all moved)
         if not filled:
-            _remove_made(made)
+            remove_empty_folders(made)
 
 
 @contextlib.contextmanager

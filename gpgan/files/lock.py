@@ -45,7 +45,15 @@ class FileLock:
     def acquire(self):
         if self._fd is not None or fcntl is None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd, writable = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), True
+        except OSError as exc:  # a read-only folder or mount: lock the file there, if any, read-only
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            try:
+                fd, writable = os.open(self.path, os.O_RDONLY), False
+            except OSError:
+                return  # (no lock file, and none can be made: nobody can write here to race with)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -57,11 +65,12 @@ class FileLock:
             if exc.errno in _CANNOT_LOCK:
                 return
             raise
-        try:  # the holder's id, for the message of a process that is refused
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-        except OSError:  # (a full disk: the lock holds without it)
-            pass
+        if writable:
+            try:  # the holder's id, for the message of a process that is refused
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+            except OSError:  # (a full disk: the lock holds without it)
+                pass
         self._fd = fd
 
     def release(self):

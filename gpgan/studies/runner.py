@@ -18,6 +18,7 @@ end fell on the evaluation and checkpoint intervals); one that ``train.patience`
 Other failed runs are recorded and retried the next time the sweep runs.
 """
 
+import contextlib
 import glob
 import json
 import os
@@ -31,10 +32,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
-from gpgan.files import FileLock, LockHeld, atomic_write, make_folder
+from gpgan.files import FileLock, LockHeld, atomic_write, make_folder, missing_folders, remove_empty_folders
 from gpgan.studies.sweep import SweepError, expand_runs, override_args, run_config
 from gpgan.studies.trainers import LocalTrainers
-from gpgan.train.run import EXIT_DIVERGED, RunFolder
+from gpgan.train.run import EXIT_DIVERGED, RunFolder, RunInUseError
 
 __all__ = [
     "TRAINER_ENV",
@@ -256,11 +257,12 @@ class SweepSummary:
     def counts(self):
         c = {"total": self.total, "skipped": self.skipped}
         for action in ("start", "restart", "resume", "extend"):
-            c[action] = sum(r.action == action for r in self.results)
+            c[action] = sum(r.action == action and r.status != "not run" for r in self.results)
         c["finished"] = sum(r.status == "finished" for r in self.results)
         c["failed"] = len(self.failed)
         c["interrupted"] = sum(r.status == "interrupted" for r in self.results)
         c["diverged"] = sum(r.status == "diverged" for r in self.results)
+        c["not run"] = sum(r.status == "not run" for r in self.results)
         return c
 
     def line(self):
@@ -272,6 +274,8 @@ class SweepSummary:
             text += f", diverged {c['diverged']}"
         if c["interrupted"]:
             text += f", interrupted {c['interrupted']}"
+        if c["not run"]:
+            text += f", not run {c['not run']}"
         cpu = [r.cpu_seconds for r in self.results if r.cpu_seconds is not None]
         if cpu:
             text += f" (trainer CPU time {sum(cpu):.0f} s, {sum(cpu) / len(cpu):.1f} s per run)"
@@ -316,8 +320,18 @@ class _Runner:
     def _run(self, index, total, spec, action, run_dir, steps, device):
         if self.trainers.stopping:
             return JobResult(spec.name, action, "not run", None, 0.0, "sweep interrupted before this run started")
-        if action == "restart":
-            shutil.rmtree(run_dir)
+        try:  # a trainer started by hand (gpgan-train --resume), or left by a killed sweep
+            if action == "restart":
+                _clear_stale(run_dir)
+            elif action in ("resume", "extend"):
+                busy = _in_use(run_dir)
+                if busy is not None:
+                    raise RunInUseError(busy)
+        except RunInUseError as exc:
+            with self.lock:
+                self.done += 1
+                self.log(f"[{self.done}/{total} done] NOT RUN {spec.name}: {exc}")
+            return JobResult(spec.name, action, "not run", None, 0.0, str(exc))
         logs = logs_dir(self.out_dir, spec.name)
         os.makedirs(logs, exist_ok=True)
         # The last attempt's failure record describes a run that is now running again: a report
@@ -399,26 +413,34 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
     out_dir = os.fspath(out_dir)
     trainer = trainer_command(trainer_cmd)
     specs = expand_runs(sweep)
-    stale = config_mismatches(sweep, out_dir, specs, allow_longer=True)
-    if stale:
-        raise StaleRunError(stale_message(out_dir, stale))
-    plan = plan_runs(sweep, out_dir, specs)
-    todo = [job for job in plan if job[1] != "skip"]
-    skipped = len(plan) - len(todo)
-    jobs = max(1, int(jobs if jobs is not None else (len(todo) if cluster == "ray" else 1)))
-    if cluster == "ray":
-        from gpgan.studies.cluster import RayTrainers
-
-        gpu = bool(devices) or any(_config_device(sweep, spec) == "cuda" for spec, *_ in todo)
-        trainers = RayTrainers(ray_address, gpu=gpu, forces_cuda=bool(devices))
-        devices = None  # Ray assigns the GPUs
-    else:
-        trainers = LocalTrainers(jobs)
+    # The folder's lock first: what is planned below must not change under another sweep.
+    lock, made = _hold_out_dir(out_dir)
+    trainers = None
     try:
+        stale = config_mismatches(sweep, out_dir, specs, allow_longer=True)
+        if stale:
+            raise StaleRunError(stale_message(out_dir, stale))
+        plan = plan_runs(sweep, out_dir, specs)
+        todo = [job for job in plan if job[1] != "skip"]
+        skipped = len(plan) - len(todo)
+        jobs = max(1, int(jobs if jobs is not None else (len(todo) if cluster == "ray" else 1)))
+        if cluster == "ray":
+            from gpgan.studies.cluster import RayTrainers
+
+            gpu = bool(devices) or any(_config_device(sweep, spec) == "cuda" for spec, *_ in todo)
+            trainers = RayTrainers(ray_address, gpu=gpu, forces_cuda=bool(devices))
+            devices = None  # Ray assigns the GPUs
+        else:
+            trainers = LocalTrainers(jobs)
         make_folder(runs_root(out_dir))
-        lock = _hold_out_dir(out_dir)
-    except BaseException:
-        trainers.close()
+    except BaseException:  # refused before any run: leave no folder that this sweep made
+        if trainers is not None:
+            trainers.close()
+        lock.release()
+        if made:
+            with contextlib.suppress(OSError):
+                os.remove(lock.path)
+            remove_empty_folders(made)
         raise
     if skipped:
         log(f"skipping {skipped} finished run(s)")
@@ -448,9 +470,14 @@ class OutInUseError(RuntimeError):
 
 
 def _hold_out_dir(out_dir):
-    """The lock of ``out_dir`` (OUT/.lock), held while this sweep runs its trainers: two sweeps
-    into one folder would resume the same run twice at once."""
-    lock = FileLock(os.path.join(out_dir, ".lock"))
+    """``(lock, made)``: the lock of ``out_dir`` (OUT/.lock, the folder made if needed), held
+    while this sweep plans and runs: two sweeps into one folder would run the same run twice at
+    once. ``made``: the folders made for it (outermost first), for a sweep refused before any run
+    to remove."""
+    path = os.path.join(out_dir, ".lock")
+    made = missing_folders(path)
+    make_folder(out_dir)
+    lock = FileLock(path)
     try:
         lock.acquire()
     except LockHeld as exc:
@@ -458,7 +485,37 @@ def _hold_out_dir(out_dir):
         stop = f" (kill -INT {exc.pid} stops it, its trainers with a checkpoint)" if exc.pid is not None else ""
         raise OutInUseError(f"another gpgan-ablate ({who}) is running the runs of {out_dir}; wait for it to end, or "
                             f"stop it{stop}, then run this again") from None
-    return lock
+    return lock, made
+
+
+def _clear_stale(run_dir):
+    """Empty a stale run folder (no checkpoint to continue from) for its run to start afresh,
+    holding its lock meanwhile; the lock file stays (a trainer that opened it must keep meeting
+    the same file). Raises :class:`~gpgan.train.run.RunInUseError` when a trainer holds it."""
+    run = RunFolder(run_dir)
+    run.hold()
+    try:
+        for name in os.listdir(run_dir):
+            path = os.path.join(run_dir, name)
+            if path == run.lock_path:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+    finally:
+        run.release()
+
+
+def _in_use(run_dir):
+    """Why a run to resume cannot be now (a trainer holds it), or None."""
+    run = RunFolder(run_dir)
+    try:
+        run.hold()
+    except RunInUseError as exc:
+        return str(exc)
+    run.release()
+    return None
 
 
 def _config_device(sweep, spec):

@@ -39,11 +39,16 @@ __all__ = ["Launch", "make_trainer", "start_run", "plan_run", "resume_run", "for
 @dataclass
 class Launch:
     """What a start, resume or fork prepared: the trainer (None when there is nothing to do),
-    its run folder, and lines worth telling the user."""
+    its run folder, and lines worth telling the user. The run's lock is held (by rank 0) until the
+    trainer's ``fit`` ends, or :meth:`close` for a launch that is not trained."""
 
     trainer: object
     run: RunFolder
     notes: list = field(default_factory=list)
+
+    def close(self):
+        """Let the run's lock go without training (``fit`` does it when it ends)."""
+        self.run.release()
 
 
 def config_name(path):

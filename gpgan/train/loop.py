@@ -261,6 +261,13 @@ class Trainer:
 
         tc, total = self.tc, self.tc["steps"]
         every = lambda n, step: n and step % n == 0  # noqa: E731
+        try:
+            return self._fit_steps(tc, total, every, tqdm)
+        finally:
+            self.run.release()  # (the lock its start, resume or fork took: the run is written)
+
+    def _fit_steps(self, tc, total, every, tqdm):
+        """:meth:`fit` without the lock's release."""
         self.monitor.open(self.recorded_through)
         handlers = install_signal_handlers(self._on_signal)
         self._parent_pid = parent_to_watch()
@@ -282,7 +289,6 @@ class Trainer:
             if not ended:  # the error on its way out is the one to tell, not the close's
                 with contextlib.suppress(OSError):
                     self.monitor.close()
-            self.run.release()  # (the lock its start, resume or fork took: the run is written)
 
     def _loop(self, tc, total, every, bar):
         """The steps of :meth:`fit` up to final.json (its returned summary)."""

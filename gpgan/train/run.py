@@ -19,6 +19,7 @@ A run is *finished* when final.json says so, *resumable* when it holds a checkpo
 it has neither (nothing to continue from), and *absent* when the folder holds no run.
 """
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -26,6 +27,7 @@ import shutil
 
 from gpgan.checkpoint import CheckpointError, read_meta, verify
 from gpgan.files import FileLock, LockHeld, append_text, atomic_write, is_temporary, make_folder
+from gpgan.metrics.reference import parse_reference
 from gpgan.schema import get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
@@ -57,6 +59,18 @@ class RunInUseError(RuntimeError):
 
 #: The longest folder name, in bytes, on Linux's and macOS's file systems.
 _NAME_MAX = 255
+
+
+def _reference_label(reference):
+    """The label of a reference in an evaluation's file name (:meth:`RunFolder.eval_path`)."""
+    kind, what = parse_reference(reference)
+    if kind == "cifar10":
+        return f"cifar10-{what}"
+    stem = os.path.basename(what)
+    if kind == "statistics":
+        stem = os.path.splitext(stem)[0]
+    stem = re.sub(r"[^A-Za-z0-9.+-]+", "-", stem).strip("-.")[:40] or "reference"
+    return f"{stem}-{hashlib.sha256(os.fsencode(what)).hexdigest()[:8]}"
 
 
 def _timestamp():
@@ -289,17 +303,14 @@ class RunFolder:
 
     def eval_path(self, step, reference=None):
         """gpgan-eval's scores of the checkpoint of ``step``: ``eval_<step:06d>.json`` against the
-        run's own reference (``reference`` None), else ``eval_<step:06d>_<label>.json``, the label
-        made of the reference's last component without its extension (``cifar10:test`` ->
-        ``cifar10-test``, ``~/stats/faces.npz`` -> ``faces``), so that scores against another
-        reference do not replace these."""
+        run's own reference (``reference`` None), else ``eval_<step:06d>_<label>.json``, so that
+        scores against another reference do not replace these. The label: ``cifar10-test`` for
+        ``cifar10:test``; for a file or folder, its name (without ``.npz``, at most 40
+        characters) and 8 hex digits of its absolute path (``faces-1f0c9a2e``), so two files of
+        one name keep two files of scores."""
         if int(step) != step or step < 0:
             raise ValueError(f"eval_path: step must be a non-negative integer, got {step!r}")
-        label = ""
-        if reference is not None:
-            last = os.path.basename(os.path.normpath(os.path.expanduser(os.fspath(reference))))
-            stem = os.path.splitext(last)[0] if os.path.splitext(last)[1].lower() in (".npz", ".json") else last
-            label = "_" + (re.sub(r"[^A-Za-z0-9._+-]+", "-", stem).strip("-._") or "reference")
+        label = "" if reference is None else "_" + _reference_label(reference)
         return os.path.join(self.path, f"eval_{int(step):06d}{label}.json")
 
     def read_evaluations(self):
