@@ -238,3 +238,23 @@ def test_a_file_lock_in_a_read_only_folder_is_taken_read_only_or_not_at_all(tmp_
         with pytest.raises(LockHeld) as caught:
             FileLock(path).acquire()
         assert caught.value.pid is None  # (nothing could be written there to name it)
+
+
+def test_a_lock_file_removed_by_its_holder_is_not_held_twice(tmp_path):
+    # A holder may remove the lock file (a stale run folder removed whole under its lock). A
+    # process that opened the old file before and locks it after finds it is no longer the
+    # path's file and locks the path's new one, so a third process is refused, not admitted too.
+    path = tmp_path / ".lock"
+    holder, late = FileLock(path), FileLock(path)
+    holder.acquire()
+    opened_before = os.open(path, os.O_RDWR)
+    os.remove(path)
+    holder.release()
+    opens = []
+    real_open = late._open
+    late._open = lambda: opens.append(1) or ((opened_before, True) if len(opens) == 1 else real_open())
+    late.acquire()
+    assert late.held and len(opens) == 2 and path.exists()
+    with pytest.raises(LockHeld):
+        FileLock(path).acquire()
+    late.release()

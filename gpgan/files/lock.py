@@ -45,26 +45,29 @@ class FileLock:
     def acquire(self):
         if self._fd is not None or fcntl is None:
             return
-        try:
-            fd, writable = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), True
-        except OSError as exc:  # a read-only folder or mount: lock the file there, if any, read-only
-            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
-                raise
-            try:
-                fd, writable = os.open(self.path, os.O_RDONLY), False
-            except OSError:
-                return  # (no lock file, and none can be made: nobody can write here to race with)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid = _read_pid(fd)
-            os.close(fd)
-            raise LockHeld(self.path, pid) from None
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in _CANNOT_LOCK:
+        # A holder may remove the file while it holds it (a folder removed whole): a process that
+        # opened it before then and locks it after finds it no longer the path's file, and starts over.
+        for _ in range(100):
+            opened = self._open()
+            if opened is None:
                 return
-            raise
+            fd, writable = opened
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                pid = _read_pid(fd)
+                os.close(fd)
+                raise LockHeld(self.path, pid) from None
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in _CANNOT_LOCK:
+                    return
+                raise
+            if _same_file(fd, self.path):
+                break
+            os.close(fd)
+        else:
+            raise OSError(errno.EAGAIN, "the lock file keeps being replaced", self.path)
         if writable:
             try:  # the holder's id, for the message of a process that is refused
                 os.ftruncate(fd, 0)
@@ -72,6 +75,19 @@ class FileLock:
             except OSError:  # (a full disk: the lock holds without it)
                 pass
         self._fd = fd
+
+    def _open(self):
+        """``(descriptor, writable)`` of the lock file (made when missing), or None where there
+        is none and none can be made (a read-only folder: nobody can write there to race with)."""
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666), True
+        except OSError as exc:  # a read-only folder or mount: lock the file there, if any, read-only
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            try:
+                return os.open(self.path, os.O_RDONLY), False
+            except OSError:
+                return None
 
     def release(self):
         if self._fd is not None:
@@ -90,6 +106,15 @@ class FileLock:
 
     def __exit__(self, *exc):
         self.release()
+
+
+def _same_file(fd, path):
+    """Whether the open file ``fd`` is still the file at ``path``."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:  # (gone)
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _read_pid(fd):

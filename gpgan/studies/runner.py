@@ -415,7 +415,7 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
     specs = expand_runs(sweep)
     # The folder's lock first: what is planned below must not change under another sweep.
     lock, made = _hold_out_dir(out_dir)
-    trainers = None
+    trainers, ran = None, False
     try:
         stale = config_mismatches(sweep, out_dir, specs, allow_longer=True)
         if stale:
@@ -433,34 +433,31 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
         else:
             trainers = LocalTrainers(jobs)
         make_folder(runs_root(out_dir))
-    except BaseException:  # refused before any run: leave no folder that this sweep made
+        ran = True
+        if skipped:
+            log(f"skipping {skipped} finished run(s)")
+        runner = _Runner(sweep, out_dir, jobs, list(devices) if devices else None, trainer, log, trainers)
+        results = {}
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        try:
+            futures = {pool.submit(runner.run, i + 1, len(todo), *job): job[0].name for i, job in enumerate(todo)}
+            for fut in as_completed(futures):
+                results[futures[fut]] = fut.result()
+        except BaseException:
+            # Ctrl-C (or a bug): stop the live trainers; their checkpoints let the next sweep resume.
+            trainers.stop()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+    finally:
         if trainers is not None:
             trainers.close()
-        lock.release()
-        if made:
+        if not ran and made:  # refused before any run: no folder of this sweep's making is left
             with contextlib.suppress(OSError):
-                os.remove(lock.path)
-            remove_empty_folders(made)
-        raise
-    if skipped:
-        log(f"skipping {skipped} finished run(s)")
-
-    runner = _Runner(sweep, out_dir, jobs, list(devices) if devices else None, trainer, log, trainers)
-    results = {}
-    pool = ThreadPoolExecutor(max_workers=jobs)
-    try:
-        futures = {pool.submit(runner.run, i + 1, len(todo), *job): job[0].name for i, job in enumerate(todo)}
-        for fut in as_completed(futures):
-            results[futures[fut]] = fut.result()
-    except BaseException:
-        # Ctrl-C (or a bug): stop the live trainers; their checkpoints let the next sweep resume.
-        trainers.stop()
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    finally:
-        trainers.close()
+                os.remove(lock.path)  # (while held: FileLock's holders check their file is still the path's)
         lock.release()
-    pool.shutdown(wait=True)
+        if not ran and made:
+            remove_empty_folders(made)
     ordered = [results[spec.name] for spec, *_ in todo]
     return SweepSummary(total=len(specs), skipped=skipped, results=ordered)
 
@@ -480,7 +477,10 @@ def _hold_out_dir(out_dir):
     lock = FileLock(path)
     try:
         lock.acquire()
-    except LockHeld as exc:
+    except BaseException as exc:
+        remove_empty_folders(made)  # (those it made and that stayed empty: never another sweep's lock)
+        if not isinstance(exc, LockHeld):
+            raise
         who = f"process {exc.pid}" if exc.pid is not None else "another process"
         stop = f" (kill -INT {exc.pid} stops it, its trainers with a checkpoint)" if exc.pid is not None else ""
         raise OutInUseError(f"another gpgan-ablate ({who}) is running the runs of {out_dir}; wait for it to end, or "
@@ -489,20 +489,14 @@ def _hold_out_dir(out_dir):
 
 
 def _clear_stale(run_dir):
-    """Empty a stale run folder (no checkpoint to continue from) for its run to start afresh,
-    holding its lock meanwhile; the lock file stays (a trainer that opened it must keep meeting
-    the same file). Raises :class:`~gpgan.train.run.RunInUseError` when a trainer holds it."""
+    """Remove a stale run folder (no checkpoint to continue from) for its run to start afresh,
+    holding its lock meanwhile (a process that opened the lock file before it went finds, once
+    it has the lock, that the file is no longer the path's, and tries again). Raises
+    :class:`~gpgan.train.run.RunInUseError` when a trainer holds it."""
     run = RunFolder(run_dir)
     run.hold()
     try:
-        for name in os.listdir(run_dir):
-            path = os.path.join(run_dir, name)
-            if path == run.lock_path:
-                continue
-            if os.path.isdir(path) and not os.path.islink(path):
-                shutil.rmtree(path)
-            else:
-                os.remove(path)
+        shutil.rmtree(run.path)
     finally:
         run.release()
 
