@@ -120,8 +120,9 @@ def build_parser():
                    help="the Ray cluster's head (default: $RAY_ADDRESS, else 'auto': a Ray cluster already "
                         "running on this machine, started with `ray start --head`; none is started)")
     p.add_argument("--report-only", action="store_true", help="rebuild the report from the runs on disk; run nothing")
-    p.add_argument("--dry-run", action="store_true", help="list the runs and what would be done with each, and check each run to start "
-                        "as gpgan-train --dry-run does; run nothing")
+    p.add_argument("--dry-run", action="store_true",
+                   help="list the runs and what would be done with each, and check each run to start as "
+                        "gpgan-train --dry-run does; run nothing")
     p.add_argument("--export-records", metavar="DIR", default=None,
                    help="copy what the report reads of each finished, failed or diverged run (no checkpoints) "
                         "into DIR, replacing it whole; `--out DIR --report-only` then rebuilds the same report "
@@ -258,7 +259,8 @@ def main(argv=None):
         for spec, action, run_dir, steps in plan:
             print(f"{action:8s} {spec.name}{_where(action, run_dir, steps)}")
         print(f"{len(plan)} runs in {out}")
-        elsewhere = "--cluster ray" if args.cluster == "ray" else f"${TRAINER_ENV}" if os.environ.get(TRAINER_ENV) else None
+        elsewhere = ("--cluster ray" if args.cluster == "ray" else f"${TRAINER_ENV}" if os.environ.get(TRAINER_ENV)
+                     else None)
         if elsewhere:  # another machine or install trains them: this one's data and devices say nothing
             CONSOLE.say(f"the runs to start are checked where they train ({elsewhere}), not here")
             return 0

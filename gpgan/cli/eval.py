@@ -35,8 +35,9 @@ examples:
 The scores are printed as a table and written to eval_<step>.json in the run folder; against
 another reference than the run's own, to eval_<step>_<reference>.json (eval_010000_cifar10-test.json;
 a file's or folder's name with 8 hex digits of its path, eval_010000_faces-1f0c9a2e.json), so each
-reference keeps its scores (a second evaluation of a step against one reference replaces the first). Generated images are quantized to 8 bits (as data sets store them) before Inception
-takes their features.
+reference keeps its scores (a second evaluation of a step against one reference replaces the
+first). Generated images are quantized to 8 bits (as data sets store them) before Inception takes
+their features.
 Reference statistics and features are computed once and cached in ~/.cache/gpgan/fid_stats; the
 Inception weights are read from --inception-weights or $GPGAN_INCEPTION_WEIGHTS, else from
 ~/.cache/gpgan: pytorch-fid's pt_inception-2015-12-05-6726825d.pth (downloaded there once), or

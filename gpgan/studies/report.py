@@ -535,7 +535,8 @@ def _run_lines(records, metrics):
 
 def _evaluations_lines(records):
     """The "Scored afterwards" section: every gpgan-eval evaluation in a finished run's folder
-    (eval_<step>[_<reference>].json), e.g. the best checkpoint against held-out images; none: no section."""
+    (eval_<step>[_<reference>].json), e.g. the best checkpoint against held-out images; none: no
+    section."""
     rows, names = [], []
     for r in records:
         for e in r.evaluations:
@@ -550,7 +551,8 @@ def _evaluations_lines(records):
     if not rows:
         return []
     return (["## Scored afterwards", "",
-             "Evaluations that `gpgan-eval` wrote into the finished runs' folders (eval_<step>[_<reference>].json), each "
+             "Evaluations that `gpgan-eval` wrote into the finished runs' folders "
+             "(eval_<step>[_<reference>].json), each "
              "against the reference it names (for example the best checkpoint against held-out images: "
              "`gpgan-eval RUN/checkpoints/best.npz --ref cifar10:test`). They are not part of the tables "
              "above, which come from the evaluations during training.", ""]

@@ -38,7 +38,8 @@ _CHECKPOINT = re.compile(r"^ckpt_(\d+)\.npz$")
 _EVALUATION = re.compile(r"^eval_(\d+)(?:_[A-Za-z0-9._+-]+)?\.json$")
 _CONFIG, _MANIFEST, _METRICS, _FINAL = "config.yaml", "manifest.json", "metrics.jsonl", "final.json"
 _LOCK = ".lock"
-_RECORD_NAMES = (_CONFIG, _MANIFEST, _METRICS, _FINAL)  # the run's record, with its eval_<step>[_<reference>].json files
+# the run's record, with its eval_<step>[_<reference>].json files
+_RECORD_NAMES = (_CONFIG, _MANIFEST, _METRICS, _FINAL)
 STATES = ("finished", "resumable", "stale", "absent")
 #: gpgan-train's exit status when a run diverged (a non-finite loss, penalty or gradient): resumed on
 #: the same machine and install it would meet the same step again, so a sweep does not retry it.
@@ -314,8 +315,9 @@ class RunFolder:
         return os.path.join(self.path, f"eval_{int(step):06d}{label}.json")
 
     def read_evaluations(self):
-        """gpgan-eval's scores in this folder: the JSON objects of its ``eval_<step>[_<reference>].json`` files
-        that hold a ``scores`` object, by step; unreadable or foreign files are left out."""
+        """gpgan-eval's scores in this folder: the JSON objects of its
+        ``eval_<step>[_<reference>].json`` files that hold a ``scores`` object, by step; unreadable
+        or foreign files are left out."""
         try:
             names = os.listdir(self.path)
         except OSError:
