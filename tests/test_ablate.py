@@ -476,6 +476,156 @@ def test_a_sweep_continues_on_another_machine_from_its_records(tmp_path, fake, c
     assert (elsewhere / "REPORT.md").read_text() == (out / "REPORT.md").read_text()
 
 
+def test_only_runs_the_selected_runs_and_the_report_covers_every_run(tmp_path, fake, capsys):
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--only", "penalty.type=r1", "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[:3] == [
+        "start    type-r1__weight-1.0__seed-0", "start    type-r1__weight-1.0__seed-1", "2 runs in " + str(out)]
+    assert main([str(sweep), "--out", str(out), "--only", "penalty.type=r1"]) == 0  # (the exit status: the selected)
+    printed = capsys.readouterr().out
+    assert "2 runs: skipped 0, started 2" in printed and "(2 finished, 0 failed, 2 not finished)" in printed
+    assert [(r["penalty.type"], r["status"]) for r in read_csv(out / "results.csv")] == [
+        ("r1", "finished"), ("r1", "finished"), ("wgan_gp", "not run"), ("wgan_gp", "not run")]
+    # Axes by their full key, values as run names write them or as YAML reads them (1 is 1.0);
+    # several values of one axis, several axes: the runs that match all.
+    assert main([str(sweep), "--out", str(out), "--only", "penalty.type=wgan_gp, r1",
+                 "--only", "seed=1", "--only", "penalty.weight=1"]) == 0  # (an axis's label in run names)
+    assert "2 runs: skipped 1, started 1" in capsys.readouterr().out
+    assert sorted(p.parent.name for p in out.glob("runs/*/*/final.json")) == [
+        "type-r1__weight-1.0__seed-0", "type-r1__weight-1.0__seed-1", "type-wgan_gp__weight-1.0__seed-1"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--only", "seeds=0"], "--only 'seeds=0': {sweep} has no axis 'seeds' (did you mean 'train.seed'?); its axes: "
+                            "penalty.type, penalty.weight, train.seed"),
+    (["--only", "penalty.type=r3"], "the axis penalty.type has no value 'r3'; its values: r1, wgan_gp"),
+    (["--only", "penalty.weight=true"], "the axis penalty.weight has no value 'true'; its values: 1.0"),
+    (["--only", "penalty.type"], "--only 'penalty.type': expected AXIS=VALUE[,VALUE...], e.g. penalty.type=r1"),
+    (["--only", "penalty.type=,"], "expected AXIS=VALUE[,VALUE...]"),
+    (["--only", "penalty.type=r1", "--report-only"], "--only selects the runs to run; --report-only runs none"),
+    (["--only", "penalty.type=r1", "--export-records", "rec"], "--export-records runs nothing and writes no report; "
+                                                               "it takes --out alone, not --only"),
+])
+def test_only_names_what_it_does_not_know(tmp_path, fake, capsys, args, message):
+    sweep = write_sweep(tmp_path, TINY)
+    assert main([str(sweep), "--out", str(tmp_path / "out")] + args) == 2
+    err = capsys.readouterr().err
+    assert message.format(sweep=sweep) in err and err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_only_selecting_no_run_says_so(tmp_path, fake, capsys):
+    sweep = write_sweep(tmp_path, TINY + "    exclude: [{penalty.type: wgan_gp, train.seed: 1}]\n")
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--only", "penalty.type=wgan_gp",
+                 "--only", "train.seed=1"]) == 2
+    assert "no run of " + str(sweep) + " has all of these values" in capsys.readouterr().err
+
+
+def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
+    """One machine runs some runs (--only), exports their records; the other imports them: its sweep
+    skips them, and its report is the report of one machine that ran them all."""
+    sweep = write_sweep(tmp_path, RECORDS_SWEEP)
+    here, there, together = tmp_path / "here", tmp_path / "there", tmp_path / "together"
+    assert main([str(sweep), "--out", str(together)]) == 1  # (the weight-1000 runs fail)
+    assert main([str(sweep), "--out", str(there), "--only", "penalty.weight=1000", "--only", "train.seed=0"]) == 1
+    assert main([str(sweep), "--out", str(there), "--only", "penalty.weight=1"]) == 0  # the selected runs finished
+    records = tmp_path / "records"
+    assert main([str(sweep), "--out", str(there), "--export-records", str(records)]) == 0
+    (here / "runs" / "base" / "type-r1__weight-1__seed-1").mkdir(parents=True)  # here's own, unfinished
+    (here / "runs" / "base" / "type-r1__weight-1__seed-1" / "checkpoints").mkdir()
+    (here / "runs" / "base" / "type-r1__weight-1__seed-1" / "checkpoints" / "ckpt_1.npz").write_bytes(b"fake")
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(here), "--import-records", str(records)]) == 0
+    assert capsys.readouterr().out == (
+        f"imported 1 run(s) into {here}: type-r1__weight-1__seed-0\n"
+        f"  not imported: type-r1__weight-1__seed-1: it has a folder in {here} already (unfinished; remove its "
+        "folder to take the record's)\n"
+        "  not imported: type-r1__weight-1000__seed-0: failed there; the sweep runs it again\n")
+    assert sorted(p.name for p in (here / "runs" / "base" / "type-r1__weight-1__seed-0").rglob("*")) == [
+        "final.json", "final.png", "metrics.jsonl", "samples"]
+    assert not (here / "logs").exists() and [p.name for p in here.iterdir() if p.name.startswith(".")] == [".lock"]
+    import shutil
+    shutil.rmtree(here / "runs" / "base" / "type-r1__weight-1__seed-1")
+    assert main([str(sweep), "--out", str(here), "--import-records", str(records)]) == 0
+    assert "imported 1 run(s) into " + str(here) + ": type-r1__weight-1__seed-1\n" in capsys.readouterr().out
+    assert main([str(sweep), "--out", str(here)]) == 1
+    assert "4 runs: skipped 2, started 2" in capsys.readouterr().out
+    assert not list(here.glob("runs/*/*/calls.txt"))  # the imported runs were not trained again
+    assert _report_files(here / "figures") == _report_files(together / "figures")
+    assert (here / "REPORT.md").read_text() == (together / "REPORT.md").read_text()
+    assert (here / "results.csv").read_text() == (together / "results.csv").read_text()
+
+
+def test_import_refuses_what_is_no_record_of_the_sweep(tmp_path, fake, capsys):
+    from gpgan.studies import expand_runs, load_sweep
+    from gpgan.studies.sweep import run_config
+    from gpgan.train.config import dump_config
+
+    sweep = write_sweep(tmp_path, TINY)
+    out, records = tmp_path / "out", tmp_path / "records"
+    assert main([str(sweep), "--out", str(tmp_path / "there"), "--only", "train.seed=0"]) == 0
+    assert main([str(sweep), "--out", str(tmp_path / "there"), "--export-records", str(records)]) == 0
+
+    def refused(source, message, status=2):
+        capsys.readouterr()
+        assert main([str(sweep), "--out", str(out), "--import-records", str(source)]) == status
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1 and "Traceback" not in err
+        assert not list(out.glob("runs/*/*"))
+
+    refused(tmp_path / "there", "is not a records folder (it has no RECORDS.md); write one with gpgan-ablate")
+    refused(out / "records", "is not a records folder")
+    other = write_sweep(tmp_path, TINY.replace("[r1, wgan_gp]", "[r2]"), name="other.yaml")
+    capsys.readouterr()
+    assert main([str(other), "--out", str(out), "--import-records", str(records)]) == 2
+    assert "holds no run of " + str(other) in capsys.readouterr().err
+    # A record made with another config than the sweep's (its config.yaml, as gpgan-train writes it)
+    spec = expand_runs(load_sweep(sweep))[0]
+    config = run_config(load_sweep(sweep), spec)
+    config["penalty"]["weight"] = 2.0
+    run = next(records.glob("runs/*/" + spec.name))
+    (run / "config.yaml").write_text(dump_config(config))
+    refused(records, "nothing imported: 1 run(s) of " + str(records) + " are not the sweep's as " + str(sweep)
+            + " asks them now: type-r1__weight-1.0__seed-0: it was made with another config (penalty.weight: 2.0 "
+            "there, 1.0 in the sweep)")
+    config["penalty"]["weight"], config["device"] = 1.0, "cuda"  # the device is no difference
+    (run / "config.yaml").write_text(dump_config(config))
+    holder = FileLock(out / ".lock")  # (made by the refusals above? no: they wrote nothing)
+    out.mkdir()
+    holder.acquire()
+    try:
+        refused(records, f"another gpgan-ablate (process {os.getpid()}) is running the runs of {out}", status=1)
+    finally:
+        holder.release()
+    assert main([str(sweep), "--out", str(out), "--import-records", str(records)]) == 0
+    assert len(list(out.glob("runs/*/*/final.json"))) == 2
+
+
+def test_a_diverged_run_is_imported_with_its_error_and_not_run_again(tmp_path, fake, capsys):
+    from gpgan.studies import expand_runs, load_sweep
+    from gpgan.studies.sweep import run_config
+    from gpgan.train.config import dump_config
+
+    sweep = write_sweep(tmp_path, TINY)
+    spec = expand_runs(load_sweep(sweep))[0]
+    records, out = tmp_path / "records", tmp_path / "out"
+    run = records / "runs" / "base" / spec.name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(dump_config(run_config(load_sweep(sweep), spec)))  # as gpgan-train writes it
+    (run / "metrics.jsonl").write_text('{"step": 1, "loss/critic": 0.5}\n')
+    failure = records / "logs" / spec.name / "failure.json"
+    failure.parent.mkdir(parents=True)
+    failure.write_text(json.dumps({"status": "diverged", "returncode": 3, "error": "non-finite loss at step 2"}))
+    (records / "RECORDS.md").write_text("# Records\n")
+    assert main([str(sweep), "--out", str(out), "--import-records", str(records)]) == 0
+    assert (out / "logs" / spec.name / "failure.json").read_bytes() == failure.read_bytes()
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--only", "penalty.type=r1", "--only", "train.seed=0"]) == 0
+    assert "1 runs: skipped 1, started 0" in capsys.readouterr().out  # (a diverged run is no failure: exit 0)
+    assert {r["run"]: r["status"] for r in read_csv(out / "results.csv")}[spec.name] == "diverged"
+
+
 @pytest.mark.parametrize("where, message", [
     ("out/records", "overlap; name a folder outside it"),
     ("notes", "holds a.txt, which records do not hold, and records replace their folder whole"),

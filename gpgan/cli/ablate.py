@@ -1,14 +1,17 @@
 """gpgan-ablate: run a sweep of gpgan-train runs and write its report.
 
     gpgan-ablate SWEEP.yaml [--jobs N] [--devices 0,1,...] [--out DIR] [--report-only] [--dry-run]
+    gpgan-ablate SWEEP.yaml [--only AXIS=VALUE[,VALUE...] ...] [...]
     gpgan-ablate SWEEP.yaml --out DIR --export-records RECORDS_DIR
+    gpgan-ablate SWEEP.yaml --out DIR --import-records RECORDS_DIR
     gpgan-ablate SWEEP.yaml --cluster ray [--ray-address HOST:PORT] [--devices ...] --out SHARED_DIR
 
-Exit status: 0 when every run finished or diverged (nothing is left to run; a run that diverged,
-gpgan-train's exit 3, is reported and not retried), 1 when some run failed or is unfinished (the
-report is written either way), 2 for a bad sweep file or bad arguments. With --export-records: 0
-when the records were written (also when runs were left out), 1 when there are no runs or a file
-could not be written, 2 for a records folder it refuses.
+Exit status: 0 when every run (with --only, every selected run) finished or diverged (nothing is
+left to run; a run that diverged, gpgan-train's exit 3, is reported and not retried), 1 when some
+run failed or is unfinished (the report is written either way), 2 for a bad sweep file or bad
+arguments. With --export-records: 0 when the records were written (also when runs were left out),
+1 when there are no runs or a file could not be written, 2 for a records folder it refuses; likewise
+with --import-records (1 also when a sweep is running the runs of --out).
 """
 
 import argparse
@@ -19,9 +22,9 @@ import sys
 from gpgan.cli._console import Console
 from gpgan.files import check_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
-from gpgan.studies.records import RecordsError, export_records
+from gpgan.studies.records import RecordsError, export_records, import_records
 from gpgan.studies.runner import TRAINER_ENV, OutInUseError, config_mismatches, plan_runs, stale_message
-from gpgan.studies.sweep import override_args
+from gpgan.studies.sweep import override_args, select_runs
 from gpgan.train.run import RunFolder
 
 
@@ -84,8 +87,13 @@ GPGAN_TRAIN_CMD replaces the trainer command (default: python -m gpgan.cli.train
 results.csv has a row per run: its axis values, its resolved value of every config key that a
 variant or an adjust rule sets (e.g. loss, penalty.type), its final and best metrics, the step of
 each best value, its steps and why it ended (train.patience or train.steps).
-Exit status: 0 when every run finished or diverged, 1 when some run failed or is unfinished, 2 for
-a bad sweep file or bad arguments.
+Exit status: 0 when every run (with --only, every selected run) finished or diverged, 1 when some
+run failed or is unfinished, 2 for a bad sweep file or bad arguments.
+
+Several machines without a shared filesystem: each runs its part of the sweep (--only AXIS=VALUE,
+e.g. --only setting=r1,r2), exports what it finished (--export-records DIR), and one machine adds
+the others' records to its output folder (--import-records DIR): its sweep then skips those runs,
+and its report covers them all.
 
 --cluster ray: every run is a Ray task on an existing cluster (`ray start --head` on one node,
 `ray start --address HEAD:PORT` on the others; pip install -e '.[ray]' on each), with one GPU
@@ -123,10 +131,18 @@ def build_parser():
     p.add_argument("--dry-run", action="store_true",
                    help="list the runs and what would be done with each, and check each run to start as "
                         "gpgan-train --dry-run does; run nothing")
+    p.add_argument("--only", metavar="AXIS=VALUE[,VALUE...]", action="append", default=None,
+                   help="run only the runs with these values of the axis (repeat for several axes: runs that "
+                        "match all), e.g. --only setting=r1,r2 --only train.seed=0; the report still covers "
+                        "every run on disk")
     p.add_argument("--export-records", metavar="DIR", default=None,
                    help="copy what the report reads of each finished, failed or diverged run (no checkpoints) "
                         "into DIR, replacing it whole; `--out DIR --report-only` then rebuilds the same report "
                         "anywhere. Runs nothing")
+    p.add_argument("--import-records", metavar="DIR", default=None,
+                   help="add the finished (and diverged) runs of records written by --export-records, e.g. on "
+                        "another machine that ran some runs (--only), to --out where those runs have no folder "
+                        "yet: the sweep then skips them and its report includes them. Runs nothing")
     return p
 
 
@@ -205,6 +221,22 @@ def _export(sweep, out, dest):
     return 0
 
 
+def _import(sweep, out, source):
+    try:
+        imported, passed_over = import_records(sweep, source, out)
+    except RecordsError as exc:
+        return CONSOLE.error(exc, 2)
+    except OutInUseError as exc:
+        return CONSOLE.error(exc)
+    except OSError as exc:
+        return CONSOLE.error(f"the records could not be imported (the run being copied was left out): "
+                             f"{CONSOLE.text(exc)}")
+    print(f"imported {len(imported)} run(s) into {out}" + (f": {', '.join(imported)}" if imported else ""))
+    for name, why in passed_over:
+        print(f"  not imported: {name}: {why}")
+    return 0
+
+
 def _warn_unlogged_metrics(sweep, records):
     """Name the sweep file's metrics that no finished run logged (a misspelt name gives empty
     columns otherwise)."""
@@ -242,20 +274,34 @@ def main(argv=None):
         except NotADirectoryError as exc:
             return CONSOLE.error(CONSOLE.text(exc))
 
-    if args.export_records is not None:
-        given = [flag for flag, value in (("--report-only", args.report_only), ("--dry-run", args.dry_run),
-                                          ("--report-dir", args.report_dir), ("--jobs", args.jobs),
-                                          ("--devices", args.devices), ("--cluster", args.cluster != "local"),
-                                          ("--ray-address", args.ray_address)) if value]
+    for flag, records in (("--export-records", args.export_records), ("--import-records", args.import_records)):
+        if records is None:
+            continue
+        given = [other for other, value in (("--report-only", args.report_only), ("--dry-run", args.dry_run),
+                                            ("--report-dir", args.report_dir), ("--jobs", args.jobs),
+                                            ("--devices", args.devices), ("--cluster", args.cluster != "local"),
+                                            ("--ray-address", args.ray_address), ("--only", args.only),
+                                            ("--export-records", flag != "--export-records" and args.export_records),
+                                            ("--import-records", flag != "--import-records" and args.import_records))
+                 if value]
         if given:
-            return CONSOLE.error(f"--export-records runs nothing and writes no report; it takes --out alone, "
+            return CONSOLE.error(f"{flag} runs nothing and writes no report; it takes --out alone, "
                                  f"not {', '.join(given)}", 2)
-        return _export(sweep, out, args.export_records)
+        return _export(sweep, out, records) if flag == "--export-records" else _import(sweep, out, records)
+    if args.only and args.report_only:
+        return CONSOLE.error("--only selects the runs to run; --report-only runs none (the report covers every run "
+                             "on disk)", 2)
+    specs = expand_runs(sweep)
+    if args.only:
+        try:
+            specs = select_runs(sweep, specs, args.only)
+        except SweepError as exc:
+            return CONSOLE.error(exc, 2)
     if args.dry_run:
-        stale = config_mismatches(sweep, out, allow_longer=True)
+        stale = config_mismatches(sweep, out, specs, allow_longer=True)
         if stale:
             return CONSOLE.error(stale_message(out, stale), 2)
-        plan = plan_runs(sweep, out)
+        plan = plan_runs(sweep, out, specs)
         for spec, action, run_dir, steps in plan:
             print(f"{action:8s} {spec.name}{_where(action, run_dir, steps)}")
         print(f"{len(plan)} runs in {out}")
@@ -274,7 +320,7 @@ def main(argv=None):
         _stop_on_sigint()
         try:
             summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
-                                ray_address=args.ray_address)
+                                ray_address=args.ray_address, only=args.only or ())
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
             return CONSOLE.error(exc, 2)
         except OutInUseError as exc:  # another sweep runs this --out
@@ -309,7 +355,8 @@ def main(argv=None):
     for rec in failed + diverged:
         last = rec.error.splitlines()[-1] if rec.error else ""
         print(f"  {rec.status}: {rec.spec.name}: {last}", file=sys.stderr)
-    return 1 if failed or incomplete else 0
+    selected = {spec.name for spec in specs}  # the exit status speaks of the runs --only selected
+    return 1 if any(r.spec.name in selected for r in failed + incomplete) else 0
 
 
 if __name__ == "__main__":

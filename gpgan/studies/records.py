@@ -15,20 +15,28 @@ Kept: the runs that have ended, finished, failed or diverged. An unfinished, int
 not-yet-run one is left out (what it needs is its checkpoints), so a report rebuilt from the
 records lists it as not run. A failed or diverged run is listed with its error, not with the
 checkpoint it left; a sweep continued from the records retries a failed run from step 0.
+
+:func:`import_records` is the way back: it adds the finished and diverged runs of records written
+elsewhere (another machine ran some runs of the sweep, ``gpgan-ablate --only``) to a sweep's
+output folder, where those runs have no folder yet, so that the sweep skips them and its report
+includes them.
 """
 import errno
 import os
 import shutil
 
-from gpgan.files import make_folder, replaced_folder
+from gpgan.files import atomic_write, make_folder, missing_folders, remove_empty_folders, replaced_folder
 from gpgan.studies.results import collect_results
-from gpgan.studies.runner import failure_path
-from gpgan.train.run import RunFolder
+from gpgan.studies.runner import failure_path, find_run_dir, hold_out_dir, read_failure, run_state
+from gpgan.studies.sweep import expand_runs, run_config
+from gpgan.train.run import NotARunError, RunFolder
 
-__all__ = ["KEPT_STATUSES", "MARKER", "RecordsError", "export_records"]
+__all__ = ["IMPORTED_STATUSES", "KEPT_STATUSES", "MARKER", "RecordsError", "export_records", "import_records"]
 
 #: The statuses of the runs whose records are kept: those that have ended.
 KEPT_STATUSES = ("finished", "failed", "diverged")
+#: The statuses of the runs that :func:`import_records` takes: those a sweep would not run again.
+IMPORTED_STATUSES = ("finished", "diverged")
 #: The file that marks a records folder and says what it is.
 MARKER = "RECORDS.md"
 
@@ -138,3 +146,104 @@ def export_records(sweep, out_dir, dest):
         with open(os.path.join(staging, MARKER), "w", encoding="utf-8") as fh:
             fh.write(_marker_text(sweep, [(r.spec.name, r.status) for r in kept], left_out))
     return [(r.spec.name, r.status) for r in kept], left_out
+
+
+def _record_status(sweep, records_dir, spec):
+    """``(status, run folder)`` of ``spec``'s run in a records folder: "finished", "diverged",
+    "failed" or "absent"."""
+    run_dir = find_run_dir(records_dir, spec.name)
+    if run_dir is not None and RunFolder(run_dir).is_finished():
+        return "finished", run_dir
+    failure = read_failure(records_dir, spec.name)
+    if failure is None and run_dir is None:
+        return "absent", None
+    # (a diverged run counts as one where its folder tells the sweep that it needs no new start)
+    diverged = failure is not None and failure[0] == "diverged" and run_dir is not None
+    return ("diverged" if diverged else "failed"), run_dir
+
+
+def _refusal(sweep, spec, run_dir):
+    """Why the record in ``run_dir`` is no run of ``sweep`` as ``spec`` asks it (its config differs
+    beyond the keys that do not change what a run computes, such as the device), or None. A
+    folder without a config.yaml (another trainer's, as ``GPGAN_TRAIN_CMD`` may run) is taken as
+    the sweep's, as :func:`~gpgan.studies.runner.config_mismatches` takes it."""
+    try:
+        diffs = RunFolder(run_dir).config_differences(run_config(sweep, spec))
+    except NotARunError:
+        return None
+    except (OSError, ValueError) as exc:
+        return f"its config cannot be compared with the sweep's: {exc}"
+    if not diffs:
+        return None
+    shown = "; ".join(f"{key}: {old!r} there, {new!r} in the sweep" for key, old, new in diffs[:3])
+    return f"it was made with another config ({shown}{'; ...' if len(diffs) > 3 else ''})"
+
+
+def import_records(sweep, records_dir, out_dir):
+    """Add to ``out_dir`` the finished and diverged runs of ``sweep`` that the records folder
+    ``records_dir`` holds (:func:`export_records`, e.g. on another machine) and ``out_dir`` has no
+    folder for: each run folder (and a diverged run's failure.json) is copied whole and appears at
+    once. The output folder's lock is held meanwhile, as a sweep holds it. Returns ``(imported,
+    passed_over)``: the names of the runs copied, and ``[(run name, why)]`` of the records left
+    where they are (a failed run, which the sweep runs again; a run with a folder in ``out_dir``
+    already), in sweep order.
+
+    Raises:
+        RecordsError: ``records_dir`` is no records folder, overlaps ``out_dir``, holds no run of
+            the sweep, or holds a run made with another config than the sweep's (nothing is
+            copied then).
+        OutInUseError: a sweep is running the runs of ``out_dir``.
+        OSError: a file could not be read or written (the run being copied is then left out).
+    """
+    records_dir, out_dir = os.fspath(records_dir), os.fspath(out_dir)
+    if not os.path.isfile(os.path.join(records_dir, MARKER)):
+        raise RecordsError(f"{records_dir} is not a records folder (it has no {MARKER}); write one with "
+                           "gpgan-ablate SWEEP --out OUT --export-records DIR")
+    if _inside(records_dir, out_dir) or _inside(out_dir, records_dir):
+        raise RecordsError(f"the records folder {records_dir} and the sweep's output folder {out_dir} overlap")
+    found = [(spec,) + _record_status(sweep, records_dir, spec) for spec in expand_runs(sweep)]
+    found = [item for item in found if item[1] != "absent"]
+    if not found:
+        raise RecordsError(f"{records_dir} holds no run of {sweep.path} (its runs/ has none of the sweep's run names)")
+    refused = [(spec.name, why) for spec, status, run_dir in found
+               if status in IMPORTED_STATUSES and (why := _refusal(sweep, spec, run_dir)) is not None]
+    if refused:
+        raise RecordsError(f"nothing imported: {len(refused)} run(s) of {records_dir} are not the sweep's as "
+                           f"{sweep.path} asks them now: " + "; ".join(f"{name}: {why}" for name, why in refused))
+    lock, _ = hold_out_dir(out_dir)
+    imported, passed_over = [], []
+    try:
+        for spec, status, run_dir in found:
+            here = run_state(out_dir, spec.name)[0]
+            if status not in IMPORTED_STATUSES:
+                passed_over.append((spec.name, "failed there; the sweep runs it again"))
+            elif here != "absent":
+                what = "finished" if here == "finished" else "unfinished; remove its folder to take the record's"
+                passed_over.append((spec.name, f"it has a folder in {out_dir} already ({what})"))
+            else:
+                _import_run(records_dir, out_dir, spec.name, run_dir, status)
+                imported.append(spec.name)
+    finally:
+        lock.release()
+    return imported, passed_over
+
+
+def _import_run(records_dir, out_dir, name, run_dir, status):
+    """Copy one run's record into ``out_dir``: a diverged run's failure.json first, then the run
+    folder, made whole beside its place and renamed into it (a run folder is never seen half
+    copied: one without final.json would be started afresh)."""
+    if status == "diverged":
+        with open(failure_path(records_dir, name), "rb") as fh:
+            atomic_write(failure_path(out_dir, name), fh.read())
+    target = os.path.join(out_dir, os.path.relpath(run_dir, records_dir))
+    made = missing_folders(target)  # runs/<config>/ (and above), when this run is its first
+    make_folder(os.path.dirname(target))
+    try:
+        with replaced_folder(target) as staging:
+            for root, _, files in os.walk(run_dir):
+                rel = os.path.relpath(root, run_dir)
+                for file in sorted(files):
+                    _copy(os.path.join(root, file), staging, os.path.normpath(os.path.join(rel, file)), target)
+    except BaseException:
+        remove_empty_folders(made)
+        raise

@@ -82,6 +82,7 @@ __all__ = [
     "load_sweep",
     "parse_sweep",
     "expand_runs",
+    "select_runs",
     "run_config",
     "format_value",
     "override_text",
@@ -658,3 +659,49 @@ def expand_runs(sweep):
         seed = values.get(sweep.seed_axis) if sweep.seed_axis else None
         specs.append(RunSpec(name=name, values=values, overrides=overrides, setting=setting, seed=seed))
     return specs
+
+
+def _selected_value(axis_value, text):
+    """Whether ``text`` (from ``--only``) names ``axis_value``: as a run name writes it
+    (``format_value``: 'r1', '0', '10.0', '-' for an ignored axis), or as YAML reads it (10 for
+    10.0; true is no 1)."""
+    if text == format_value(axis_value):
+        return True
+    if axis_value is IGNORED or isinstance(axis_value, str):
+        return False
+    try:
+        parsed = parse_yaml(text, "a value", SweepError)
+    except SweepError:
+        return False
+    return _same(axis_value, parsed)
+
+
+def select_runs(sweep, specs, selectors):
+    """The runs of ``specs`` that every selector matches, in order. A selector is the text
+    ``AXIS=VALUE[,VALUE...]`` (``gpgan-ablate --only``): the runs whose ``AXIS`` (its key, or its
+    label in run names) has one of the values. Raises :class:`SweepError` for an unknown axis or
+    value, or when no run is left."""
+    chosen = []
+    labels = {label: key for key, label in _axis_labels(list(sweep.axes)).items()}
+    for text in selectors:
+        axis, sep, values = text.partition("=")
+        axis = axis.strip()
+        wanted = [v.strip() for v in values.split(",") if v.strip()] if sep else []
+        if not wanted:
+            raise SweepError(f"--only {text!r}: expected AXIS=VALUE[,VALUE...], e.g. "
+                             f"{next(iter(sweep.axes))}={format_value(next(iter(sweep.axes.values()))[0])}")
+        axis = labels.get(axis, axis) if axis not in sweep.axes else axis  # 'seed', as run names write it
+        if axis not in sweep.axes:
+            raise SweepError(f"--only {text!r}: {sweep.path} has no axis {axis!r}{did_you_mean(axis, sweep.axes)}; "
+                             f"its axes: {', '.join(sweep.axes)}")
+        for value in wanted:
+            if not any(_selected_value(v, value) for v in sweep.axes[axis]):
+                raise SweepError(f"--only {text!r}: the axis {axis} has no value {value!r}; its values: "
+                                 f"{', '.join(format_value(v) for v in sweep.axes[axis])}")
+        chosen.append((axis, wanted))
+    picked = [spec for spec in specs
+              if all(any(_selected_value(spec.values[axis], v) for v in wanted) for axis, wanted in chosen)]
+    if not picked:
+        raise SweepError(f"--only {' --only '.join(selectors)}: no run of {sweep.path} has all of these values "
+                         "(excluded or ignored combinations have none); gpgan-ablate SWEEP --dry-run lists the runs")
+    return picked
