@@ -531,6 +531,9 @@ def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
     assert main([str(sweep), "--out", str(there), "--only", "penalty.weight=1000", "--only", "train.seed=0"]) == 1
     assert main([str(sweep), "--out", str(there), "--only", "penalty.weight=1"]) == 0  # the selected runs finished
     records = tmp_path / "records"
+    for folder in (there, together):  # (the stand-in trainer writes no manifest: as gpgan-train's, the GPU's name)
+        (folder / "runs" / "base" / "type-r1__weight-1__seed-0" / "manifest.json").write_text(
+            json.dumps({"device": "cuda", "device_name": "NVIDIA H200"}))
     assert main([str(sweep), "--out", str(there), "--export-records", str(records)]) == 0
     (here / "runs" / "base" / "type-r1__weight-1__seed-1").mkdir(parents=True)  # here's own, unfinished
     (here / "runs" / "base" / "type-r1__weight-1__seed-1" / "checkpoints").mkdir()
@@ -543,7 +546,7 @@ def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
         "folder to take the record's)\n"
         "  not imported: type-r1__weight-1000__seed-0: failed there; the sweep runs it again\n")
     assert sorted(p.name for p in (here / "runs" / "base" / "type-r1__weight-1__seed-0").rglob("*")) == [
-        "final.json", "final.png", "metrics.jsonl", "samples"]
+        "final.json", "final.png", "manifest.json", "metrics.jsonl", "samples"]
     assert not (here / "logs").exists() and [p.name for p in here.iterdir() if p.name.startswith(".")] == [".lock"]
     import shutil
     shutil.rmtree(here / "runs" / "base" / "type-r1__weight-1__seed-1")
@@ -552,9 +555,11 @@ def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
     assert main([str(sweep), "--out", str(here)]) == 1
     assert "4 runs: skipped 2, started 2" in capsys.readouterr().out
     assert not list(here.glob("runs/*/*/calls.txt"))  # the imported runs were not trained again
+    assert main([str(sweep), "--out", str(together), "--report-only"]) == 1  # (again, with the manifest)
     assert _report_files(here / "figures") == _report_files(together / "figures")
     assert (here / "REPORT.md").read_text() == (together / "REPORT.md").read_text()
     assert (here / "results.csv").read_text() == (together / "results.csv").read_text()
+    assert [r["machine"] for r in read_csv(here / "results.csv")] == ["NVIDIA H200", "", "", ""]
 
 
 def test_import_refuses_what_is_no_record_of_the_sweep(tmp_path, fake, capsys):
@@ -1555,6 +1560,8 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
         assert final["steps"] == 12 and r["steps"] == "12"
         assert float(r["final/eval/modes"]) == final["final"]["eval/modes"]
         assert float(r["wall_time_s"]) == final["wall_time_s"]
+        from gpgan.backend import device_description
+        assert r["machine"] == device_description("cpu") != ""  # (the manifest's device_name)
         # best over the logged evaluations, by direction
         evals = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         modes = [e["eval/modes"] for e in evals if "eval/modes" in e]

@@ -86,7 +86,7 @@ ended); any other config change is refused.
 GPGAN_TRAIN_CMD replaces the trainer command (default: python -m gpgan.cli.train).
 results.csv has a row per run: its axis values, its resolved value of every config key that a
 variant or an adjust rule sets (e.g. loss, penalty.type), its final and best metrics, the step of
-each best value, its steps and why it ended (train.patience or train.steps).
+each best value, its steps, why it ended (train.patience or train.steps) and the machine it ran on.
 Exit status: 0 when every run (with --only, every selected run) finished or diverged, 1 when some
 run failed or is unfinished, 2 for a bad sweep file or bad arguments.
 

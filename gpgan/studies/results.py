@@ -290,10 +290,12 @@ def _samples_column(sweep):
 def csv_columns(sweep, metrics):
     """results.csv's header: the run, its status, its axis values, its values of the keys variants
     and adjust rules set (:attr:`~gpgan.studies.sweep.Sweep.varied_keys`), the metrics, then the
-    samples each evaluation scored (eval.samples), steps, how the run ended, wall time, folder, error."""
+    samples each evaluation scored (eval.samples), steps, how the run ended, wall time, the machine
+    it ran on, folder, error."""
     return (["run", "status"] + list(sweep.axes) + sweep.varied_keys + [f"final/{m}" for m, _ in metrics]
             + [f"best/{m}" for m, _ in metrics] + [f"best_step/{m}" for m, _ in metrics]
-            + ["eval.samples"] * _samples_column(sweep) + ["steps", "ended_by", "wall_time_s", "run_dir", "error"])
+            + ["eval.samples"] * _samples_column(sweep)
+            + ["steps", "ended_by", "wall_time_s", "machine", "run_dir", "error"])
 
 
 def _cell(value):
@@ -315,8 +317,10 @@ def _config_cell(config, key):
 
 def write_results_csv(path, sweep, records, metrics, out_dir):
     """results.csv: one row per run (axes, the resolved values of the keys variants and adjust
-    rules set, final and best metrics, samples per evaluation, steps, wall time, status, run folder relative to the
-    sweep's ``out_dir``, and the error of a failed or interrupted run). The run folders are named
+    rules set, final and best metrics, samples per evaluation, steps, wall time, the machines it
+    ran on (its manifest's device names: the first start's, then any other a resume ran on; "; "
+    between them), status, run folder relative to the sweep's ``out_dir``, and the error of a
+    failed or interrupted run). The run folders are named
     relative to ``out_dir``, not to the folder results.csv is in, so that a report kept apart from
     its runs (``--report-dir``, e.g. committed) has the same results.csv wherever it lives, and the
     same from the runs' records (a ``runs`` folder that is a link elsewhere is still named ``runs``)."""
@@ -334,5 +338,6 @@ def write_results_csv(path, sweep, records, metrics, out_dir):
                 + [_cell(rec.final.get(m)) for m, _ in metrics]
                 + [_cell(rec.best.get(m)) for m, _ in metrics] + [_cell(rec.best_step.get(m)) for m, _ in metrics]
                 + [_cell(rec.eval_samples)] * _samples_column(sweep)
-                + [_cell(rec.steps), rec.ended_by or "", _cell(rec.wall_time_s), run_dir, rec.error]
+                + [_cell(rec.steps), rec.ended_by or "", _cell(rec.wall_time_s), "; ".join(rec.machines), run_dir,
+                   rec.error]
             )
