@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
 
 CODE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -214,29 +215,36 @@ def _place_data(root):
     os.symlink(kept, root)
 
 
-def _ablate(argv, log, seconds=None):
+def _ablate(argv, log, seconds=None, grace=150):
     """Run gpgan-ablate from this checkout, its output into ``log`` and this process's; with
-    ``seconds``, Ctrl-C it then (its trainers save a checkpoint). Returns its exit status."""
+    ``seconds``, Ctrl-C it then (its trainers save a checkpoint) and kill it if it has not ended
+    ``grace`` seconds later. Returns its exit status."""
     env = dict(os.environ, PYTHONPATH=CODE + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     with open(log, "ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "gpgan.cli.ablate"] + argv, cwd=ROOT, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = None if seconds is None else time.monotonic() + seconds
-        os.set_blocking(proc.stdout.fileno(), False)
-        stopped = False
-        while True:
-            block = proc.stdout.read()
-            if block:
-                fh.write(block)
-                sys.stdout.write(block.decode("utf-8", "replace"))
+
+        def pump():
+            for line in iter(proc.stdout.readline, b""):
+                fh.write(line)
+                sys.stdout.write(line.decode("utf-8", "replace"))
                 sys.stdout.flush()
-            if proc.poll() is not None and not block:
-                return proc.returncode
-            if deadline is not None and not stopped and time.monotonic() > deadline:
-                _say(f"{seconds} s are up: stopping the sweep (its trainers save a checkpoint)")
-                proc.send_signal(signal.SIGINT)
-                stopped = True
-            time.sleep(0.2)
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            proc.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            _say(f"{seconds:g} s are up: stopping the sweep (its trainers save a checkpoint)")
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _say(f"the sweep did not stop within {grace} s of Ctrl-C; killed (its run goes on from its last "
+                     "checkpoint)")
+                proc.kill()
+                proc.wait()
+        reader.join(timeout=10)
+    return proc.returncode
 
 
 def run(args):
