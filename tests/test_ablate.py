@@ -5,7 +5,6 @@ writes a run folder per the run-folder contract, with metrics that are a known f
 seed and the penalty weight), so the report's statistics can be checked against closed forms.
 The tests marked "real" run the actual gpgan-train for a few steps.
 """
-import csv
 import json
 import math
 import os
@@ -30,93 +29,10 @@ from gpgan.files import FileLock
 from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
 from gpgan.studies.statistics import mean_std
 from gpgan.studies.runner import stderr_tail
+from helpers import FAKE_TRAINER, read_csv
 
 REPO = Path(__file__).resolve().parent.parent
 
-# A stand-in for gpgan-train. Metrics: modes = 10 + seed + weight, high_quality = 0.5 + 0.1*seed,
-# reverse_kl = 1 / (1 + seed); evaluations at steps 1..steps with modes growing to the final value
-# except one early spike (final + 5 at step 1) so that "best" differs from "final".
-FAKE_TRAINER = r'''
-import json, os, sys
-from pathlib import Path
-import yaml
-from PIL import Image
-
-args = sys.argv[1:]
-if args[0] == "--resume":
-    run = Path(args[1])
-    state = json.loads((run / "fake_state.json").read_text())
-    with open(run / "calls.txt", "a") as fh:
-        fh.write("resume\n")
-    failure = run.parent.parent.parent / "logs" / run.name / "failure.json"
-    if failure.exists():  # a report made now would call this running run interrupted
-        (run / "resumed_beside_a_failure_record.json").write_text(failure.read_text())
-else:
-    config, sets, out, name, device = args[0], {}, None, None, None
-    i = 1
-    while i < len(args):
-        if args[i] == "--set":
-            k, v = args[i + 1].split("=", 1); sets[k] = yaml.safe_load(v); i += 2
-        elif args[i] == "--out":
-            out = args[i + 1]; i += 2
-        elif args[i] == "--name":
-            name = args[i + 1]; i += 2
-        elif args[i] == "--device":
-            device = args[i + 1]; i += 2
-        else:
-            sys.exit("fake trainer: unexpected argument " + args[i])
-    if sets.get("penalty.weight", 0) >= 1000:  # a valid config that fails in training
-        print("step 0 ok", file=sys.stderr)
-        print("gpgan-train: error: non-finite loss/critic (inf) at step 1", file=sys.stderr)
-        sys.exit(1)
-    run = Path(out) / Path(config).stem / name
-    if run.exists():
-        sys.exit("fake trainer: run folder exists: " + str(run))
-    run.mkdir(parents=True)
-    state = {"sets": sets, "device": device, "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
-             "omp": os.environ.get("OMP_NUM_THREADS")}
-    (run / "fake_state.json").write_text(json.dumps(state))
-    with open(run / "calls.txt", "a") as fh:
-        fh.write("start\n")
-    (run / "checkpoints").mkdir()
-    (run / "checkpoints" / "ckpt_1.npz").write_bytes(b"fake")
-    if os.environ.get("FAKE_CRASH"):
-        sys.exit("fake trainer: crashed after the first checkpoint")
-    if os.environ.get("FAKE_SLEEP"):  # train "forever"; Ctrl-C exits 130 like gpgan-train
-        import signal, time
-        hits = []
-        signal.signal(signal.SIGINT, lambda *a: hits.append(1))
-        while not hits:
-            time.sleep(0.05)
-        time.sleep(0.5)  # finishing the step; a second Ctrl-C meanwhile stops gpgan-train unsaved
-        if len(hits) > 1:
-            print("fake trainer: interrupted twice, stopped without a checkpoint", file=sys.stderr)
-            sys.exit(1)
-        print("fake trainer: interrupted", file=sys.stderr)
-        sys.exit(130)
-
-sets = state["sets"]
-seed, weight = sets.get("train.seed", 0), sets.get("penalty.weight", 0.0)
-final = {"eval/modes": 10 + seed + weight, "eval/high_quality": 0.5 + 0.1 * seed, "eval/reverse_kl": 1 / (1 + seed)}
-steps = 3 + (seed if os.environ.get("FAKE_SEED_LONGER") else 0)  # seed 1 evaluates once more
-with open(run / "metrics.jsonl", "w") as fh:
-    for step in range(1, steps + 1):
-        row = {"step": step, "loss/critic": 0.1}
-        row["eval/modes"] = final["eval/modes"] + (5 if step == 1 else step - steps)
-        row["eval/high_quality"] = final["eval/high_quality"]
-        row["eval/reverse_kl"] = final["eval/reverse_kl"] + (steps - step)
-        fh.write(json.dumps(row) + "\n")
-(run / "samples").mkdir(exist_ok=True)
-shade = int(40 * seed + 20 * weight) % 256
-size = tuple(int(n) for n in os.environ.get("FAKE_SAMPLE_SIZE", "40x30").split("x"))
-Image.new("RGB", size, (shade, 100, 200)).save(run / "samples" / "final.png")
-if os.environ.get("FAKE_STEP_SAMPLES"):  # samples at every evaluation, as sample_interval = eval_interval
-    for step in range(1, steps):
-        Image.new("RGB", size, (shade, 10 * step, 50)).save(run / "samples" / f"step_{step:06d}.png")
-print("training done")
-(run / "final.json").write_text(json.dumps({"status": "finished", "steps": steps, "wall_time_s": 1.5 + seed,
-                                            "final": final, "best": final}))
-'''
 
 
 @pytest.fixture
@@ -134,11 +50,6 @@ def write_sweep(tmp_path, body, name="sweep.yaml", base_text="device: cpu\n"):
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
     return path
-
-
-def read_csv(path):
-    with open(path, newline="") as fh:
-        return list(csv.DictReader(fh))
 
 
 def is_png(path):

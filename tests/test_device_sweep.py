@@ -13,8 +13,7 @@ import textwrap
 
 import pytest
 
-from helpers import ROOT
-from test_ablate import FAKE_TRAINER, read_csv
+from helpers import FAKE_TRAINER, ROOT, read_csv
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import device_sweep  # noqa: E402
