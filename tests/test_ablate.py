@@ -433,6 +433,27 @@ def test_only_selecting_no_run_says_so(tmp_path, fake, capsys):
     assert "no run of " + str(sweep) + " has all of these values" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("only, runs", [
+    (["betas=[0.5, 0.9]"], ["type-r1__betas-_0.5_0.9___weight-0.0001", "type-none__betas-_0.5_0.9_"]),  # YAML
+    (["betas=[0.5,0.9],_0.0_0.99_", "type=r1"], ["type-r1__betas-_0.5_0.9___weight-0.0001",  # as results.csv
+                                                "type-r1__betas-_0.0_0.99___weight-0.0001"]),  # and folders write it
+    (["weight=1e-4"], ["type-r1__betas-_0.5_0.9___weight-0.0001", "type-r1__betas-_0.0_0.99___weight-0.0001"]),
+    (["weight=-"], ["type-none__betas-_0.5_0.9_", "type-none__betas-_0.0_0.99_"]),  # where ignore dropped it
+])
+def test_only_selects_lists_numbers_and_ignored_axes(tmp_path, fake, capsys, only, runs):
+    sweep = write_sweep(tmp_path, """\
+        base: base.yaml
+        axes:
+          penalty.type: [r1, none]
+          optim.critic.betas: [[0.5, 0.9], [0.0, 0.99]]
+          penalty.weight: [0.0001]
+        ignore: [{when: {penalty.type: none}, axes: [penalty.weight]}]
+    """)
+    assert main([str(sweep), "--out", str(tmp_path / "out"), "--dry-run"]
+                + [arg for text in only for arg in ("--only", text)]) == 0
+    assert capsys.readouterr().out.splitlines()[:-1] == [f"start    {name}" for name in runs]
+
+
 def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
     """One machine runs some runs (--only), exports their records; the other imports them: its sweep
     skips them, and its report is the report of one machine that ran them all."""
@@ -516,6 +537,36 @@ def test_import_refuses_what_is_no_record_of_the_sweep(tmp_path, fake, capsys):
         holder.release()
     assert main([str(sweep), "--out", str(out), "--import-records", str(records)]) == 0
     assert len(list(out.glob("runs/*/*/final.json"))) == 2
+
+
+def test_an_import_copies_only_records_and_leaves_no_folder_when_it_imports_nothing(tmp_path, fake, capsys):
+    sweep = write_sweep(tmp_path, TINY)
+    there, records = tmp_path / "there", tmp_path / "records"
+    assert main([str(sweep), "--out", str(there), "--only", "train.seed=0"]) == 0
+    assert main([str(sweep), "--out", str(there), "--export-records", str(records)]) == 0
+    # A sweep continued in the records folder (as docs/studies.md allows): a checkpoint, a link out,
+    # and a run still unfinished there.
+    run = next(records.glob("runs/*/type-r1__weight-1.0__seed-0"))
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "ckpt_3.npz").write_bytes(b"weights")
+    (tmp_path / "secret.json").write_text("{}")
+    (run / "eval_000009.json").symlink_to(tmp_path / "secret.json")
+    unfinished = run.parent / "type-wgan_gp__weight-1.0__seed-1"
+    (unfinished / "checkpoints").mkdir(parents=True)
+    (unfinished / "checkpoints" / "ckpt_1.npz").write_bytes(b"weights")
+    out = tmp_path / "deep" / "out"
+    capsys.readouterr()
+    assert main([str(sweep), "--out", str(out), "--import-records", str(records)]) == 0
+    printed = capsys.readouterr().out
+    assert "not imported: type-wgan_gp__weight-1.0__seed-1: unfinished there (its checkpoints stay there)" in printed
+    imported = next(out.glob("runs/*/type-r1__weight-1.0__seed-0"))
+    assert sorted(p.relative_to(imported).as_posix() for p in imported.rglob("*")) == [
+        "final.json", "metrics.jsonl", "samples", "samples/final.png"]
+    import shutil
+    shutil.rmtree(out.parent)
+    wgan = write_sweep(tmp_path, TINY.replace("[r1, wgan_gp]", "[wgan_gp]").replace("[0, 1]", "[1]"), name="wgan.yaml")
+    assert main([str(wgan), "--out", str(out), "--import-records", str(records)]) == 0  # nothing to take
+    assert "imported 0 run(s)" in capsys.readouterr().out and not (tmp_path / "deep").exists()
 
 
 def test_a_diverged_run_is_imported_with_its_error_and_not_run_again(tmp_path, fake, capsys):

@@ -21,6 +21,7 @@ elsewhere (another machine ran some runs of the sweep, ``gpgan-ablate --only``) 
 output folder, where those runs have no folder yet, so that the sweep skips them and its report
 includes them.
 """
+import contextlib
 import errno
 import os
 import shutil
@@ -150,16 +151,20 @@ def export_records(sweep, out_dir, dest):
 
 def _record_status(sweep, records_dir, spec):
     """``(status, run folder)`` of ``spec``'s run in a records folder: "finished", "diverged",
-    "failed" or "absent"."""
+    "failed", "unfinished" (a folder that a sweep continued in holds such runs) or "absent"."""
     run_dir = find_run_dir(records_dir, spec.name)
     if run_dir is not None and RunFolder(run_dir).is_finished():
         return "finished", run_dir
     failure = read_failure(records_dir, spec.name)
-    if failure is None and run_dir is None:
-        return "absent", None
+    if failure is None or failure[0] == "interrupted":
+        return ("absent", None) if run_dir is None and failure is None else ("unfinished", run_dir)
     # (a diverged run counts as one where its folder tells the sweep that it needs no new start)
-    diverged = failure is not None and failure[0] == "diverged" and run_dir is not None
+    diverged = failure[0] == "diverged" and run_dir is not None
     return ("diverged" if diverged else "failed"), run_dir
+
+
+_PASSED_OVER = {"failed": "failed there; the sweep runs it again",
+                "unfinished": "unfinished there (its checkpoints stay there); the sweep runs it here"}
 
 
 def _refusal(sweep, spec, run_dir):
@@ -210,40 +215,53 @@ def import_records(sweep, records_dir, out_dir):
     if refused:
         raise RecordsError(f"nothing imported: {len(refused)} run(s) of {records_dir} are not the sweep's as "
                            f"{sweep.path} asks them now: " + "; ".join(f"{name}: {why}" for name, why in refused))
-    lock, _ = hold_out_dir(out_dir)
+    lock, made = hold_out_dir(out_dir)
     imported, passed_over = [], []
     try:
         for spec, status, run_dir in found:
             here = run_state(out_dir, spec.name)[0]
             if status not in IMPORTED_STATUSES:
-                passed_over.append((spec.name, "failed there; the sweep runs it again"))
+                passed_over.append((spec.name, _PASSED_OVER[status]))
             elif here != "absent":
-                what = "finished" if here == "finished" else "unfinished; remove its folder to take the record's"
+                failure = read_failure(out_dir, spec.name)
+                what = ("finished" if here == "finished" else "diverged" if failure and failure[0] == "diverged"
+                        else "unfinished; remove its folder to take the record's")
                 passed_over.append((spec.name, f"it has a folder in {out_dir} already ({what})"))
             else:
                 _import_run(records_dir, out_dir, spec.name, run_dir, status)
                 imported.append(spec.name)
     finally:
+        if not imported and made:  # an --out made for nothing (a mistyped one): not left behind
+            with contextlib.suppress(OSError):
+                os.remove(lock.path)
         lock.release()
+        if not imported and made:
+            remove_empty_folders(made)
     return imported, passed_over
 
 
 def _import_run(records_dir, out_dir, name, run_dir, status):
-    """Copy one run's record into ``out_dir``: a diverged run's failure.json first, then the run
-    folder, made whole beside its place and renamed into it (a run folder is never seen half
-    copied: one without final.json would be started afresh)."""
-    if status == "diverged":
-        with open(failure_path(records_dir, name), "rb") as fh:
-            atomic_write(failure_path(out_dir, name), fh.read())
-    target = os.path.join(out_dir, os.path.relpath(run_dir, records_dir))
+    """Copy one run's record into ``out_dir``: the files an export writes (no checkpoints, no links),
+    made whole beside the run folder's place and renamed into it, so that no sweep ever sees a run
+    folder half copied (one without final.json would be started afresh); then a diverged run's
+    failure.json (the output folder's lock is held meanwhile)."""
+    rel_run = os.path.relpath(run_dir, records_dir)
+    target = os.path.join(out_dir, rel_run)
     made = missing_folders(target)  # runs/<config>/ (and above), when this run is its first
     make_folder(os.path.dirname(target))
     try:
         with replaced_folder(target) as staging:
-            for root, _, files in os.walk(run_dir):
+            for root, dirs, files in os.walk(run_dir):
+                dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
                 rel = os.path.relpath(root, run_dir)
+                parts = os.path.normpath(os.path.join(rel_run, rel)).split(os.sep)
                 for file in sorted(files):
-                    _copy(os.path.join(root, file), staging, os.path.normpath(os.path.join(rel, file)), target)
+                    source = os.path.join(root, file)
+                    if not os.path.islink(source) and _written_here(parts, file):
+                        _copy(source, staging, os.path.normpath(os.path.join(rel, file)), target)
     except BaseException:
         remove_empty_folders(made)
         raise
+    if status == "diverged":
+        with open(failure_path(records_dir, name), "rb") as fh:
+            atomic_write(failure_path(out_dir, name), fh.read())

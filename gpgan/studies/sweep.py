@@ -662,10 +662,12 @@ def expand_runs(sweep):
 
 
 def _selected_value(axis_value, text):
-    """Whether ``text`` (from ``--only``) names ``axis_value``: as a run name writes it
-    (``format_value``: 'r1', '0', '10.0', '-' for an ignored axis), or as YAML reads it (10 for
-    10.0; true is no 1)."""
-    if text == format_value(axis_value):
+    """Whether ``text`` (from ``--only``) names ``axis_value``: as results.csv or a run name writes
+    it (``format_value`` 'r1', '0', '10.0', '[0.5,0.9]', '-' where an ``ignore`` rule dropped the
+    axis; its folder-name form '_0.5_0.9_'), or as YAML reads it (10 for 10.0, [0.5, 0.9]; true is
+    no 1), a number also in any form float() reads ('1e-4')."""
+    written = format_value(axis_value)
+    if text in (written, _safe_fragment(written)):
         return True
     if axis_value is IGNORED or isinstance(axis_value, str):
         return False
@@ -673,20 +675,38 @@ def _selected_value(axis_value, text):
         parsed = parse_yaml(text, "a value", SweepError)
     except SweepError:
         return False
+    if isinstance(parsed, str) and isinstance(axis_value, (int, float)) and not isinstance(axis_value, bool):
+        try:
+            parsed = float(parsed)
+        except ValueError:
+            return False
     return _same(axis_value, parsed)
+
+
+def _split_values(text):
+    """``--only``'s comma-separated values, a comma inside brackets not splitting ('[0.5,0.9],[0,0.99]')."""
+    values, depth, start = [], 0, 0
+    for i, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            values.append(text[start:i])
+            start = i + 1
+    values.append(text[start:])
+    return [v.strip() for v in values if v.strip()]
 
 
 def select_runs(sweep, specs, selectors):
     """The runs of ``specs`` that every selector matches, in order. A selector is the text
     ``AXIS=VALUE[,VALUE...]`` (``gpgan-ablate --only``): the runs whose ``AXIS`` (its key, or its
-    label in run names) has one of the values. Raises :class:`SweepError` for an unknown axis or
+    label in run names) has one of the values (see :func:`_selected_value`; '-' selects the runs
+    where an ``ignore`` rule dropped the axis). Raises :class:`SweepError` for an unknown axis or
     value, or when no run is left."""
     chosen = []
     labels = {label: key for key, label in _axis_labels(list(sweep.axes)).items()}
     for text in selectors:
         axis, sep, values = text.partition("=")
         axis = axis.strip()
-        wanted = [v.strip() for v in values.split(",") if v.strip()] if sep else []
+        wanted = _split_values(values) if sep else []
         if not wanted:
             raise SweepError(f"--only {text!r}: expected AXIS=VALUE[,VALUE...], e.g. "
                              f"{next(iter(sweep.axes))}={format_value(next(iter(sweep.axes.values()))[0])}")
@@ -694,10 +714,11 @@ def select_runs(sweep, specs, selectors):
         if axis not in sweep.axes:
             raise SweepError(f"--only {text!r}: {sweep.path} has no axis {axis!r}{did_you_mean(axis, sweep.axes)}; "
                              f"its axes: {', '.join(sweep.axes)}")
+        known = list(sweep.axes[axis]) + ([IGNORED] if any(spec.values[axis] is IGNORED for spec in specs) else [])
         for value in wanted:
-            if not any(_selected_value(v, value) for v in sweep.axes[axis]):
+            if not any(_selected_value(v, value) for v in known):
                 raise SweepError(f"--only {text!r}: the axis {axis} has no value {value!r}; its values: "
-                                 f"{', '.join(format_value(v) for v in sweep.axes[axis])}")
+                                 f"{', '.join(format_value(v) for v in known)}")
         chosen.append((axis, wanted))
     picked = [spec for spec in specs
               if all(any(_selected_value(spec.values[axis], v) for v in wanted) for axis, wanted in chosen)]
