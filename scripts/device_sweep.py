@@ -36,6 +36,7 @@ import argparse
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -51,7 +52,7 @@ sys.path.insert(0, CODE)
 from gpgan.files import atomic_write  # noqa: E402  (the checkout's gpgan, installed or not)
 from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, TORCHSCRIPT_SIZE, fetched_path  # noqa: E402
 from gpgan.studies import expand_runs, load_sweep, run_state  # noqa: E402
-from gpgan.studies.runner import read_failure  # noqa: E402
+from gpgan.studies.runner import OutInUseError, hold_out_dir, read_failure  # noqa: E402
 from gpgan.studies.sweep import SweepError, select_runs  # noqa: E402
 from gpgan.train.run import RunFolder  # noqa: E402
 
@@ -62,6 +63,7 @@ WEIGHTS_PART = "weights.part"
 DATA = "data"
 LIMIT_MIB = 64
 CHUNK = 1 << 20
+GRACE = 60  # seconds a Ctrl-C'd sweep gets to checkpoint and end (a step, or an evaluation's batch)
 
 
 class Refused(Exception):
@@ -111,7 +113,8 @@ def _copy_range(source, target, start, stop):
 
 
 def _folder_bytes(folder):
-    return sum(os.path.getsize(os.path.join(r, f)) for r, _, files in os.walk(folder) for f in files)
+    """The bytes of the files under ``folder``, through links as copytree copies them."""
+    return sum(os.path.getsize(os.path.join(r, f)) for r, _, files in os.walk(folder, followlinks=True) for f in files)
 
 
 def stage(args):
@@ -127,7 +130,8 @@ def stage(args):
     limit = args.limit_mib * (1 << 20)
     room = limit - _travelling_bytes() - (1 << 20)  # (a MiB spare for what changes before the calls)
     data_bytes = _folder_bytes(args.data)
-    first = min(room, (TORCHSCRIPT_SIZE + data_bytes + 1) // 2)  # the two calls equal: the same margin each
+    # The two calls equal (the same margin each), the data all in the second.
+    first = min(room, TORCHSCRIPT_SIZE, (TORCHSCRIPT_SIZE + data_bytes + 1) // 2)
     if room <= 0 or TORCHSCRIPT_SIZE - first + data_bytes > room:
         raise Refused(f"the weights ({TORCHSCRIPT_SIZE:,} bytes) and {args.data} ({data_bytes:,} bytes) do not fit "
                       f"two calls of {args.limit_mib} MiB beside the checkout ({_travelling_bytes():,} bytes)")
@@ -197,13 +201,16 @@ def _data_root(sweep, specs):
         raise Refused(f"the selected runs read several data folders ({', '.join(sorted(map(str, roots)))}); "
                       "select runs of one")
     root = roots.pop()
-    return None if root is None else os.path.normpath(os.path.join(ROOT, root))
+    return None if root is None else os.path.normpath(os.path.join(ROOT, os.path.expanduser(root)))
 
 
 def _place_data(root):
-    """Copy the staged data folder to /tmp and link ``root`` to it, unless ``root`` exists."""
+    """Copy the staged data folder to /tmp and link ``root`` to it, unless ``root`` exists (a link
+    left by an earlier machine, pointing nowhere now, is replaced)."""
     if root is None or os.path.exists(root):
         return
+    if os.path.islink(root):
+        os.remove(root)
     staged = os.path.join(STAGE, "second", DATA, os.path.basename(root))
     if not os.path.isdir(staged):
         raise Refused(f"no {root} and no {staged}: stage the folder data.root names (--data)")
@@ -215,7 +222,7 @@ def _place_data(root):
     os.symlink(kept, root)
 
 
-def _ablate(argv, log, seconds=None, grace=150):
+def _ablate(argv, log, seconds=None, grace=GRACE):
     """Run gpgan-ablate from this checkout, its output into ``log`` and this process's; with
     ``seconds``, Ctrl-C it then (its trainers save a checkpoint) and kill it if it has not ended
     ``grace`` seconds later. Returns its exit status."""
@@ -234,7 +241,7 @@ def _ablate(argv, log, seconds=None, grace=150):
         try:
             proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
-            _say(f"{seconds:g} s are up: stopping the sweep (its trainers save a checkpoint)")
+            _say(f"{seconds:.0f} s are up: stopping the sweep (its trainers save a checkpoint)")
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(timeout=grace)
@@ -247,10 +254,67 @@ def _ablate(argv, log, seconds=None, grace=150):
     return proc.returncode
 
 
+def _run_states(study, specs):
+    """``{run name: {"state", "step"[, "error"]}}`` of the selected runs in the device's output folder:
+    finished, diverged, failed (with its error), resumable (with its checkpoint's step) or absent."""
+    status = {}
+    for spec in specs:
+        state, run_dir = run_state(study, spec.name)
+        failure = read_failure(study, spec.name) if state != "finished" else None
+        if failure is not None and failure[0] in ("failed", "diverged"):
+            state = failure[0]  # (an interrupted run is resumable instead, or absent when stopped before its start)
+        latest = RunFolder(run_dir).latest_checkpoint() if state == "resumable" else None
+        status[spec.name] = {"state": state, "step": latest[0] if latest else None}
+        if failure is not None and state in ("failed", "diverged"):
+            status[spec.name]["error"] = failure[1].splitlines()[-1] if failure[1] else ""
+    return status
+
+
+def _send_back(sweep_path, study, out, log, status, started):
+    """Write what comes back: records.tgz (every run that has ended on this machine) and status.json."""
+    records = os.path.join(WORK, "records")
+    if os.path.isdir(os.path.join(study, "runs")) and _ablate(
+            [sweep_path, "--out", study, "--export-records", records], log) == 0:
+        with tarfile.open(os.path.join(out, "records.tgz.tmp"), "w:gz") as tar:
+            tar.add(records, arcname="records")
+        os.replace(os.path.join(out, "records.tgz.tmp"), os.path.join(out, "records.tgz"))
+    text = json.dumps({"runs": status, "seconds": round(time.monotonic() - started, 1)}, indent=1)
+    atomic_write(os.path.join(out, "status.json"), text + "\n")
+    return text
+
+
+def _then_eval(args, study, name, left):
+    """gpgan-eval of a finished run's best checkpoint with --then-eval's arguments, once per run and
+    machine, within ``left`` seconds. Returns its exit status, or None where there was nothing to do."""
+    run_dir = run_state(study, name)[1]
+    best = os.path.join(run_dir, "checkpoints", "best.npz")
+    done = os.path.join(WORK, "evaluated", name)  # (scored by an earlier call: not again)
+    if not os.path.isfile(best) or os.path.isfile(done):
+        return None
+    if left < 60:
+        _say(f"no time left to score {name} (--then-eval); the next call does it")
+        return None
+    cmd = [sys.executable, "-m", "gpgan.cli.eval", best] + shlex.split(args.then_eval)
+    if args.device != "cpu":
+        cmd += ["--device", "cuda"]
+    env = dict(os.environ, PYTHONPATH=CODE + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        code = subprocess.run(cmd, cwd=ROOT, env=env, timeout=left - 10).returncode
+    except subprocess.TimeoutExpired:
+        _say(f"the score of {name} (--then-eval) did not end in time; the next call does it again")
+        return None
+    if code == 0:
+        atomic_write(done, "")
+    return code
+
+
 def run(args):
+    started = time.monotonic()
     out = args.out_dir or os.environ.get("OUT")
     if not out:
         raise Refused("no folder for what comes back: set $OUT (the device tool sets it) or pass --out-dir")
+    if not 0 < args.seconds < args.limit:
+        raise Refused(f"--seconds must be above 0 and below --limit ({args.limit:g}), got {args.seconds:g}")
     sweep_path = os.path.join(ROOT, args.sweep)  # (relative to the checkout, where the runs run)
     try:
         sweep = load_sweep(sweep_path)
@@ -266,54 +330,57 @@ def run(args):
     log = os.path.join(out, "ablate.log")
     selection = sum((["--only", text] for text in args.only or []), [])
     devices = [] if args.device == "cpu" else ["--devices", "0"]
-    started = time.monotonic()
-    _ablate([sweep_path, "--out", study] + selection + devices, log, seconds=args.seconds)
-    status = {}
-    for spec in specs:
-        state, run_dir = run_state(study, spec.name)
-        failure = read_failure(study, spec.name) if state != "finished" else None
-        if failure is not None and failure[0] in ("failed", "diverged"):
-            state = failure[0]  # (an interrupted run is resumable instead, or absent when stopped before its start)
-        latest = RunFolder(run_dir).latest_checkpoint() if state == "resumable" else None
-        status[spec.name] = {"state": state, "step": latest[0] if latest else None}
-        if failure is not None and state in ("failed", "diverged"):
-            status[spec.name]["error"] = failure[1].splitlines()[-1] if failure[1] else ""
-        best = os.path.join(run_dir, "checkpoints", "best.npz") if run_dir else None
-        done = os.path.join(WORK, "evaluated", spec.name)  # (scored by an earlier call: not again)
-        if state == "finished" and args.then_eval and os.path.isfile(best) and not os.path.isfile(done):
-            cmd = [sys.executable, "-m", "gpgan.cli.eval", best] + args.then_eval.split()
-            if args.device != "cpu":
-                cmd += ["--device", "cuda"]
-            env = dict(os.environ, PYTHONPATH=CODE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            code = subprocess.run(cmd, cwd=ROOT, env=env).returncode
-            status[spec.name]["then_eval_exit"] = code
-            if code == 0:
-                atomic_write(done, "")
-    records = os.path.join(WORK, "records")
-    if _ablate([sweep_path, "--out", study, "--export-records", records], log) == 0:
-        with tarfile.open(os.path.join(out, "records.tgz.tmp"), "w:gz") as tar:
-            tar.add(records, arcname="records")
-        os.replace(os.path.join(out, "records.tgz.tmp"), os.path.join(out, "records.tgz"))
-    status_text = json.dumps({"runs": status, "seconds": round(time.monotonic() - started, 1)}, indent=1)
-    atomic_write(os.path.join(out, "status.json"), status_text + "\n")
-    _say(status_text)
+    try:  # (a sweep of an earlier call that is still running: said now, not as runs that never started)
+        hold_out_dir(study)[0].release()
+    except OutInUseError as exc:
+        raise Refused(str(exc)) from None
+    code = _ablate([sweep_path, "--out", study] + selection + devices, log,
+                   seconds=max(1.0, args.seconds - (time.monotonic() - started)), grace=GRACE)
+    if code not in (0, 1, 130):  # 2: the sweep refused (its one line ends ablate.log); others: a crash
+        raise Refused(f"gpgan-ablate exited with {code}: {_last_line(log)}")
+    status = _run_states(study, specs)
+    _send_back(sweep_path, study, out, log, status, started)  # (first: what a killed call would lose)
+    scored = {}
+    if args.then_eval:
+        for name, s in status.items():
+            if s["state"] == "finished":
+                code = _then_eval(args, study, name, args.limit - (time.monotonic() - started) - 15)
+                if code is not None:
+                    s["then_eval_exit"] = scored[name] = code
+        if scored:
+            _send_back(sweep_path, study, out, log, status, started)
+    _say(json.dumps({"runs": status, "seconds": round(time.monotonic() - started, 1)}, indent=1))
     failed = [name for name, s in status.items() if s["state"] == "failed"]
     unfinished = [name for name, s in status.items() if s["state"] not in ("finished", "diverged", "failed")]
     for name in failed:
         _say(f"failed: {name}: {status[name]['error']} (the next `run` tries it again; the whole output: "
              "$OUT/ablate.log)")
+    for name in (n for n, c in scored.items() if c != 0):
+        _say(f"the score of {name} (--then-eval) failed with exit {scored[name]}: see the call's output")
     if unfinished:
         _say(f"unfinished: {', '.join(unfinished)}; call `run` again at once (same carry and arguments) to go on")
-    return 1 if failed else 3 if unfinished else 0
+    return 1 if failed or any(scored.values()) else 3 if unfinished else 0
+
+
+def _last_line(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
 
 
 # -- here: bring back ---------------------------------------------------------------------------
 def bring_back(args):
-    if not tarfile.is_tarfile(args.archive):
-        raise Refused(f"{args.archive} is not the records.tgz that `run` writes")
+    if not os.path.isfile(args.archive):
+        raise Refused(f"no file {args.archive}; name the records.tgz that `run` wrote into $OUT")
     with tempfile.TemporaryDirectory() as unpacked:
-        with tarfile.open(args.archive) as tar:
-            tar.extractall(unpacked, filter="data")  # (no links out, no absolute paths)
+        try:
+            with tarfile.open(args.archive, "r:gz") as tar:
+                tar.extractall(unpacked, filter="data")  # (no links out, no absolute paths)
+        except (OSError, EOFError, tarfile.TarError) as exc:  # not gzip, cut short, a path out of the folder
+            raise Refused(f"{args.archive} is not a whole records.tgz as `run` writes it ({exc})") from None
         records = os.path.join(unpacked, "records")
         if not os.path.isdir(records):
             raise Refused(f"{args.archive} holds no records/ folder")
@@ -335,7 +402,11 @@ def build_parser():
     r = sub.add_parser("run", help="device, second call (and the next, while unfinished): run the selected runs")
     r.add_argument("sweep")
     r.add_argument("--only", action="append", metavar="AXIS=VALUE[,VALUE...]", help="as gpgan-ablate's")
-    r.add_argument("--seconds", type=float, default=480, help="stop the sweep after this long (default 480)")
+    r.add_argument("--seconds", type=float, default=450,
+                   help="Ctrl-C the sweep this long after the call began (default 450)")
+    r.add_argument("--limit", type=float, default=570,
+                   help="end the whole call by then, --then-eval's scores included (default 570: the device "
+                        "tool's call may last 600 s)")
     r.add_argument("--then-eval", metavar="ARGS", default=None,
                    help="gpgan-eval arguments for each finished run's best checkpoint, e.g. \"--ref cifar10:test "
                         "--data-root ../shared/data/cifar-10-batches-py --metrics fid,kid --n 5000\"")

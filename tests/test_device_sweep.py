@@ -134,10 +134,38 @@ def test_a_missing_data_folder_is_copied_from_the_stage_and_bad_parts_are_refuse
      "do not fit two calls of 3 MiB"),
     (["receive"], "carry .device_stage/first"),
     (["run", "sweep.yaml", "--only", "setting=r1", "--out-dir", "{tmp}/OUT"], "has no axis 'setting'"),
-    (["bring-back", "{tmp}/weights.pt", "sweep.yaml", "--out", "{tmp}/here"], "is not the records.tgz"),
+    (["bring-back", "{tmp}/weights.pt", "sweep.yaml", "--out", "{tmp}/here"], "is not a whole records.tgz"),
+    (["bring-back", "{tmp}/none.tgz", "sweep.yaml", "--out", "{tmp}/here"], "no file {tmp}/none.tgz"),
+    (["bring-back", "{tmp}/shared", "sweep.yaml", "--out", "{tmp}/here"], "no file {tmp}/shared"),
+    (["bring-back", "{tmp}/evil.tgz", "sweep.yaml", "--out", "{tmp}/here"], "is not a whole records.tgz"),
+    (["run", "sweep.yaml", "--seconds", "600", "--out-dir", "{tmp}/OUT"], "--seconds must be above 0 and below"),
 ])
 def test_refusals_are_one_line(places, capsys, args, message):
     tmp = str(places["tmp"])
+    with tarfile.open(places["tmp"] / "evil.tgz", "w:gz") as tar:  # a member that would land outside
+        tar.add(places["weights"], arcname="../evil.bin")
     assert device_sweep.main([a.format(tmp=tmp) for a in args]) == 2
     err = capsys.readouterr().err
     assert message.format(tmp=tmp) in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_home_data_root_is_placed_in_home_and_a_failed_score_is_said(places, monkeypatch, capsys):
+    checkout, tmp = places["checkout"], places["tmp"]
+    monkeypatch.setenv("HOME", str(tmp / "home"))
+    (checkout / "base.yaml").write_text("device: cpu\ndata: {name: cifar10, root: ~/cache/tiny}\n")
+    assert device_sweep.main(["stage", "--weights", str(places["weights"]), "--data", str(places["data"]),
+                              "--limit-mib", "4"]) == 0
+    (tmp / "home" / "cache").mkdir(parents=True)
+    (tmp / "home" / "cache" / "tiny").symlink_to(tmp / "gone")  # a link an earlier machine left
+    run = ["run", "sweep.yaml", "--only", "train.seed=0", "--only", "penalty.type=r1", "--device", "cpu",
+           "--no-weights", "--out-dir", str(tmp / "OUT")]
+    assert device_sweep.main(run) == 0
+    assert (tmp / "home" / "cache" / "tiny" / "batch").read_bytes() == b"x" * 300_000
+    # A finished run's score (--then-eval) that fails is said, and the call's exit status is 1.
+    best = next((tmp / "device_tmp" / "out" / "runs").glob("*/type-r1__seed-0")) / "checkpoints" / "best.npz"
+    best.write_bytes(b"not a checkpoint")
+    capsys.readouterr()
+    assert device_sweep.main(run + ["--then-eval", "--metrics 'fid'"]) == 1
+    printed = capsys.readouterr().out
+    assert "the score of type-r1__seed-0 (--then-eval) failed with exit" in printed
+    assert json.loads((tmp / "OUT" / "status.json").read_text())["runs"]["type-r1__seed-0"]["then_eval_exit"] != 0
