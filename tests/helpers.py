@@ -16,6 +16,7 @@ import numpy as np
 import gpgan
 import gpgan.functions as F
 from gpgan.data.cifar import TEST_FILES, TRAIN_FILES
+from gpgan.train.monitor import TIMING_KEYS
 
 
 # -- paths, tiny configs, gpgan-train runs ------------------------------------------------------
@@ -47,7 +48,7 @@ def metrics(run_dir):
     """The records of a run's metrics.jsonl, less their timings (which differ between equal runs)."""
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
-    return [{k: v for k, v in r.items() if k != "time_per_step"} for r in records]
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
 
 
 def final_arrays(run_dir):

@@ -78,6 +78,18 @@ def test_evaluations_are_logged_and_keep_the_best_checkpoint_by_fid(runs):
     assert "best.npz" not in os.listdir(runs.plain / "checkpoints")  # nothing to pick it by
 
 
+def test_an_evaluated_record_times_the_features_and_the_scores_apart(runs):
+    with open(runs.m / "metrics.jsonl") as fh:
+        raw = [json.loads(line) for line in fh]
+    final = json.loads((runs.m / "final.json").read_text())
+    for record in raw:  # each evaluated step: its two timings last, both positive, within the run's wall time
+        assert list(record)[-3:] == ["time_per_step", "time_eval_features", "time_eval_scores"]
+        assert 0 < record["time_eval_features"] < final["wall_time_s"] and 0 < record["time_eval_scores"]
+    with open(runs.plain / "metrics.jsonl") as fh:
+        assert all(list(json.loads(line))[-1] == "time_per_step" for line in fh)  # no evaluation, no timings
+    assert not any(k.startswith("time") for k in final["final"])  # (timings are not results)
+
+
 def test_image_metrics_do_not_change_training(runs):
     scores = [{k: v for k, v in r.items() if not k.startswith("eval")} for r in metrics(runs.m)]
     assert scores == metrics(runs.plain)

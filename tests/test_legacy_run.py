@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import yaml
 
+from gpgan.train.monitor import TIMING_KEYS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LEGACY = os.path.join(ROOT, "tests", "fixtures", "run_v0_1")
 
@@ -27,7 +29,7 @@ def _train(*args):
 
 def _metrics(run):
     with open(os.path.join(run, "metrics.jsonl")) as f:
-        return [{k: v for k, v in json.loads(line).items() if k != "time_per_step"} for line in f]
+        return [{k: v for k, v in json.loads(line).items() if k not in TIMING_KEYS} for line in f]
 
 
 def _weights(run, step):

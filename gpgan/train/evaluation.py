@@ -5,6 +5,8 @@
 Generated images go through :func:`gpgan.data.to_uint8` before their features are taken, so they
 reach the network through the same 256 levels as the reference's images.
 """
+import time
+
 import numpy
 
 from gpgan.data import to_uint8
@@ -97,6 +99,7 @@ class ImageMetrics:
         self.names = check_metrics(names)
         self.net, self.reference = net, reference
         self.batch_size, self.progress, self.note = int(batch_size), progress, note
+        self.last_seconds = {}  # the wall time of the last score(): see there
 
     @classmethod
     def build(cls, names, spec, weights=None, cifar_root=None, download=False, device="cpu", batch_size=50,
@@ -159,14 +162,20 @@ class ImageMetrics:
 
     def score(self, batches, stop=None):
         """key -> value of every metric for the generated images ``batches`` yields (see
-        :func:`generated_features`, and its ``stop``)."""
+        :func:`generated_features`, and its ``stop``). Its wall time is left in
+        :attr:`last_seconds`: ``{"features": generating the images and their Inception features,
+        "scores": the metrics from the features}``."""
         from gpgan.metrics import score_features
 
         if self.reference is None:
             raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
+        started = time.perf_counter()
         fake = generated_features(self.net, batches, self.batch_size, self.progress, stop)
         _check(stop)  # the scores themselves take seconds to a minute (sqrtm, nearest neighbours)
-        return score_features(self.names, fake, self.reference)
+        featured = time.perf_counter()
+        scores = score_features(self.names, fake, self.reference)
+        self.last_seconds = {"features": featured - started, "scores": time.perf_counter() - featured}
+        return scores
 
     def score_dataset(self, spec, cifar_root=None, download=False):
         """Score a real data set's images against the reference, as generated images are scored

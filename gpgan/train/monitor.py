@@ -19,8 +19,10 @@ fixed, linear and cosine: the p the step used, set from the step count as it beg
 adjustment's ``r_t = E[sign(D(real))]`` (null before the first, and when p does not adapt).
 
 ``time_per_step`` (seconds per generator step since the previous record, training alone: the
-evaluations, samples and checkpoints between are not counted) is the only key that depends on the
-machine's speed (:data:`TIMING_KEYS`).
+evaluations, samples and checkpoints between are not counted) and, on the records of image
+evaluations, ``time_eval_features`` (seconds to generate ``eval.samples`` images and take their
+Inception features) and ``time_eval_scores`` (seconds for the metrics from those features) are the
+keys that depend on the machine's speed (:data:`TIMING_KEYS`).
 """
 import contextlib
 import math
@@ -37,7 +39,7 @@ from gpgan.train.sampling import batches, class_grid, generate
 __all__ = ["Monitor", "TIMING_KEYS"]
 
 #: keys of metrics.jsonl whose values depend on timing (excluded when comparing runs)
-TIMING_KEYS = ("time_per_step",)
+TIMING_KEYS = ("time_per_step", "time_eval_features", "time_eval_scores")
 #: the augmentation's keys (ADA's probability and r_t), when the step reports them
 AUGMENT_KEYS = ("augment/p", "augment/rt")
 
@@ -172,7 +174,8 @@ class Monitor:
 
     def evaluate(self, step, stop=None):
         """The step's evaluation: the mode metrics of the generated fixed-noise points (toy data with
-        modes), or the image metrics of ``eval.samples`` images from fixed noise; {} otherwise.
+        modes), or the image metrics of ``eval.samples`` images from fixed noise with their two
+        timing keys (``time_eval_features``, ``time_eval_scores``); {} otherwise.
 
         ``stop``: asked between the image metrics' batches; a reason from it raises
         :class:`~gpgan.train.evaluation.EvaluationStopped` (the generator is left as it was).
@@ -180,16 +183,18 @@ class Monitor:
         sampler = self.parts.sampler
         if not self.writes:
             return {}
+        timing = {}
         if self.images is not None:
             with self._sampling_generator() as generator:
                 self.latest_eval = self.images.score(batches(generator, self.eval_noise, self.parts.device), stop)
+            timing = {f"time_eval_{part}": seconds for part, seconds in self.images.last_seconds.items()}
         elif self.parts.is_toy and sampler.means is not None:
             metrics = mode_metrics(self.generate(self.fixed_noise), sampler.means, sampler.std)
             self.latest_eval = {f"eval/{k}": (int(v) if k == "modes" else float(v)) for k, v in metrics.items()}
         else:
             return {}
         self.latest_eval_step = step
-        return dict(self.latest_eval)
+        return {**self.latest_eval, **timing}
 
     def write_samples(self, step, final=False, log=True):
         """samples/step_N.png (or final.png): a grid of images captioned with the step, the raw
@@ -277,8 +282,10 @@ class Monitor:
     def write_record(self, measured, evaluation, time_per_step):
         """Append the record of :meth:`measure` completed with the step's ``evaluation`` and
         ``time_per_step`` to metrics.jsonl and TensorBoard (rank 0 of a data-parallel run);
-        returns it."""
-        record = {**measured, **evaluation, "time_per_step": time_per_step}
+        returns it. The timing keys come last."""
+        timing = {k: evaluation[k] for k in TIMING_KEYS if k in evaluation}
+        record = {**measured, **{k: v for k, v in evaluation.items() if k not in timing},
+                  "time_per_step": time_per_step, **timing}
         if not self.writes:
             return record
         self.run.append_metrics(record)
