@@ -454,6 +454,22 @@ def test_only_selects_lists_numbers_and_ignored_axes(tmp_path, fake, capsys, onl
     assert capsys.readouterr().out.splitlines()[:-1] == [f"start    {name}" for name in runs]
 
 
+def test_the_report_gives_the_evaluations_share_of_the_wall_time_where_runs_timed_them(tmp_path, fake, monkeypatch):
+    sweep = write_sweep(tmp_path, TINY)
+    out = tmp_path / "out"
+    assert main([str(sweep), "--out", str(out), "--only", "train.seed=0"]) == 0  # no timings (toy data, old runs)
+    assert "- Wall time of the finished runs: 0.0 h in all (evaluations included).\n" in (out / "REPORT.md").read_text()
+    monkeypatch.setenv("FAKE_EVAL_TIME", "1")  # 3 evaluations of 0.5 s a run, in 2.5 s of wall time (seed 1)
+    assert main([str(sweep), "--out", str(out)]) == 0
+    assert ("- Wall time of the finished runs: 0.0 h in all (evaluations included; the image evaluations of the 2 "
+            "runs that timed them: 0.0 h of their 0.0 h).\n") in (out / "REPORT.md").read_text()
+    import shutil
+    shutil.rmtree(out)
+    assert main([str(sweep), "--out", str(out)]) == 0  # every run timed: 6 s of evaluations in 8 s
+    assert "- Wall time of the finished runs: 0.0 h in all (of it, the image evaluations: 0.0 h, 75%).\n" \
+        in (out / "REPORT.md").read_text()
+
+
 def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
     """One machine runs some runs (--only), exports their records; the other imports them: its sweep
     skips them, and its report is the report of one machine that ran them all."""

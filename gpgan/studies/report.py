@@ -288,7 +288,8 @@ def _alt_text(caption):
 
 def _machines_lines(records):
     """Where the runs trained (their manifests' device names, with how many runs each) and the
-    finished runs' wall time in all."""
+    finished runs' wall time in all, with the share of the image evaluations where the runs timed
+    them."""
     counts = {}
     for rec in records:
         for name in rec.machines:
@@ -297,10 +298,20 @@ def _machines_lines(records):
     if counts:
         lines.append("- Machines (the runs' manifest.json): "
                      + ", ".join(f"`{name}` ({n} run{'s' if n != 1 else ''})" for name, n in counts.items()) + ".")
-    walls = [r.wall_time_s for r in records if r.status == "finished" and r.wall_time_s is not None]
-    if walls:
-        lines.append(f"- Wall time of the finished runs: {math.fsum(walls) / 3600:.1f} h in all "
-                     "(evaluations included).")
+    finished = [r for r in records if r.status == "finished" and r.wall_time_s is not None]
+    if finished:
+        total = math.fsum(r.wall_time_s for r in finished)
+        timed = [r for r in finished if r.eval_time_s is not None]
+        evals = math.fsum(r.eval_time_s for r in timed)
+        if not timed:
+            said = "evaluations included"
+        elif len(timed) == len(finished):
+            said = f"of it, the image evaluations: {evals / 3600:.1f} h, {evals / total:.0%}"
+        else:
+            of = math.fsum(r.wall_time_s for r in timed)
+            said = (f"evaluations included; the image evaluations of the {len(timed)} runs that timed them: "
+                    f"{evals / 3600:.1f} h of their {of / 3600:.1f} h")
+        lines.append(f"- Wall time of the finished runs: {total / 3600:.1f} h in all ({said}).")
     return lines
 
 

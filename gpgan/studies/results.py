@@ -48,6 +48,7 @@ class RunRecord:
     steps: int = None
     ended_by: str = None
     wall_time_s: float = None
+    eval_time_s: float = None                    # a finished run's image evaluations, where it timed them
     error: str = ""
     sample: str = None                           # samples/final.png, when there is one
     best_sample: str = None                      # the samples written at best_sample_step, when there are
@@ -188,6 +189,14 @@ def _machines(manifest):
     return tuple(names)
 
 
+def _eval_seconds(rows):
+    """The seconds a run's image evaluations took (``time_eval_features`` and ``time_eval_scores``
+    of its records), or None where it did not time them (toy data, or gpgan before them)."""
+    times = [row[k] for row in rows for k in ("time_eval_features", "time_eval_scores")
+             if isinstance(row.get(k), (int, float)) and not isinstance(row.get(k), bool)]
+    return math.fsum(times) if times else None
+
+
 def collect_results(sweep, out_dir, metrics=None):
     """One record per run of the sweep, in sweep order."""
     out_dir = os.fspath(out_dir)
@@ -232,6 +241,7 @@ def collect_results(sweep, out_dir, metrics=None):
                 rows = folder.read_metrics()
             except ValueError as exc:  # a damaged metrics.jsonl: the final values still count
                 rows, rec.error = [], str(exc)
+            rec.eval_time_s = _eval_seconds(rows)
             for name, metric_direction in metrics:
                 rec.curves[name] = _curve(rows, name)
                 last = _lookup((final or {}).get("final"), name)
