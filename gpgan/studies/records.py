@@ -21,14 +21,13 @@ elsewhere (another machine ran some runs of the sweep, ``gpgan-ablate --only``) 
 output folder, where those runs have no folder yet, so that the sweep skips them and its report
 includes them.
 """
-import contextlib
 import errno
 import os
 import shutil
 
 from gpgan.files import atomic_write, make_folder, missing_folders, remove_empty_folders, replaced_folder
 from gpgan.studies.results import collect_results
-from gpgan.studies.runner import failure_path, find_run_dir, hold_out_dir, read_failure, run_state
+from gpgan.studies.runner import failure_path, find_run_dir, hold_out_dir, read_failure, release_out_dir, run_state
 from gpgan.studies.sweep import expand_runs, run_config
 from gpgan.train.run import NotARunError, RunFolder
 
@@ -231,12 +230,7 @@ def import_records(sweep, records_dir, out_dir):
                 _import_run(records_dir, out_dir, spec.name, run_dir, status)
                 imported.append(spec.name)
     finally:
-        if not imported and made:  # an --out made for nothing (a mistyped one): not left behind
-            with contextlib.suppress(OSError):
-                os.remove(lock.path)
-        lock.release()
-        if not imported and made:
-            remove_empty_folders(made)
+        release_out_dir(lock, made, used=bool(imported))  # an --out made for nothing (a mistyped one) goes
     return imported, passed_over
 
 

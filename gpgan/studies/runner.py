@@ -454,12 +454,7 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
     finally:
         if trainers is not None:
             trainers.close()
-        if not ran and made:  # refused before any run: no folder of this sweep's making is left
-            with contextlib.suppress(OSError):
-                os.remove(lock.path)  # (while held: FileLock's holders check their file is still the path's)
-        lock.release()
-        if not ran and made:
-            remove_empty_folders(made)
+        release_out_dir(lock, made, used=ran)  # refused before any run: no folder of this sweep's making is left
     ordered = [results[spec.name] for spec, *_ in todo]
     return SweepSummary(total=len(specs), skipped=skipped, results=ordered)
 
@@ -488,6 +483,18 @@ def hold_out_dir(out_dir):
         raise OutInUseError(f"another gpgan-ablate ({who}) is running the runs of {out_dir}; wait for it to end, or "
                             f"stop it{stop}, then run this again") from None
     return lock, made
+
+
+def release_out_dir(lock, made, used):
+    """Let go of :func:`hold_out_dir`'s lock; where nothing was ``used`` of a folder made for it,
+    remove the lock file (while still held: FileLock's holders check that their file is still the
+    path's) and the folders it made, while they are empty."""
+    if not used and made:
+        with contextlib.suppress(OSError):
+            os.remove(lock.path)
+    lock.release()
+    if not used and made:
+        remove_empty_folders(made)
 
 
 def _clear_stale(run_dir):
