@@ -320,7 +320,7 @@ def main(argv=None):
         _stop_on_sigint()
         try:
             summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
-                                ray_address=args.ray_address, only=args.only or ())
+                                ray_address=args.ray_address, runs=specs)
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
             return CONSOLE.error(exc, 2)
         except OutInUseError as exc:  # another sweep runs this --out

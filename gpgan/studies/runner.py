@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 
 from gpgan.files import FileLock, LockHeld, atomic_write, make_folder, missing_folders, remove_empty_folders
-from gpgan.studies.sweep import SweepError, expand_runs, override_args, run_config, select_runs
+from gpgan.studies.sweep import SweepError, expand_runs, override_args, run_config
 from gpgan.studies.trainers import LocalTrainers
 from gpgan.train.run import EXIT_DIVERGED, RunFolder, RunInUseError
 
@@ -387,9 +387,10 @@ class _Runner:
 
 
 def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
-              cluster="local", ray_address=None, only=()):
-    """Run every run of ``sweep`` that has not finished, ``jobs`` at a time; with ``only`` (texts
-    ``AXIS=VALUE[,VALUE...]``, :func:`~gpgan.studies.sweep.select_runs`), those it selects.
+              cluster="local", ray_address=None, runs=None):
+    """Run every run of ``sweep`` that has not finished, ``jobs`` at a time; with ``runs`` (a list
+    of :class:`~gpgan.studies.sweep.RunSpec`, e.g. from :func:`~gpgan.studies.sweep.select_runs`),
+    only those.
 
     ``devices``: list of CUDA device ids; each job gets one (``CUDA_VISIBLE_DEVICES=<id>`` and
     ``--device cuda``). Without devices the config's device is used. A failing run never stops
@@ -407,14 +408,13 @@ def run_sweep(sweep, out_dir, jobs=1, devices=None, trainer_cmd=None, log=print,
         StaleRunError: before running anything, when existing run folders were made with another
             config (see :func:`config_mismatches`).
         ClusterError: the Ray cluster cannot be reached (or Ray is not installed).
-        SweepError: ``only`` names an axis or a value the sweep does not have, or selects no run.
         OutInUseError: another sweep is running the runs of ``out_dir``.
     """
     if cluster not in ("local", "ray"):
         raise ValueError(f"run_sweep: cluster must be 'local' or 'ray', got {cluster!r}")
     out_dir = os.fspath(out_dir)
     trainer = trainer_command(trainer_cmd)
-    specs = select_runs(sweep, expand_runs(sweep), only) if only else expand_runs(sweep)
+    specs = expand_runs(sweep) if runs is None else list(runs)
     # The folder's lock first: what is planned below must not change under another sweep.
     lock, made = hold_out_dir(out_dir)
     trainers, ran = None, False
