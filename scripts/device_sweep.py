@@ -52,7 +52,7 @@ sys.path.insert(0, CODE)
 from gpgan.files import atomic_write  # noqa: E402  (the checkout's gpgan, installed or not)
 from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, TORCHSCRIPT_SIZE, fetched_path  # noqa: E402
 from gpgan.studies import expand_runs, load_sweep, run_state  # noqa: E402
-from gpgan.studies.runner import OutInUseError, hold_out_dir, read_failure  # noqa: E402
+from gpgan.studies.runner import OutInUseError, find_run_dir, hold_out_dir, read_failure  # noqa: E402
 from gpgan.studies.sweep import SweepError, select_runs  # noqa: E402
 from gpgan.train.run import RunFolder  # noqa: E402
 
@@ -286,7 +286,7 @@ def _send_back(sweep_path, study, out, log, status, started):
 def _then_eval(args, study, name, left):
     """gpgan-eval of a finished run's best checkpoint with --then-eval's arguments, once per run and
     machine, within ``left`` seconds. Returns its exit status, or None where there was nothing to do."""
-    run_dir = run_state(study, name)[1]
+    run_dir = find_run_dir(study, name)
     best = os.path.join(run_dir, "checkpoints", "best.npz")
     done = os.path.join(WORK, "evaluated", name)  # (scored by an earlier call: not again)
     if not os.path.isfile(best) or os.path.isfile(done):
