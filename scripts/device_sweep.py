@@ -52,7 +52,7 @@ sys.path.insert(0, CODE)
 from gpgan.files import atomic_write  # noqa: E402  (the checkout's gpgan, installed or not)
 from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, TORCHSCRIPT_SIZE, fetched_path  # noqa: E402
 from gpgan.studies import expand_runs, load_sweep, run_state  # noqa: E402
-from gpgan.studies.runner import OutInUseError, find_run_dir, hold_out_dir, read_failure  # noqa: E402
+from gpgan.studies.runner import OutInUseError, hold_out_dir, read_failure  # noqa: E402
 from gpgan.studies.sweep import SweepError, select_runs  # noqa: E402
 from gpgan.train.run import RunFolder  # noqa: E402
 
@@ -255,11 +255,13 @@ def _ablate(argv, log, seconds=None, grace=GRACE):
 
 
 def _run_states(study, specs):
-    """``{run name: {"state", "step"[, "error"]}}`` of the selected runs in the device's output folder:
-    finished, diverged, failed (with its error), resumable (with its checkpoint's step) or absent."""
-    status = {}
+    """``({run name: {"state", "step"[, "error"]}}, {run name: run folder or None})`` of the selected
+    runs in the device's output folder: finished, diverged, failed (with its error), resumable (with its
+    checkpoint's step) or absent."""
+    status, run_dirs = {}, {}
     for spec in specs:
         state, run_dir = run_state(study, spec.name)
+        run_dirs[spec.name] = run_dir
         failure = read_failure(study, spec.name) if state != "finished" else None
         if failure is not None and failure[0] in ("failed", "diverged"):
             state = failure[0]  # (an interrupted run is resumable instead, or absent when stopped before its start)
@@ -267,7 +269,7 @@ def _run_states(study, specs):
         status[spec.name] = {"state": state, "step": latest[0] if latest else None}
         if failure is not None and state in ("failed", "diverged"):
             status[spec.name]["error"] = failure[1].splitlines()[-1] if failure[1] else ""
-    return status
+    return status, run_dirs
 
 
 def _send_back(sweep_path, study, out, log, status, started):
@@ -283,10 +285,10 @@ def _send_back(sweep_path, study, out, log, status, started):
     return text
 
 
-def _then_eval(args, study, name, left):
-    """gpgan-eval of a finished run's best checkpoint with --then-eval's arguments, once per run and
-    machine, within ``left`` seconds. Returns its exit status, or None where there was nothing to do."""
-    run_dir = find_run_dir(study, name)
+def _then_eval(args, name, run_dir, left):
+    """gpgan-eval of a finished run's best checkpoint (in ``run_dir``) with --then-eval's arguments, once
+    per run and machine, within ``left`` seconds. Returns its exit status, or None where there was
+    nothing to do."""
     best = os.path.join(run_dir, "checkpoints", "best.npz")
     done = os.path.join(WORK, "evaluated", name)  # (scored by an earlier call: not again)
     if not os.path.isfile(best) or os.path.isfile(done):
@@ -338,13 +340,13 @@ def run(args):
                    seconds=max(1.0, args.seconds - (time.monotonic() - started)), grace=GRACE)
     if code not in (0, 1, 130):  # 2: the sweep refused (its one line ends ablate.log); others: a crash
         raise Refused(f"gpgan-ablate exited with {code}: {_last_line(log)}")
-    status = _run_states(study, specs)
+    status, run_dirs = _run_states(study, specs)
     _send_back(sweep_path, study, out, log, status, started)  # (first: what a killed call would lose)
     scored = {}
     if args.then_eval:
         for name, s in status.items():
             if s["state"] == "finished":
-                code = _then_eval(args, study, name, args.limit - (time.monotonic() - started) - 15)
+                code = _then_eval(args, name, run_dirs[name], args.limit - (time.monotonic() - started) - 15)
                 if code is not None:
                     s["then_eval_exit"] = scored[name] = code
         if scored:
