@@ -29,6 +29,7 @@ from gpgan.files import FileLock
 from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
 from gpgan.studies.statistics import mean_std
 from gpgan.studies.runner import stderr_tail
+from gpgan.viz import PALETTE
 from helpers import FAKE_TRAINER, read_csv
 
 REPO = Path(__file__).resolve().parent.parent
@@ -123,11 +124,22 @@ def test_an_incomplete_run_shows_its_evaluations_so_far(tmp_path, fake):
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out)]) == 0
     run = next((out / "runs").glob("*/type-r1__weight-1.0__seed-0"))
+    final_json = (run / "final.json").read_bytes()
     (run / "final.json").unlink()
     assert main([str(sweep), "--out", str(out), "--report-only"]) == 1
     final = 10 + 0 + 1.0
+    report = (out / "REPORT.md").read_text()
     assert (f"- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 1; eval/modes so far: best {final + 5:.4g} "
-            f"at step 1, last {final:.4g} at step 3 (3 evaluations)\n") in (out / "REPORT.md").read_text()
+            f"at step 1, last {final:.4g} at step 3 (3 evaluations)\n") in report
+    # ... and its curve so far, in a figure of its own (the finished runs' figures have no line of it).
+    so_far = out / "figures" / "curves" / "so_far_eval-modes.png"
+    assert "![eval/modes so far of the incomplete runs (they may still change)](figures/curves/so_far_eval-modes.png)" in report
+    with Image.open(so_far) as image:
+        assert PALETTE[0] in {c for _, c in image.convert("RGB").getcolors(1 << 16)}  # the run's line
+    # Finished again, the run leaves the incomplete runs, and their figure goes with them.
+    (run / "final.json").write_bytes(final_json)
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    assert not so_far.exists() and "so far" not in (out / "REPORT.md").read_text()
 
 
 def test_the_report_lists_what_gpgan_eval_scored_afterwards(tmp_path, fake):

@@ -176,6 +176,23 @@ def _figures(sweep, out_dir, panels, metrics):
     return out
 
 
+def _so_far_figure(sweep, report_dir, records, metrics):
+    """figures/curves/so_far_<metric>.png: the first metric's evaluations so far of every incomplete
+    run that has two or more (one line per run, labelled by its name), for a sweep still under way.
+    Returns (caption, relative path), or None where there is no such run."""
+    lines = [(r.spec.name, [s for s, _ in r.so_far], [v for _, v in r.so_far], None)
+             for r in records if r.status != "finished" and len(r.so_far) >= 2]
+    if not metrics or not lines:
+        return None
+    metric = metrics[0][0]
+    references = _real_references(sweep, metric)
+    rel = f"figures/curves/so_far_{slug(metric)}.png"
+    curves_plot(os.path.join(report_dir, rel), [("incomplete runs", lines)], "generator step", metric,
+                title=f"{metric} so far", ncols=1, references=references)
+    real = f"; dashed: {references[0][0]}, {_num(references[0][1])}" if references else ""
+    return f"{metric} so far of the incomplete runs (they may still change; one line per run{real})", rel
+
+
 def _sample_tile(sweep, settings, path, kind, title, x_values, series_values, pv):
     """One tile of each setting's samples (rows: series values, columns: x values; the first
     finished seed of each setting): ``kind`` "final" (samples/final.png) or "best" (the samples
@@ -376,7 +393,7 @@ def _drawing_libraries():
     return f"matplotlib {matplotlib.__version__} and Pillow {PIL.__version__}"
 
 
-def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
+def _markdown(sweep, records, stats, panels, metrics, figures, report_dir, so_far=None):
     total = len(records)
     count = {}
     for rec in records:
@@ -498,6 +515,8 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir):
         lines += ["## Incomplete runs", ""]
         for r in incomplete:
             lines.append(f"- `{r.spec.name}`: {r.status}" + _progress_text(r, metrics))
+        if so_far is not None:
+            lines += ["", f"{so_far[0]}:", "", f"![{_alt_text(so_far[0])}]({so_far[1]})"]
         lines += ["", "Running the sweep again resumes interrupted and unfinished runs and starts the others.", ""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
@@ -619,8 +638,9 @@ def write_report(sweep, out_dir, report_dir=None):
     write_results_csv(os.path.join(report_dir, "results.csv"), sweep, records, metrics, out_dir)
     stats = summarize(sweep, records, metrics)
     panels = _panels(sweep, stats)
-    figures = _figures(sweep, report_dir, panels, metrics)
-    text = _markdown(sweep, records, stats, panels, metrics, figures, report_dir)
+    figures = _figures(sweep, report_dir, panels, metrics)  # (first: it clears an earlier report's figures)
+    so_far = _so_far_figure(sweep, report_dir, records, metrics)
+    text = _markdown(sweep, records, stats, panels, metrics, figures, report_dir, so_far)
     with open(os.path.join(report_dir, "REPORT.md"), "w", encoding="utf-8") as fh:
         fh.write(text)
     return records
