@@ -176,12 +176,17 @@ def _figures(sweep, out_dir, panels, metrics):
     return out
 
 
+def _incomplete(records):
+    """The runs that may still go on: neither finished nor ended badly (failed, diverged)."""
+    return [r for r in records if r.status not in ("finished",) + ENDED_BADLY]
+
+
 def _so_far_figure(sweep, report_dir, records, metrics):
     """figures/curves/so_far_<metric>.png: the first metric's evaluations so far of every incomplete
     run that has two or more (one line per run, labelled by its name), for a sweep still under way.
     Returns (caption, relative path), or None where there is no such run."""
     lines = [(r.spec.name, [s for s, _ in r.so_far], [v for _, v in r.so_far], None)
-             for r in records if r.status != "finished" and len(r.so_far) >= 2]
+             for r in _incomplete(records) if len(r.so_far) >= 2]
     if not metrics or not lines:
         return None
     metric = metrics[0][0]
@@ -510,7 +515,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir, so_fa
         lines += [f"- **{_describe(st.values) or 'the only setting'}** ({len(bad)}/{len(st.records)} runs {what}{seeds}). "
                   f"Error of `{bad[0].spec.name}`:", "", "  ```"]
         lines += [f"  {line}" for line in bad[0].error.splitlines()] + ["  ```", ""]
-    incomplete = [r for r in records if r.status not in ("finished",) + ENDED_BADLY]
+    incomplete = _incomplete(records)
     if incomplete:
         lines += ["## Incomplete runs", ""]
         for r in incomplete:
