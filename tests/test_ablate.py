@@ -131,7 +131,7 @@ def test_an_incomplete_run_shows_its_evaluations_so_far(tmp_path, fake):
     report = (out / "REPORT.md").read_text()
     assert (f"- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 1; eval/modes so far: best {final + 5:.4g} "
             f"at step 1, last {final:.4g} at step 3 (3 evaluations)\n") in report
-    # ... and its curve so far, in a figure of its own (the finished runs' figures have no line of it).
+    # ... and its curve so far, in a figure of its own.
     so_far = out / "figures" / "curves" / "so_far_eval-modes.png"
     assert "![eval/modes so far of the incomplete runs (they may still change)](figures/curves/so_far_eval-modes.png)" in report
     with Image.open(so_far) as image:

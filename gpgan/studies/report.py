@@ -84,6 +84,12 @@ def _real_references(sweep, metric):
     return [] if value is None else [(f"{REAL_LABEL} ({sweep.reference_scores['images']:,} images)", value)]
 
 
+def _dashed_text(references):
+    """A figure caption's part that names its dashed reference line ("; dashed: real data (N
+    images), value"), or "" when it has none."""
+    return f"; dashed: {references[0][0]}, {_num(references[0][1])}" if references else ""
+
+
 def _real_row(sweep, metrics, trailing=0):
     """The real data's row of a results table: its label, its number of images as ``n``, its
     value of each metric ("n/a" where the file has none), and ``trailing`` empty cells."""
@@ -145,7 +151,7 @@ def _figures(sweep, out_dir, panels, metrics):
             if off_scale:  # e.g. a reverse KL of inf: marked in a band at the plot's edge, named here
                 caption += "; marked at the edge (mean not finite): " + "; ".join(off_scale)
             references = _real_references(sweep, metric)
-            real = f"; dashed: {references[0][0]}, {_num(references[0][1])}" if references else ""
+            real = _dashed_text(references)
             if metric_figure(os.path.join(out_dir, rel), points, sweep.x_axis, sweep.series_axis, x_values,
                              metric, direction, title, references):
                 items.append((caption + real, rel))
@@ -194,7 +200,7 @@ def _so_far_figure(sweep, report_dir, records, metrics):
     rel = f"figures/curves/so_far_{slug(metric)}.png"
     curves_plot(os.path.join(report_dir, rel), [("incomplete runs", lines)], "generator step", metric,
                 title=f"{metric} so far", ncols=1, references=references)
-    real = f"; dashed: {references[0][0]}, {_num(references[0][1])}" if references else ""
+    real = _dashed_text(references)
     return f"{metric} so far of the incomplete runs (they may still change; one line per run{real})", rel
 
 
