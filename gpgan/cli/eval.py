@@ -75,7 +75,8 @@ def _common(p, device_help):
     p.add_argument("--batch-size", type=int, default=50, metavar="B",
                    help="images per Inception forward pass (default 50; about 25 MB each in float32)")
     p.add_argument("--download", action="store_true",
-                   help="download CIFAR-10 into its folder when it is missing")
+                   help="download CIFAR-10 into its folder when it is missing (a run whose config has "
+                        "data.download: true downloads without it, unless --data-root is given)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
