@@ -7,7 +7,7 @@ import pytest
 
 import gpgan
 import gpgan.backend.random as global_random
-from gpgan.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint
+from gpgan.checkpoint import CheckpointError, load_checkpoint, read_meta, save_checkpoint, verify
 from gpgan.optim import EMA, SGD, Adam, LinearDecayLR
 
 
@@ -209,6 +209,22 @@ def test_object_arrays_are_refused(tmp_path):
     with pytest.raises(TypeError, match="object array"):
         save_checkpoint(tmp_path / "x.npz", {"m": type("M", (), {"state_dict": lambda self: {
             "w": np.array([None], dtype=object)}})()}, {})
+
+
+def test_verify_refuses_an_entry_its_meta_lists_but_the_file_lacks(tmp_path):
+    """A resume picks the newest checkpoint that verify passes: one with an entry gone must fail
+    there, not later in the load, so that the resume falls back to an older one."""
+    rng, G, D, opt_g, opt_d, ema = make_run(13)
+    good = save_checkpoint(tmp_path / "good.npz", {"generator": G}, {})
+    verify(good)  # raises for a file it refuses
+    with np.load(good, allow_pickle=False) as z:
+        entries = {k: z[k] for k in z.files}
+    gone = next(k for k in entries if k.startswith("module/generator/"))
+    del entries[gone]
+    short = tmp_path / "short.npz"
+    np.savez(short, **entries)
+    with pytest.raises(CheckpointError, match=f"entry '{gone}' is listed in its meta but missing"):
+        verify(short)
 
 
 def test_foreign_files_are_refused(tmp_path):

@@ -134,6 +134,28 @@ def test_resume_skips_a_damaged_checkpoint_and_still_matches(toy_runs, tmp_path)
     assert_same_weights(run, straight)
 
 
+def test_a_resume_that_fails_renames_nothing_and_names_the_damaged_checkpoints(toy_runs, tmp_path):
+    """The newest checkpoint damaged and the one before it from another model: the resume fails,
+    its one line names both, and neither file was renamed (it had renamed the newest one silently)."""
+    _, stopped, _ = toy_runs
+    run = tmp_path / "stopped"
+    shutil.copytree(stopped, run)
+    checkpoints = run / "checkpoints"
+    flip_bytes(checkpoints / "ckpt_000006.npz")
+    with np.load(checkpoints / "ckpt_000004.npz", allow_pickle=False) as f:
+        arrays = {k: f[k] for k in f.files}
+    weight = next(k for k in arrays if k.startswith("module/generator/"))
+    arrays[weight] = np.zeros(3, np.float32)  # reads back whole, but is no weight of this generator
+    np.savez(checkpoints / "ckpt_000004.npz", **arrays)
+    before = sorted(os.listdir(checkpoints))
+    proc = gpgan_train("--resume", str(run), "--quiet", check=1)
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpgan-train: error: "), proc.stderr
+    assert "ckpt_000004.npz" in lines[0] and "does not match module 'generator'" in lines[0]
+    assert "the newer checkpoints do not read either" in lines[0] and "ckpt_000006.npz" in lines[0]
+    assert sorted(os.listdir(checkpoints)) == before
+
+
 def test_resume_before_the_best_checkpoint_sets_it_aside(toy_runs, tmp_path):
     """best.npz written after the step a resume falls back to belongs to training the resume
     discards: it is set aside (renamed best.npz.discarded, not deleted), and the resumed run writes

@@ -228,10 +228,14 @@ def _parse_meta(path, npz):
 
 def _read(path):
     """``(doc, arrays)``: the parsed JSON and every array entry (all read, so that an object
-    array or a damaged entry anywhere in the file is refused up front)."""
+    array, a damaged entry anywhere in the file or one its meta lists but the file lacks is
+    refused up front)."""
     with _open(path) as npz:
         doc = _parse_meta(path, npz)
         arrays = {key: _entry(path, npz, key) for key in npz.files if key != META_KEY}
+    for group, objects in doc.get("entries", {}).items():
+        for name, desc in objects.items():
+            _unflatten(path, group, name, desc, arrays)
     return doc, arrays
 
 

@@ -19,7 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from gpgan.files import atomic_write
+from gpgan.files import atomic_write, describe_os_error
 from gpgan.train.config import (
     RESUMABLE_CHANGES,
     VOLATILE_KEYS,
@@ -33,7 +33,12 @@ from gpgan.parallel import LocalCommunicator
 from gpgan.train.loop import Trainer
 from gpgan.train.run import RunFolder
 
-__all__ = ["Launch", "make_trainer", "start_run", "plan_run", "resume_run", "fork_run", "resume_config", "config_name"]
+__all__ = ["Launch", "ResumeError", "make_trainer", "start_run", "plan_run", "resume_run", "fork_run", "resume_config",
+           "config_name"]
+
+
+class ResumeError(ValueError):
+    """The newest readable checkpoint of a run failed to load, and newer ones do not read."""
 
 
 @dataclass
@@ -146,18 +151,33 @@ def _open_run(run_dir):
     return run
 
 
-def _pick_checkpoint(run):
-    """``(step, path, notes)`` of the newest readable checkpoint (``(0, None, notes)`` when none);
-    damaged newer ones are renamed ``*.damaged``."""
-    notes = []
-    step, path, skipped = run.latest_readable_checkpoint()
-    for bad, reason in skipped:
-        os.replace(bad, bad + ".damaged")
-        notes.append(f"skipped {bad}, renamed to {os.path.basename(bad)}.damaged: {reason}")
+def _text(exc):
+    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+
+
+def _load_newest_checkpoint(run, trainer, comm):
+    """``(step, notes)``: the trainer restored from the run's newest readable checkpoint (step 0
+    when none reads). The damaged newer ones are renamed ``*.damaged`` once that checkpoint has
+    loaded, so a resume that fails leaves the folder as it was, and its error names them."""
+    step, path, skipped = comm.on_root(run.latest_readable_checkpoint)
+    if path is not None:
+        try:
+            step = comm.together(lambda: trainer.load_checkpoint(path))
+        except (OSError, ValueError) as exc:
+            if not skipped:
+                raise
+            unreadable = "; ".join(f"{bad}: {reason}" for bad, reason in skipped)
+            raise ResumeError(f"{_text(exc)}; the newer checkpoints do not read either ({unreadable})") from exc
+
+    def set_aside():
+        for bad, _ in skipped:
+            os.replace(bad, bad + ".damaged")
+    comm.on_root(set_aside)
+    notes = [f"skipped {bad}, renamed to {os.path.basename(bad)}.damaged: {reason}" for bad, reason in skipped]
     if path is None:
         notes.append(f"{run.path} has no {'readable ' if skipped else ''}checkpoint; starting it over from step 0")
         step = 0
-    return step, path, notes
+    return step, notes
 
 
 def resume_run(run_dir, config_path=None, overrides=(), quiet=False, argv=None, comm=None):
@@ -194,9 +214,7 @@ def _resume(run, config_path, overrides, quiet, argv, comm):
         return Launch(None, run, [f"{run.path} already finished ({early or 'all its steps'}); pass {hint} to "
                                   "continue it"])
     trainer = make_trainer(config, run, quiet, comm)
-    step, path, notes = comm.on_root(lambda: _pick_checkpoint(run))
-    if path is not None:
-        step = comm.together(lambda: trainer.load_checkpoint(path))
+    step, notes = _load_newest_checkpoint(run, trainer, comm)
     _check_stop_after(config, step)
 
     def record():
