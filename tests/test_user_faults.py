@@ -15,6 +15,7 @@ import yaml
 from PIL import Image
 
 from gpgan.cli import ablate as ablate_cli
+from gpgan.cli import eval as eval_cli
 from gpgan.cli import sample as sample_cli
 from gpgan.train.monitor import TIMING_KEYS
 from helpers import QUICKSTART, ROOT, TINY, assert_same_weights, gpgan_train, metrics, sets, write_cifar_fixture
@@ -354,6 +355,25 @@ def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path
     assert not (source.parent / "fork2").exists()
 
 
+@pytest.mark.parametrize("text, what", [("", "is empty"), ("# nothing\n", "is empty"), ("- 1\n", "is not a mapping")])
+def test_a_run_whose_config_is_emptied_is_refused_not_read_as_defaults(toy_runs, tmp_path, capsys, text, what):
+    """An emptied config.yaml read as every default had sampled and resumed with another model
+    (a 'does not match' error, or 'train.steps may only grow' against the defaults' steps)."""
+    straight, _, _ = toy_runs
+    run = tmp_path / "run"
+    shutil.copytree(straight, run)
+    (run / "config.yaml").write_text(text)
+    before = snapshot(run)
+    expected = f"error: the run's config {run / 'config.yaml'} {what}: the run folder is damaged"
+    assert sample_cli.main([str(run), "--out", str(tmp_path / "s.png")]) == 1
+    assert eval_cli.main([str(run)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 2 and all(expected in line for line in lines), lines
+    proc = gpgan_train("--resume", str(run), "--set", "train.steps=20", check=2)
+    assert proc.stderr.splitlines() == [f"gpgan-train: {expected} (gpgan writes the resolved config there, every key)"]
+    assert snapshot(run) == before and not (tmp_path / "s.png").exists()
+
+
 def test_resume_from_a_file_that_is_no_checkpoint_names_that_file(toy_runs, tmp_path):
     """It named the file's grandparent folder as 'not a run folder'."""
     _, stopped, _ = toy_runs
@@ -364,6 +384,12 @@ def test_resume_from_a_file_that_is_no_checkpoint_names_that_file(toy_runs, tmp_
         assert proc.stderr == (f"gpgan-train: error: --resume {path}: a file, but not in a run's checkpoints/ folder; "
                                "give a run folder to continue it, or one of its checkpoints "
                                "(RUN_DIR/checkpoints/ckpt_N.npz) to fork a new run from it\n")
+    # A fork (--name) from a checkpoint that is not there: it had said "--name and --out ... need a
+    # checkpoint file ..., not a run folder".
+    missing = stopped / "checkpoints" / "ckpt_000005.npz"
+    proc = gpgan_train("--resume", str(missing), "--name", "fork", "--out", str(tmp_path), check=2)
+    assert proc.stderr.startswith(f"gpgan-train: error: --resume {missing}: {missing} does not exist; ")
+    assert os.listdir(tmp_path) == ["notes.txt"]
 
 
 def test_a_stop_after_the_run_has_passed_is_refused(toy_runs, tmp_path):

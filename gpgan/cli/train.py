@@ -173,7 +173,7 @@ def _launch(args, overrides, comm):
     if os.path.isfile(args.resume):
         return launch.fork_run(args.resume, args.config, overrides, out=args.out, name=args.name, quiet=args.quiet,
                                comm=comm)
-    if args.name is not None or args.out is not None:
+    if (args.name is not None or args.out is not None) and os.path.isdir(args.resume):
         raise ConfigError("--name and --out start a new run: with --resume they need a checkpoint file "
                           "(RUN_DIR/checkpoints/ckpt_N.npz), not a run folder, which continues in place")
     return launch.resume_run(args.resume, args.config, overrides, quiet=args.quiet, comm=comm)

@@ -28,7 +28,7 @@ import shutil
 from gpgan.checkpoint import CheckpointError, read_meta, verify
 from gpgan.files import FileLock, LockHeld, append_text, atomic_write, is_temporary, make_folder
 from gpgan.metrics.reference import parse_reference
-from gpgan.schema import get_key, parse_yaml
+from gpgan.schema import ConfigError, get_key, parse_yaml
 from gpgan.train.config import VOLATILE_KEYS, diff_configs, dump_config, validate_config
 from gpgan.train.manifest import environment_info, invocation
 
@@ -418,6 +418,10 @@ class RunFolder:
             raise NotARunError(f"{self.path} is not a run folder (it has no config.yaml)")
         with open(self.config_path, encoding="utf-8") as f:
             raw = parse_yaml(f.read(), f"the run's config {self.config_path}")
+        if not isinstance(raw, dict) or not raw:
+            # gpgan writes every key there: taking defaults for them would read another run.
+            raise ConfigError(f"the run's config {self.config_path} is {'empty' if not raw else 'not a mapping'}: "
+                              "the run folder is damaged (gpgan writes the resolved config there, every key)")
         _as_written_before_rampup(raw)
         return validate_config(raw, source=self.config_path) if validate else raw
 
