@@ -1231,11 +1231,12 @@ def test_report_marks_and_names_an_infinite_setting(tmp_path, monkeypatch):
     assert (out / "figures" / "eval-reverse_kl.png").read_bytes() == png
 
 
-@pytest.mark.parametrize("whom", ["ablate", "process_group", "ablate_started_ignoring_sigint"])
+@pytest.mark.parametrize("whom", ["ablate", "process_group", "ablate_started_ignoring_sigint", "ablate_sigterm"])
 def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
     """SIGINT to gpgan-ablate alone, or to its whole process group as a Ctrl-C in a terminal
     sends it: either way every trainer gets exactly one interrupt and stops with a checkpoint. Also
-    when gpgan-ablate came in with SIGINT ignored, as a script's `nohup gpgan-ablate ... &` starts it."""
+    when gpgan-ablate came in with SIGINT ignored, as a script's `nohup gpgan-ablate ... &` starts it,
+    and on SIGTERM (a scheduler's stop), which means the same."""
     sweep = write_sweep(tmp_path, TINY)
     out = tmp_path / "out"
     env = dict(os.environ, FAKE_SLEEP="1", PYTHONPATH=str(REPO))
@@ -1248,7 +1249,9 @@ def test_interrupted_sweep_stops_trainers_and_resumes(tmp_path, fake, whom):
     while len(list(out.glob("runs/base/*/fake_state.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
     time.sleep(0.3)  # let both trainers reach their loop
-    if whom != "process_group":
+    if whom == "ablate_sigterm":
+        proc.send_signal(signal.SIGTERM)
+    elif whom != "process_group":
         proc.send_signal(signal.SIGINT)  # only gpgan-ablate: it must pass the interrupt on
     else:
         os.killpg(proc.pid, signal.SIGINT)

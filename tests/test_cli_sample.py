@@ -227,6 +227,34 @@ def test_a_jpeg_picture_past_its_size_limit_is_refused_in_one_line(runs, tmp_pat
     assert os.listdir(tmp_path) == []
 
 
+@pytest.mark.parametrize("how", ["sigterm", "sigint_to_a_background_command"])
+def test_a_stop_signal_leaves_nothing_and_says_so(runs, tmp_path, how):
+    """SIGTERM, or SIGINT to a command started with SIGINT ignored (`nohup gpgan-sample ... &`),
+    stops gpgan-sample as Ctrl-C does. SIGTERM had killed it with its staged PNG files left behind."""
+    import signal
+    import time
+
+    img_run, _, _ = runs
+    ignoring = how != "sigterm"
+    proc = subprocess.Popen([sys.executable, "-m", "gpgan.cli.sample", str(img_run), "--n", "100000000",
+                             "--out-dir", str(tmp_path / "pngs"), "--quiet"], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT),
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignoring else None)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(len(os.listdir(d)) > 10 for d in tmp_path.glob(".*") if d.is_dir()):  # the staging folder
+            assert time.monotonic() < deadline and proc.poll() is None, "no PNG files staged"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT if ignoring else signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # it did not stop: it would write PNG files for hours
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and stderr.endswith("gpgan-sample: interrupted; nothing written\n"), stderr
+    assert os.listdir(tmp_path) == []
+
+
 def test_ctrl_c_leaves_nothing_and_says_so(runs, tmp_path, capsys, monkeypatch):
     from PIL import Image as PILImage
 

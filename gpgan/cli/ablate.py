@@ -16,10 +16,10 @@ with --import-records (1 also when a sweep is running the runs of --out).
 
 import argparse
 import os
-import signal
 import sys
 
 from gpgan.cli._console import Console
+from gpgan.cli._process import stopped_by_signals
 from gpgan.files import check_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.records import RecordsError, export_records, import_records
@@ -190,17 +190,6 @@ def _check_new_runs(sweep, plan, on_cuda):
     return status
 
 
-def _stop_on_sigint():
-    """Make SIGINT stop the sweep (its trainers checkpoint) even where it came in ignored, as it
-    does for a command a script starts in the background (``nohup gpgan-ablate ... &``): Ctrl-C
-    and ``kill -INT`` then mean the same everywhere, as they do for gpgan-train, which installs
-    its own handler."""
-    try:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    except ValueError:  # main() called off the main thread: leave the process's handler alone
-        pass
-
-
 def _no_runs(sweep, out):
     """Whether no run of ``sweep`` has a folder under ``out`` (e.g. a fresh clone: run folders
     are not in git)."""
@@ -317,10 +306,12 @@ def main(argv=None):
             return 130
 
     if not args.report_only:
-        _stop_on_sigint()
         try:
-            summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
-                                ray_address=args.ray_address, runs=specs)
+            # SIGINT (even where it came in ignored: nohup gpgan-ablate ... &) and SIGTERM stop the
+            # sweep as Ctrl-C does: its trainers checkpoint.
+            with stopped_by_signals():
+                summary = run_sweep(sweep, out, jobs=jobs, devices=args.devices, cluster=args.cluster,
+                                    ray_address=args.ray_address, runs=specs)
         except SweepError as exc:  # run folders made with another config, an unreachable cluster
             return CONSOLE.error(exc, 2)
         except OutInUseError as exc:  # another sweep runs this --out

@@ -16,7 +16,7 @@ import sys
 import numpy
 
 from gpgan.cli._console import Console
-from gpgan.cli._process import configure
+from gpgan.cli._process import configure, stopped_by_signals
 from gpgan.files import make_folder, staged_folder
 from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
 
@@ -165,8 +165,9 @@ def main(argv=None):
     if problem:
         return CONSOLE.error(problem)
     try:
-        return _main(args)
-    except KeyboardInterrupt:  # the outputs are written all at once (staged, atomic): none was
+        with stopped_by_signals():
+            return _main(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM; the outputs are written all at once (staged, atomic): none was
         left = (f"some of the PNG files may be in {args.out_dir} already" if getattr(args, "moving", False)
                 else "nothing written")
         CONSOLE.say(f"interrupted; {left}", after_progress=True)
