@@ -1410,6 +1410,10 @@ def test_mean_std_and_stderr_tail(tmp_path):
      "'penalty.wieght' is not an axis"),
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nmetrics: [{eval/modes: maximum}]\n",
      "direction 'maximum' for 'eval/modes' must be one of ['max', 'min'] (did you mean 'max'?)"),
+    # a misspelt evaluation had passed, and the report then drew an empty column
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nmetrics: [eval/reverse_kl, eval/moedes]\n",
+     "metrics[1]: metric 'eval/moedes' is no evaluation a run logs (did you mean 'eval/modes'"),
+    ("base: base.yaml\naxes: {penalty.type: [r1]}\nmetrics: [eval_std/fid]\n", "accepted: eval/coverage, "),
     ("base: base.yaml\naxes: {penalty.type: [r1]}\nignore: [{if: {penalty.type: r1}, axes: [x]}]\n",
      "ignore[0]: unknown key(s) 'if'"),
     ("base: base.yaml\naxes: {penalty.type: [r1, r2]}\nexclude: [{penalty.type: r3}]\n",

@@ -70,7 +70,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from gpgan.metrics import METRIC_KEYS
 from gpgan.metrics import direction as metric_direction
+from gpgan.metrics.direction import KNOWN as KNOWN_METRICS
 from gpgan.metrics.real_scores import read_real_scores
 from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line, yaml_scalar
 
@@ -360,6 +362,17 @@ def _parse_adjust(path, axes, raw):
             for where, rule in _rules(path, "adjust", raw, ADJUST_KEYS, "{when: {axis: value}, set: {key: value}}")]
 
 
+def _check_evaluation_key(path, where, name):
+    """An evaluation's key (``eval/...``, ``eval_std/...``) must be one a run logs; other names
+    (losses, gradient norms, schedules, timings) are whatever the runs' metrics.jsonl holds."""
+    if not name.startswith(("eval/", "eval_std/")):
+        return
+    logged = set(KNOWN_METRICS) | {key for keys in METRIC_KEYS.values() for key in keys}
+    if name not in logged:
+        raise _err(path, where, f"metric {name!r} is no evaluation a run logs{did_you_mean(name, logged)}; "
+                   f"accepted: {', '.join(sorted(logged))}, or another key of the runs' metrics.jsonl (loss/critic ...)")
+
+
 def _parse_metrics(path, raw):
     metrics = []
     for i, item in enumerate(raw or []):  # a list or None: the schema checked it
@@ -374,6 +387,7 @@ def _parse_metrics(path, raw):
             raise _err(path, where, f"{item!r} must be a name, {{name: max|min}} or {{name: ..., direction: ...}}")
         if not isinstance(name, str) or not name:
             raise _err(path, where, f"metric name {name!r} must be a non-empty string")
+        _check_evaluation_key(path, where, name)
         if direction is None:
             direction = metric_direction(name)
         if direction not in DIRECTIONS:
