@@ -1195,12 +1195,13 @@ def test_metric_figure_linear_categorical_and_point_plot_axes(tmp_path):
 
 
 def test_a_metric_no_run_logged_is_named(tmp_path, fake, capsys):
-    """A misspelt metric in the sweep file gave empty columns and no word about it."""
+    """A misspelt metric in the sweep file gave empty columns and no word about it. (A misspelt
+    evaluation, eval/..., is refused with the sweep file: test_sweep_validation_errors.)"""
     sweep = write_sweep(tmp_path, TINY.replace("metrics: [eval/modes, {eval/reverse_kl: min}]",
-                                               "metrics: [eval/modes, eval/mdoes]"))
+                                               "metrics: [eval/modes, loss/critc]"))
     assert main([str(sweep), "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert (f"gpgan-ablate: warning: no finished run logged eval/mdoes (metrics: in {sweep}); a run's "
+    assert (f"gpgan-ablate: warning: no finished run logged loss/critc (metrics: in {sweep}); a run's "
             "metrics.jsonl has the names it logs") in err
     assert "logged eval/modes" not in err
 
@@ -1799,6 +1800,34 @@ def test_dry_run_checks_new_runs_as_gpgan_train_does(tmp_path, capsys):
     assert not out.exists() and not (tmp_path / "experiments").exists()
     path = write_sweep(tmp_path, "base: base.yaml\naxes: {model.critic_options.activation: [relu, tanh]}\n",
                        name="good.yaml")
+    assert main([str(path), "--out", str(out), "--dry-run"]) == 0
+    assert "pass gpgan-train's --dry-run checks" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_penalty_options_axes_are_checked_against_the_penalty_before_any_run(tmp_path, capsys):
+    # penalty.options is checked against the options each penalty type declares, as gpgan-train
+    # checks it: an option the type does not take, or a value of the wrong type, is a config error
+    # (exit 2) naming the run, the key and what is accepted, before any run folder.
+    base = "base: " + str(REPO / "configs" / "quickstart.yaml") + "\n"
+    out = tmp_path / "out"
+    for name, body, run, problem in [
+        ("foo.yaml", "base: base.yaml\naxes: {penalty.options.foo: [1, 2]}\n", "run foo-1 (penalty.options.foo=1)",
+         "penalty.options.foo: not an option of penalty 'r1'; accepted: norm_eps"),
+        ("scale.yaml",
+         "base: base.yaml\nset: {penalty.type: dragan}\naxes: {penalty.options.noise_scale: [0.5, abc]}\n",
+         "run noise_scale-abc (penalty.options.noise_scale=abc)",
+         "penalty.options.noise_scale: got 'abc' (not a number); accepted: a number >= 0"),
+    ]:
+        path = write_sweep(tmp_path, body, name=name, base_text=base)
+        assert main([str(path), "--out", str(out), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"{run}: invalid config (" in err and err.rstrip().endswith(problem), err
+        assert "Traceback" not in err and "unexpected keyword" not in err and not out.exists()
+    # DRAGAN's own options pass, typed by their declarations (the sweep's runs differ in them)
+    path = write_sweep(tmp_path, "base: base.yaml\nset: {penalty.type: dragan}\n"
+                       "axes: {penalty.options.noise_scale: [0.5, 1e-2], penalty.options.interpolate: [true, false]}\n",
+                       name="good.yaml", base_text=base)
     assert main([str(path), "--out", str(out), "--dry-run"]) == 0
     assert "pass gpgan-train's --dry-run checks" in capsys.readouterr().err
     assert not out.exists()

@@ -316,13 +316,35 @@ def test_an_output_path_through_a_file_names_that_file(toy_runs, image_run, tmp_
     for main, args, program in commands:
         assert main(args) == 1
         assert capsys.readouterr().err == f"{program}: error: {blocker}: a file, not a folder\n"
-    proc = gpgan_train(QUICKSTART, "--out", str(blocker / "runs"), check=1)
-    assert proc.stderr.endswith(f"gpgan-train: error: {blocker}: a file, not a folder\n")
+    for dry in ([], ["--dry-run"]):  # the dry run had said "a run would write .../results/runs/..."
+        proc = gpgan_train(QUICKSTART, "--out", str(blocker / "runs"), *dry, check=1)
+        assert proc.stderr.endswith(f"gpgan-train: error: {blocker}: a file, not a folder\n")
     assert sorted(os.listdir(tmp_path)) == ["results", "sweep.yaml"]
     if os.path.isdir("/proc/self"):  # a folder where nothing can be made
         assert sample_cli.main([str(straight), "--out", "/proc/self/grid.png"]) == 1
         err = capsys.readouterr().err
         assert err.startswith("gpgan-sample: error: /proc/self/grid.png: ") and ".tmp" not in err
+
+
+def test_a_folder_that_cannot_be_written_is_named_before_any_work(tmp_path, capsys, monkeypatch):
+    """Where the process may not write (checked with os.access, as root passes any mode bits):
+    the dry runs of gpgan-train and gpgan-ablate had said all was well."""
+    from gpgan.train.launch import plan_run
+
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: os.fspath(path) != str(locked) and real_access(path, mode))
+    with pytest.raises(PermissionError) as info:
+        plan_run(QUICKSTART, out=str(locked / "runs"))
+    assert info.value.filename == str(locked)
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(f"base: {QUICKSTART}\nset: {{train.steps: 1}}\naxes:\n  train.seed: [0]\n")
+    for extra in ([], ["--dry-run"]):
+        assert ablate_cli.main([str(sweep), "--out", str(locked / "study"), *extra]) == 1
+        assert capsys.readouterr().err == (f"gpgan-ablate: error: {locked}: Permission denied (a folder this process "
+                                           "cannot write in)\n")
+    assert os.listdir(locked) == []
 
 
 # -- features: fork, best checkpoint, dry run, progress ------------------------------------------------------

@@ -20,7 +20,7 @@ import sys
 
 from gpgan.cli._console import Console
 from gpgan.cli._process import stopped_by_signals
-from gpgan.files import check_folder_path
+from gpgan.files import check_folder_path, check_writable_folder_path
 from gpgan.studies import SweepError, expand_runs, load_sweep, run_state, run_sweep, write_report
 from gpgan.studies.records import RecordsError, export_records, import_records
 from gpgan.studies.runner import TRAINER_ENV, OutInUseError, config_mismatches, plan_runs, stale_message
@@ -255,12 +255,16 @@ def main(argv=None):
     else:
         jobs = args.jobs or (len(args.devices) if args.devices else 1)
 
-    # A file where --out or --report-dir must be a folder: said now, not after hours of runs.
+    # A file where --out or --report-dir must be a folder, or a folder this process cannot write
+    # in: said now (a dry run included), not after hours of runs. --report-only reads --out only
+    # when the report goes elsewhere, and --export-records reads it only.
+    written = ([] if args.export_records else [args.report_dir or out] if args.report_only
+               else [out, args.report_dir])
     for folder in (out, args.report_dir):
         try:
             if folder is not None:
-                check_folder_path(folder)
-        except NotADirectoryError as exc:
+                (check_writable_folder_path if folder in written else check_folder_path)(folder)
+        except OSError as exc:
             return CONSOLE.error(CONSOLE.text(exc))
 
     for flag, records in (("--export-records", args.export_records), ("--import-records", args.import_records)):

@@ -33,6 +33,18 @@ def check_folder_path(folder):
         part = os.path.dirname(part)
 
 
+def check_writable_folder_path(folder):
+    """:func:`check_folder_path`, and raise the PermissionError that making or writing ``folder``
+    would meet, naming the nearest folder of its path that exists and cannot be written; makes
+    nothing (a check before long work, and what a dry run promises)."""
+    check_folder_path(folder)
+    part = os.path.abspath(folder)
+    while not os.path.isdir(part):
+        part = os.path.dirname(part)
+    if not os.access(part, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "Permission denied (a folder this process cannot write in)", part)
+
+
 def make_folder(folder):
     """``os.makedirs(folder, exist_ok=True)``; when a file stands where a folder of the path must be,
     the NotADirectoryError names that file (Python's own error names ``folder`` and says "File

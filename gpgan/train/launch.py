@@ -19,7 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from gpgan.files import atomic_write, describe_os_error
+from gpgan.files import atomic_write, check_writable_folder_path, describe_os_error
 from gpgan.train.config import (
     RESUMABLE_CHANGES,
     VOLATILE_KEYS,
@@ -105,6 +105,7 @@ def plan_run(config_path, overrides=(), out="experiments", name=None, comm=None)
     lines worth telling the user."""
     config, run, trainer = _prepare(config_path, overrides, out, name, True, comm or LocalCommunicator(),
                                     dry_run=True)
+    check_writable_folder_path(run.path)  # a file in the way, or a folder it cannot write in
     notes = [f"image metrics: {trainer.image_metrics.note}"] if trainer.image_metrics is not None else []
     return config, run, notes
 
