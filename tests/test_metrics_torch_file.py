@@ -10,7 +10,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 
-from gpgan.metrics.torch_file import load_torch_state_dict
+from gpgan.metrics.torch_file import NotTorchFile, load_torch_state_dict
 from torch_stream import (legacy_stream, op_global, op_str, op_tuple, state_dict_pickle, storage_pid, tensor,
                           write_torchscript_file)
 
@@ -84,11 +84,41 @@ def test_truncated_and_forged_files_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="the file ends inside storage 'k'"):
         load_torch_state_dict(data)
     data.write_bytes(b"\x80\x02K\x05.")  # a pickled 5: not the magic number
-    with pytest.raises(ValueError, match="not a file written by torch.save"):
+    with pytest.raises(NotTorchFile) as info:
         load_torch_state_dict(data)
+    assert str(info.value) == (f"{data}: not a torch weights file (neither a zip archive nor torch's older pickle "
+                               "stream: a pickle without torch's magic number)")
     data.write_bytes(b"PK\x03\x04 not really a zip")
     with pytest.raises(ValueError, match="truncated or corrupt torch file"):
         load_torch_state_dict(data)
+
+
+def test_files_that_are_not_torch_files_say_so_in_one_line(tmp_path):
+    """Another kind of zip archive (a gpgan checkpoint, an .npz, renamed .pt), text, an image or an
+    empty file: a NotTorchFile (a ValueError) saying so, without Python's words about pickles."""
+    path = tmp_path / "w.pt"
+    np.savez(tmp_path / "ckpt.npz", a=np.zeros(2), b=np.ones(3))
+    (tmp_path / "ckpt.npz").rename(path)
+    cases = [(None, "a zip archive of 2 records, none of them the <name>/data.pkl torch writes")]
+    for content, detail in (("two", "a zip archive with 2 <name>/data.pkl records, where torch writes one"),
+                            (b"hello, weights\n", "neither a zip archive nor torch's older pickle stream"),
+                            (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "neither a zip archive nor torch's older pickle stream"),
+                            (b"", "an empty file")):
+        cases.append((content, detail))
+    for content, detail in cases:
+        if content == "two":
+            path.unlink()
+            with zipfile.ZipFile(path, "w") as archive:
+                archive.writestr("a/data.pkl", b"\x80\x02}q\x00.")
+                archive.writestr("b/data.pkl", b"\x80\x02}q\x00.")
+        elif content is not None:
+            path.write_bytes(content)
+        for modules in (False, True):
+            with pytest.raises(NotTorchFile) as info:
+                load_torch_state_dict(path, modules=modules)
+            assert isinstance(info.value, ValueError)
+            assert str(info.value) == f"{path}: not a torch weights file ({detail})"
+            assert (str(info.value.path), info.value.detail) == (str(path), detail)
 
 
 def test_a_pickle_that_is_not_a_state_dict(tmp_path):

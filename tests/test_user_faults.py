@@ -347,6 +347,28 @@ def test_a_folder_that_cannot_be_written_is_named_before_any_work(tmp_path, caps
     assert os.listdir(locked) == []
 
 
+def test_stop_signals_raise_keyboard_interrupt_within_and_are_restored_after():
+    """gpgan-sample, gpgan-eval and gpgan-ablate stop on SIGTERM, and on SIGINT where it came in
+    ignored, as on Ctrl-C; the handlers of before come back (a test process keeps its own)."""
+    import signal
+
+    from gpgan.cli._process import stopped_by_signals
+
+    before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with pytest.raises(KeyboardInterrupt):
+                with stopped_by_signals():
+                    os.kill(os.getpid(), sig)
+                    for _ in range(100):  # the handler runs between bytecodes of the main thread
+                        pass
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGTERM) == before[0]
+    finally:
+        signal.signal(signal.SIGINT, before[1])
+
+
 # -- features: fork, best checkpoint, dry run, progress ------------------------------------------------------
 def test_fork_from_a_checkpoint_leaves_the_original_untouched(toy_runs, tmp_path):
     straight, stopped, out = toy_runs

@@ -18,6 +18,7 @@ import argparse
 import os
 import sys
 
+from gpgan.cli._args import whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import stopped_by_signals
 from gpgan.files import check_folder_path, check_writable_folder_path
@@ -36,16 +37,6 @@ def _devices(text):
         if not d.isdigit():
             raise argparse.ArgumentTypeError(f"--devices: {d!r} is not a CUDA device id (a non-negative integer)")
     return devices
-
-
-def _positive(text):
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"--jobs must be a positive integer, got {text!r}")
-    return n
 
 
 EPILOG = """\
@@ -110,7 +101,7 @@ def build_parser():
                     "finished runs, resuming unfinished ones) and write results.csv, REPORT.md and\n"
                     "figures/ into the output folder.")
     p.add_argument("sweep", help="sweep YAML file (base:, axes:, optional set:, metrics:, ...)")
-    p.add_argument("--jobs", "-j", type=_positive, default=None,
+    p.add_argument("--jobs", "-j", type=whole_number(1), default=None,
                    help="runs at a time (default: number of --devices, else 1; with --cluster ray: every "
                         "run, queued by Ray)")
     p.add_argument("--devices", type=_devices, default=None,

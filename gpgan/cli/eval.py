@@ -16,8 +16,10 @@ import time
 
 import numpy
 
+from gpgan.cli._args import whole_number
 from gpgan.cli._console import Console
-from gpgan.cli._process import configure
+from gpgan.cli._process import configure, stopped_by_signals
+from gpgan.files import check_folder_path
 
 CONSOLE = Console("gpgan-eval")
 
@@ -107,7 +109,7 @@ def build_parser():
                         "on CIFAR-10, else ~/.cache/gpgan/cifar-10-batches-py)")
     p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                    help="score the generator's exponential moving average (default: when the run kept one)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the latent noise (default 0)")
+    p.add_argument("--seed", type=whole_number(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
     _common(p, "where the generator and Inception run (cpu)")
     return p
 
@@ -216,12 +218,13 @@ def main(argv=None):
         problem = configure(None if program else argv)
         if problem:
             return CONSOLE.error(problem)
-        if command == "stats":
-            return _stats(parser, args)
-        if command == "real":
-            return _real(parser, args)
-        return _evaluate(parser, args)
-    except KeyboardInterrupt:
+        with stopped_by_signals():
+            if command == "stats":
+                return _stats(parser, args)
+            if command == "real":
+                return _real(parser, args)
+            return _evaluate(parser, args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: every file is written whole or not at all
         CONSOLE.say("interrupted", after_progress=True)
         return 130
     except (OSError, ValueError, RuntimeError) as exc:
@@ -238,19 +241,21 @@ def main(argv=None):
 
 # -- gpgan-eval stats -------------------------------------------------------------------------------
 def _stats(parser, args):
+    from gpgan.data.image_folder import check_image_folder
     from gpgan.metrics import InceptionV3, dataset_statistics, save_statistics, statistics_path
     from gpgan.metrics.inception import weights_path
 
     if args.data == "image_folder" and args.root is None:
         parser.error("--data image_folder needs --root: the folder of images")
-    if args.out is not None and not args.out.lower().endswith(".npz"):
-        parser.error(f"--out {args.out!r}: statistics are written as an .npz file")
+    _check_out(parser, args.out, ".npz", "statistics are written as an .npz file")
     root = args.root or (default_cifar_root() if args.data == "cifar10" else None)
+    if args.data == "image_folder":  # before the network is loaded
+        check_image_folder(root, "--root")
     progress = not args.quiet
     net = InceptionV3.load(weights_path(args.inception_weights, progress=progress), device=args.device,
                            progress=progress)
     mu, sigma = dataset_statistics(net, args.data, root=root, split=args.split, download=args.download,
-                                   batch_size=args.batch_size, progress=progress)
+                                   batch_size=args.batch_size, progress=progress, option="--root")
     cached = statistics_path(args.data, net.features_id, root, args.split)
     what = f"cifar10:{args.split}" if args.data == "cifar10" else os.path.abspath(os.path.expanduser(root))
     CONSOLE.say(f"statistics of {what} ({mu.shape[0]} features), cached at {cached}")
@@ -292,19 +297,17 @@ def _real_metric_names(parser, args):
 
 def _real(parser, args):
     from gpgan.metrics.real_scores import write_real_scores
-    from gpgan.train.evaluation import ImageMetrics
+    from gpgan.train.evaluation import SOURCES_ACCEPTED, ImageMetrics
 
     names = _real_metric_names(parser, args)
-    if args.out is not None and not args.out.lower().endswith(".json"):
-        parser.error(f"--out {args.out!r}: the scores are written as a .json file")
+    _check_out(parser, args.out, ".json", "the scores are written as a .json file")
     for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):  # before any work (the features)
-        _check_path(option, spec, "cifar10:train, cifar10:test or a folder of PNG/JPEG images"
-                    + (", or a statistics file (.npz)" if option == "--ref" else ""))
+        _check_path(option, spec, SOURCES_ACCEPTED + (", or a statistics file (.npz)" if option == "--ref" else ""))
     cifar_root = args.data_root or default_cifar_root()
     started = time.perf_counter()
     metrics = ImageMetrics.build(names, args.ref, args.inception_weights, cifar_root, args.download, args.device,
-                                 args.batch_size, not args.quiet)
-    source, scores = metrics.score_dataset(args.source, cifar_root, args.download)
+                                 args.batch_size, not args.quiet, option="--ref")
+    source, scores = metrics.score_dataset(args.source, cifar_root, args.download, option="SOURCE")
     print(format_table(scores))
     against = metrics.reference.description
     written = ""
@@ -317,10 +320,24 @@ def _real(parser, args):
     return 0
 
 
+def _check_out(parser, out, extension, layout):
+    """That ``--out`` (``out``, or None) can be written, before any work: its ``extension``
+    (``layout`` says why; else exit 2), not a folder (exit 2), and no file where a folder above it
+    must be (the NotADirectoryError every command gives: ``FILE: a file, not a folder``, exit 1)."""
+    if out is None:
+        return
+    if not out.lower().endswith(extension):
+        parser.error(f"--out {out!r}: {layout}")
+    if os.path.isdir(out):
+        parser.error(f"--out {out!r}: is a folder; give a file name ({layout})")
+    check_folder_path(os.path.dirname(os.path.abspath(out)))
+
+
 def _check_path(option, spec, accepted):
     """That the path ``spec`` given as ``option`` (SOURCE, --ref) is what its name makes it: a
     folder of images, or (``.npz``) a file; else a ValueError saying what it is and what is
-    ``accepted`` (the loaders' own messages say "does not exist" and name data.root, a config's)."""
+    ``accepted``; said before any work (the loaders say it too, naming the option they are given,
+    but only once the Inception network is loaded)."""
     from gpgan.metrics import parse_reference
 
     kind, what = parse_reference(spec)
@@ -380,7 +397,8 @@ def _evaluate(parser, args):
     from gpgan.checkpoint import read_meta
     from gpgan.data import is_toy
     from gpgan.metrics import check_sample_count
-    from gpgan.train.evaluation import ImageMetrics
+    from gpgan.metrics.reference import ACCEPTED_REFERENCES
+    from gpgan.train.evaluation import ImageMetrics, reference_origin
     from gpgan.train.sampling import DEFAULT_BATCH, batches, load_generator, resolve_source, skipped_note
 
     if args.n < 2:
@@ -397,8 +415,7 @@ def _evaluate(parser, args):
     spec, other_reference, cifar_root, download = _reference(args, config)
     names = _metric_names(parser, args, spec)
     if args.ref is not None:  # (the run's own reference is checked as it is read, naming its config key)
-        _check_path("--ref", spec, "cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or "
-                    "a folder of PNG/JPEG images")
+        _check_path("--ref", spec, ACCEPTED_REFERENCES)
     try:
         check_sample_count(names, args.n, "samples")
     except ValueError as exc:
@@ -406,17 +423,23 @@ def _evaluate(parser, args):
     step = int(read_meta(checkpoint)["step"])
     generator, _, used_ema = load_generator(run, checkpoint, args.ema, args.device)
     # All the samples' images and features are kept (the metrics compare whole sets): a --n too
-    # large for memory fails as its latents are drawn, before any work (NumPy's ValueError: more
-    # bytes than it can address), or else as the images or their features are kept.
+    # large for memory fails as its latents are drawn, before any work (more bytes than NumPy can
+    # address, or a MemoryError), or else as the images or their features are kept.
     too_many = (f"--n {args.n:,}: the samples and their Inception features do not fit in memory; give a smaller "
                 "--n (50,000 is the usual for FID)")
+    shape = (args.n, int(generator.latent_dim))
+    if shape[0] * shape[1] * numpy.dtype(numpy.float64).itemsize > numpy.iinfo(numpy.intp).max:
+        raise ValueError(too_many)
+    rng = numpy.random.default_rng(args.seed)
     try:
-        noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
-    except (MemoryError, ValueError):
+        noise = rng.standard_normal(shape)
+    except MemoryError:
         raise ValueError(too_many) from None
     progress = not args.quiet
+    option, accepted = ("--ref", None) if args.ref is not None else reference_origin(config)
     metrics = ImageMetrics.build(names, spec, args.inception_weights, cifar_root, download, args.device,
-                                 args.batch_size, progress, is_optional=args.metrics is None)
+                                 args.batch_size, progress, is_optional=args.metrics is None, option=option,
+                                 accepted=accepted)
     if "is" in names and "is" not in metrics.names:
         CONSOLE.say("the Inception Score is left out: the Inception weights have no classifier (features only)")
     started = time.perf_counter()

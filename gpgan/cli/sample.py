@@ -15,6 +15,7 @@ import sys
 
 import numpy
 
+from gpgan.cli._args import whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure, stopped_by_signals
 from gpgan.files import make_folder, staged_folder
@@ -59,18 +60,6 @@ def _out_dir(text):
     return text
 
 
-def _count(least):
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
-        return value
-    return parse
-
-
 def build_parser():
     p = argparse.ArgumentParser(
         prog="gpgan-sample",
@@ -85,7 +74,7 @@ def build_parser():
     p.add_argument("--grid", metavar="RxC",
                    help="rows x columns of the image grid, e.g. 8x8 (sets --n to R*C); default: a "
                         "near-square grid")
-    p.add_argument("--seed", type=_count(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
+    p.add_argument("--seed", type=whole_number(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
     p.add_argument("--class", dest="label", type=int, metavar="K", default=None,
                    help="class-conditional runs: every sample of class K (default: a grid has one row per "
                         "class; many samples take the classes in turn)")
@@ -94,7 +83,7 @@ def build_parser():
     p.add_argument("--side-by-side", action="store_true",
                    help="a picture of the raw weights' grid beside the EMA's, from the same noise "
                         "(needs a run that kept an EMA)")
-    p.add_argument("--scale", type=_count(1), metavar="K",
+    p.add_argument("--scale", type=whole_number(1), metavar="K",
                    help="enlarge a grid picture K times (nearest neighbour); default: to at least "
                         "512 pixels wide. Pictures are captioned with the step and EMA or raw weights")
     p.add_argument("--interpolate", action="store_true",

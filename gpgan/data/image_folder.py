@@ -7,9 +7,12 @@ import os
 
 import numpy
 
-__all__ = ["IMAGE_EXTENSIONS", "ImageFileError", "list_images", "load_image", "load_image_folder"]
+__all__ = ["IMAGE_EXTENSIONS", "FOLDER_ACCEPTED", "ImageFileError", "check_image_folder", "list_images", "load_image",
+           "load_image_folder"]
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+#: what an image folder's path must name, for messages
+FOLDER_ACCEPTED = "a folder of PNG/JPEG images"
 
 
 def list_images(root):
@@ -55,20 +58,40 @@ def _load_image(path, size):
         return numpy.asarray(img, dtype=numpy.uint8).transpose(2, 0, 1).copy()
 
 
-def load_image_folder(root, size=32):
+def check_image_folder(root, option="data.root", accepted=None):
+    """``root`` expanded and made absolute, when it is a folder (its images are not looked at).
+
+    Raises:
+        FileNotFoundError: ``root`` does not exist; NotADirectoryError: it is a file. The message
+            names ``option`` (what ``root`` is called where it was given: ``data.root``,
+            ``eval.reference``, ``--root`` ...) and what is ``accepted`` there (default: a
+            folder of PNG/JPEG images).
+    """
+    accepted = accepted or FOLDER_ACCEPTED
+    if root is None:
+        raise ValueError(f"image_folder needs {option}: {FOLDER_ACCEPTED}")
+    root = os.path.abspath(os.path.expanduser(str(root)))
+    if not os.path.isdir(root):
+        if os.path.exists(root):
+            raise NotADirectoryError(f"{option}: {root} is a file, not a folder of images; accepted: {accepted}")
+        raise FileNotFoundError(f"{option}: image folder {root} does not exist; accepted: {accepted}")
+    return root
+
+
+def load_image_folder(root, size=32, option="data.root", accepted=None):
     """All images under ``root`` as uint8 (N, 3, size, size), in sorted path order.
+
+    Args:
+        option, accepted: as :func:`check_image_folder`, for the messages.
 
     Raises:
         FileNotFoundError: when ``root`` is missing or holds no PNG/JPEG file.
+        NotADirectoryError: when ``root`` is a file.
         ImageFileError: when one of them cannot be read.
     """
-    if root is None:
-        raise ValueError("image_folder needs data.root: a folder of PNG/JPEG images")
-    root = os.path.abspath(os.path.expanduser(str(root)))
-    if not os.path.isdir(root):
-        raise FileNotFoundError(f"image folder {root} does not exist; set data.root to a folder of "
-                                "PNG/JPEG images")
+    root = check_image_folder(root, option, accepted)
     paths = list_images(root)
     if not paths:
-        raise FileNotFoundError(f"no PNG/JPEG images ({', '.join(IMAGE_EXTENSIONS)}) under {root}")
+        raise FileNotFoundError(f"{option}: no PNG/JPEG images ({', '.join(IMAGE_EXTENSIONS)}) under {root}; "
+                                f"accepted: {accepted or FOLDER_ACCEPTED}")
     return numpy.stack([load_image(p, size) for p in paths])

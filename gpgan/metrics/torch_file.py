@@ -37,7 +37,7 @@ import numpy
 
 from gpgan.files import RefusedPickle, RestrictedUnpickler
 
-__all__ = ["load_torch_state_dict", "ModuleTensors", "STORAGE_DTYPES"]
+__all__ = ["load_torch_state_dict", "ModuleTensors", "NotTorchFile", "STORAGE_DTYPES"]
 
 # TorchScript's list builders (torch/jit/_pickle.py): each takes the list itself.
 _JIT_LIST_BUILDERS = ("build_intlist", "build_doublelist", "build_boollist", "build_tensorlist")
@@ -53,6 +53,18 @@ STORAGE_DTYPES = {
     "LongStorage": "<i8", "IntStorage": "<i4", "ShortStorage": "<i2", "CharStorage": "|i1",
     "ByteStorage": "|u1", "BoolStorage": "|b1",
 }
+
+
+class NotTorchFile(ValueError):
+    """A file in neither of ``torch.save``'s formats (nor a TorchScript archive): another kind of
+    zip archive (an ``.npz``, say), or a file that is no pickle stream at all. ``path``: the file;
+    ``detail``: what it is instead, in words. The message is ``"<path>: not a torch weights file
+    (<detail>)"``."""
+
+    def __init__(self, detail, path=None):
+        self.path, self.detail = path, detail
+        super().__init__(f"{path}: not a torch weights file ({detail})" if path is not None else
+                         f"not a torch weights file ({detail})")
 
 
 class _StorageType:
@@ -175,8 +187,9 @@ def _read_zip(path, modules=False):
         names = archive.namelist()
         pickles = [n for n in names if n.endswith("/data.pkl") and n.count("/") == 1]
         if len(pickles) != 1:
-            raise ValueError("a torch zip archive holds one <name>/data.pkl record; found "
-                             f"{len(pickles)} among {len(names)} records")
+            raise NotTorchFile(f"a zip archive of {len(names)} records, none of them the <name>/data.pkl torch writes"
+                               if not pickles else
+                               f"a zip archive with {len(pickles)} <name>/data.pkl records, where torch writes one")
         prefix = pickles[0][:-len("data.pkl")]
         big_endian = False
         if prefix + "byteorder" in names:
@@ -206,8 +219,20 @@ def _read_zip(path, modules=False):
 
 
 def _read_legacy(f):
-    if _plain_load(f) != _LEGACY_MAGIC:
-        raise ValueError("not a file written by torch.save (no zip archive, and no legacy magic number)")
+    neither = "neither a zip archive nor torch's older pickle stream"
+    try:
+        magic = _plain_load(f)
+    except RefusedPickle:
+        raise
+    except (pickle.UnpicklingError, EOFError, struct.error, KeyError, IndexError, TypeError, AttributeError,
+            UnicodeDecodeError, ValueError):  # no pickle at all (text, an image ...), or an empty file
+        f.seek(0)
+        if f.read(4) == b"PK\x03\x04":  # a zip archive's first record, without the directory at its end
+            raise ValueError("truncated or corrupt torch file (a zip archive without its central directory: "
+                             "cut short?)") from None
+        raise NotTorchFile("an empty file" if os.fstat(f.fileno()).st_size == 0 else neither) from None
+    if magic != _LEGACY_MAGIC:
+        raise NotTorchFile(f"{neither}: a pickle without torch's magic number")
     protocol = _plain_load(f)
     if protocol != _LEGACY_PROTOCOL:
         raise ValueError(f"legacy torch file of protocol version {protocol!r}; only {_LEGACY_PROTOCOL} is known")
@@ -319,8 +344,8 @@ def load_torch_state_dict(path, modules=False):
     Raises:
         ValueError: naming ``path`` and what is wrong: a refused global (anything but tensors and
             OrderedDict, and TorchScript's module classes with ``modules``; nothing is executed),
-            not a torch file, truncated or inconsistent data, or a pickle that is not a mapping of
-            names to tensors (or a TorchScript module, with ``modules``).
+            not a torch file (a :class:`NotTorchFile`), truncated or inconsistent data, or a pickle
+            that is not a mapping of names to tensors (or a TorchScript module, with ``modules``).
     """
     try:
         if zipfile.is_zipfile(path):
@@ -331,6 +356,8 @@ def load_torch_state_dict(path, modules=False):
                                  "re-save it with a newer torch")
             with open(path, "rb") as f:
                 result, big_endian = _read_legacy(f)
+    except NotTorchFile as exc:
+        raise NotTorchFile(exc.detail, path) from None
     except RefusedPickle as exc:
         raise ValueError(f"{path}: refused to unpickle ({exc}); nothing in it was run") from None
     except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, struct.error, KeyError, IndexError,

@@ -11,7 +11,11 @@ import numpy
 
 from gpgan.data import to_uint8
 
-__all__ = ["ImageMetrics", "EvaluationStopped", "run_reference", "generated_features"]
+__all__ = ["ImageMetrics", "EvaluationStopped", "run_reference", "reference_origin", "generated_features",
+           "SOURCES_ACCEPTED"]
+
+#: what :meth:`ImageMetrics.score_dataset` scores, for messages
+SOURCES_ACCEPTED = "cifar10:train, cifar10:test or a folder of PNG/JPEG images"
 
 
 class EvaluationStopped(Exception):
@@ -33,6 +37,18 @@ def run_reference(config):
         spec = f"cifar10:{data['split']}" if data["name"] == "cifar10" else data["root"]
     cifar = data["name"] == "cifar10"
     return spec, data["root"] if cifar else None, bool(data["download"]) and cifar
+
+
+def reference_origin(config):
+    """``(key, accepted)``: the config key :func:`run_reference`'s reference comes from
+    (``eval.reference``, else ``data.root``, whose folder of images or CIFAR-10 it then is) and
+    what that key accepts, for the messages about it."""
+    from gpgan.data.image_folder import FOLDER_ACCEPTED
+    from gpgan.metrics.reference import ACCEPTED_REFERENCES
+
+    if config["eval"]["reference"] is not None:
+        return "eval.reference", ACCEPTED_REFERENCES
+    return "data.root", FOLDER_ACCEPTED
 
 
 def generated_features(net, batches, batch_size=50, progress=True, stop=None):
@@ -103,7 +119,7 @@ class ImageMetrics:
 
     @classmethod
     def build(cls, names, spec, weights=None, cifar_root=None, download=False, device="cpu", batch_size=50,
-              progress=True, compute=True, is_optional=False):
+              progress=True, compute=True, is_optional=False, option="reference", accepted=None):
         """Load the Inception weights and the reference ``spec`` (see
         :func:`gpgan.metrics.parse_reference`): everything an evaluation needs, so that whatever
         is missing fails here, before any work.
@@ -116,11 +132,15 @@ class ImageMetrics:
                 ``reference`` is then None unless it was cached.
             is_optional: leave the Inception Score out (instead of failing) when the weights have
                 no classifier (gpgan-eval's default metrics).
+            option, accepted: what ``spec`` is called where it was given (``--ref``,
+                ``eval.reference``) and what is accepted there (default: any reference), for
+                the messages about it (:func:`~gpgan.metrics.load_reference`).
 
         Raises:
             InceptionWeightsError: weights missing (offline: the message says where to put them),
                 not the FID network, or without the classifier while ``is`` is asked for.
-            FileNotFoundError, ValueError: a reference that cannot be had, or with too few images.
+            FileNotFoundError, ValueError: a reference that cannot be had, with too few images, or
+                a statistics file of another shape than the network's features.
         """
         from gpgan.metrics import InceptionV3, check_metrics, check_sample_count, load_reference, needs_features
         from gpgan.metrics.inception import weights_path
@@ -136,7 +156,8 @@ class ImageMetrics:
             left_out = " (the Inception Score left out: these weights have no classifier)"
         features = needs_features(names)
         reference = load_reference(net, spec, cifar_root=cifar_root, download=download, features=features,
-                                   batch_size=batch_size, progress=progress, compute=compute)
+                                   batch_size=batch_size, progress=progress, compute=compute, option=option,
+                                   accepted=accepted)
         if reference is None:
             note = f"{spec}: features to be computed once before training, then cached"
         else:
@@ -157,8 +178,9 @@ class ImageMetrics:
         if not ec["metrics"]:
             return None
         spec, cifar_root, download = run_reference(config)
+        option, accepted = reference_origin(config)
         return cls.build(ec["metrics"], spec, ec["inception_weights"], cifar_root, download, config["device"],
-                         ec["batch_size"], progress, compute)
+                         ec["batch_size"], progress, compute, option=option, accepted=accepted)
 
     def score(self, batches, stop=None):
         """key -> value of every metric for the generated images ``batches`` yields (see
@@ -177,7 +199,7 @@ class ImageMetrics:
         self.last_seconds = {"features": featured - started, "scores": time.perf_counter() - featured}
         return scores
 
-    def score_dataset(self, spec, cifar_root=None, download=False):
+    def score_dataset(self, spec, cifar_root=None, download=False, option="the images to score"):
         """Score a real data set's images against the reference, as generated images are scored
         (e.g. CIFAR-10's test images against its training images: the real-data floor).
 
@@ -186,6 +208,8 @@ class ImageMetrics:
                 :func:`gpgan.metrics.parse_reference`); its features are computed once and
                 cached as a reference's are (:func:`gpgan.metrics.load_reference`).
             cifar_root, download: where a CIFAR-10 source is read.
+            option: what ``spec`` is called where it was given (``SOURCE``), for the messages
+                about it.
 
         Returns:
             ``(source, scores)``: the source's :class:`~gpgan.metrics.Reference` (its
@@ -207,7 +231,8 @@ class ImageMetrics:
             raise ValueError("the Inception Score rates images alone, not against a reference; a data set is scored "
                              "with fid, kid, pr and dc")
         source = load_reference(self.net, spec, cifar_root=cifar_root, download=download, features=True,
-                                batch_size=self.batch_size, progress=self.progress)
+                                batch_size=self.batch_size, progress=self.progress, option=option,
+                                accepted=SOURCES_ACCEPTED)
         try:
             check_sample_count(self.names, len(source.features))
         except ValueError as exc:
