@@ -182,6 +182,10 @@ def test_resume_with_changed_config_is_refused(reference_runs, tmp_path):
     ("base: {q}\n", ["optim.critic.betas=0.5"], ["optim.critic.betas: got ['0.5']", "a list of 2 numbers"]),
     ("base: {q}\n", ["train.ema.enable=true"], ["unknown key 'train.ema.enable'", "did you mean 'train.ema.enabled'"]),
     ("base: {q}\nloss: wasserstein\n", [], ["loss: got 'wasserstein'", "one of", "'wgan'"]),
+    ("base: {q}\npenalty: {{type: dragan, options: {{noise_scale: abc}}}}\n", [],
+     ["penalty.options.noise_scale: got 'abc' (not a number); accepted: a number >= 0"]),
+    ("base: {q}\n", ["penalty.options.foo=1"],
+     ["penalty.options.foo: not an option of penalty 'r1'; accepted: norm_eps"]),
 ])
 def test_bad_configs_fail_before_any_work(tmp_path, content, overrides, expected):
     path = tmp_path / "bad.yaml"
@@ -190,6 +194,47 @@ def test_bad_configs_fail_before_any_work(tmp_path, content, overrides, expected
     for text in expected:
         assert text in proc.stderr
     assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "exp").exists()
+
+
+PYTHON_WORDING = ("Traceback", "unexpected keyword", "multiple values", "could not convert", "Error:", "__init__")
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["penalty.options.foo=1"], "penalty.options.foo: not an option of penalty 'r1'; accepted: norm_eps"),
+    (["penalty.options.center=abc"],
+     "penalty.options.center: not an option of penalty 'r1' (set penalty.center instead); accepted: norm_eps"),
+    (["penalty.type=wgan_gp", "penalty.options.center=abc"],
+     "penalty.options.center: not an option of penalty 'wgan_gp' (set penalty.center instead); accepted: norm_eps"),
+    (["penalty.type=dragan", "penalty.options.noise_scale=abc"],
+     "penalty.options.noise_scale: got 'abc' (not a number); accepted: a number >= 0"),
+    (["penalty.options.norm_eps=abc"], "penalty.options.norm_eps: got 'abc' (not a number); accepted: a number > 0"),
+    (["penalty.type=dragan", "penalty.options.interpolate=maybe"],
+     "penalty.options.interpolate: got 'maybe' (a string, not a boolean); accepted: true or false"),
+    (["penalty.type=dragan", "penalty.options.noise_scale=-1"],
+     "penalty.options.noise_scale: got -1 (out of range); accepted: a number >= 0"),
+    (["penalty.type=none", "penalty.options.foo=1"], "penalty.options: penalty 'none' takes no options; got foo"),
+    (["data.options.foo=1"], "data.options.foo: not an option of data set 'grid25'; accepted: scale"),
+    (["data.options.std=-1"], "data.options.std: not an option of data set 'grid25'; accepted: scale"),
+])
+def test_bad_penalty_and_data_options_fail_the_dry_run_in_one_line(tmp_path, overrides, expected):
+    proc = gpgan_train(QUICKSTART, "--dry-run", *sets(overrides), "--out", str(tmp_path / "exp"), check=2)
+    errors = [line for line in proc.stderr.splitlines() if "error" in line]
+    assert errors == [f"gpgan-train: error: invalid config ({QUICKSTART} with --set): {expected}"]
+    assert not any(text in proc.stderr for text in PYTHON_WORDING), proc.stderr
+    assert not (tmp_path / "exp").exists()
+
+
+@pytest.mark.parametrize("overrides, section, expected", [
+    (["penalty.type=dragan", "penalty.options.noise_scale=1e-2", "penalty.options.interpolate=false",
+      "penalty.options.norm_eps=1e-10"], "penalty", {"noise_scale": 0.01, "interpolate": False, "norm_eps": 1e-10}),
+    (["penalty.type=wgan_gp", "penalty.center=0.5", "penalty.options.norm_eps=1e-8"], "penalty", {"norm_eps": 1e-8}),
+    (["penalty.type=lp", "penalty.options.norm_eps=1e-8"], "penalty", {"norm_eps": 1e-8}),
+    (["data.name=ring8", "data.options.scale=wgan_gp"], "data", {"scale": "wgan_gp"}),
+])
+def test_the_options_each_penalty_and_data_set_takes_pass_the_dry_run(tmp_path, overrides, section, expected):
+    proc = gpgan_train(QUICKSTART, "--dry-run", *sets(overrides), "--out", str(tmp_path / "exp"), check=0)
+    assert yaml.safe_load(proc.stdout)[section]["options"] == expected  # typed: 1e-2 is a number
     assert not (tmp_path / "exp").exists()
 
 

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from gpgan.train.config import (
+    CONFIG_SCHEMA,
     SCHEMA,
     ConfigError,
     Field,
@@ -252,6 +253,93 @@ def test_unknown_model_option_names_closest_option():
     assert "unknown key 'model.generator_options.widht'" in msg
     assert "did you mean 'model.generator_options.width'" in msg
     assert "model.critic_options.zzz" in msg and "accepted options:" in msg
+
+
+# -- penalty.options and data.options: the options each penalty type and data set declares -------
+QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")  # penalty r1 on grid25
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    (["penalty.options.foo=1"], "penalty.options.foo: not an option of penalty 'r1'; accepted: norm_eps"),
+    # penalty.center is the centre's key: as an option it would be passed twice
+    (["penalty.options.center=abc"],
+     "penalty.options.center: not an option of penalty 'r1' (set penalty.center instead); accepted: norm_eps"),
+    (["penalty.type=wgan_gp", "penalty.options.center=0.5"],
+     "penalty.options.center: not an option of penalty 'wgan_gp' (set penalty.center instead); accepted: norm_eps"),
+    (["penalty.type=dragan", "penalty.options.noise_scale=abc"],
+     "penalty.options.noise_scale: got 'abc' (not a number); accepted: a number >= 0"),
+    (["penalty.options.norm_eps=abc"], "penalty.options.norm_eps: got 'abc' (not a number); accepted: a number > 0"),
+    (["penalty.type=dragan", "penalty.options.interpolate=maybe"],
+     "penalty.options.interpolate: got 'maybe' (a string, not a boolean); accepted: true or false"),
+    (["penalty.type=dragan", "penalty.options.noise_scale=-1"],
+     "penalty.options.noise_scale: got -1 (out of range); accepted: a number >= 0"),
+    (["penalty.type=lp", "penalty.options.norm_eps=0"],
+     "penalty.options.norm_eps: got 0 (out of range); accepted: a number > 0"),
+    (["penalty.type=dragan", "penalty.options.noise_scal=1"],
+     "penalty.options.noise_scal: not an option of penalty 'dragan' (did you mean 'noise_scale'?); accepted: "
+     "norm_eps, noise_scale, interpolate"),
+    (["penalty.type=none", "penalty.options.foo=1"], "penalty.options: penalty 'none' takes no options; got foo"),
+    (["penalty.type=r1r2", "penalty.options.norm_eps=1e-8"],
+     "penalty.options: penalty 'r1r2' takes no options; got norm_eps"),
+    (["penalty.type=r1r2", "penalty.center=1"],
+     "penalty.center: got 1, but penalty 'r1r2' is defined for one centre only; accepted: 0, or null"),
+    (["data.options.foo=1"], "data.options.foo: not an option of data set 'grid25'; accepted: scale"),
+    (["data.options.std=-1"], "data.options.std: not an option of data set 'grid25'; accepted: scale"),
+    (["data.options.scale=big"],
+     "data.options.scale: got 'big' (not one of the accepted values); accepted: one of 'pacgan', 'wgan_gp'"),
+    (["data.name=cifar10", "data.root=/data/cifar", "data.options.scale=pacgan"],
+     "data.options: data set 'cifar10' takes no options; got scale"),
+    (["penalty.options.foo=1", "data.options.foo=1"],
+     "2 problems: (1) penalty.options.foo: not an option of penalty 'r1'; accepted: norm_eps (2) data.options.foo: "
+     "not an option of data set 'grid25'; accepted: scale"),
+])
+def test_penalty_and_data_options_name_the_key_and_what_is_accepted(overrides, expected):
+    with pytest.raises(ConfigError) as info:
+        load_config(QUICKSTART, overrides)
+    assert str(info.value) == f"invalid config ({QUICKSTART} with --set): {expected}"
+
+
+#: every option each penalty type and toy data set takes, with a value other than its default
+PENALTY_OPTIONS = {
+    "none": {}, "r1r2": {},
+    **{name: {"norm_eps": ("1e-10", 1e-10)} for name in ("wgan_gp", "r1", "r2", "zero_gp", "lp")},
+    "dragan": {"norm_eps": ("1e-10", 1e-10), "noise_scale": ("1e-2", 0.01), "interpolate": ("false", False)},
+}
+DATA_OPTIONS = {"cifar10": {}, "image_folder": {}, **{name: {"scale": ("wgan_gp", "wgan_gp")}
+                                                      for name in ("ring8", "grid25", "swiss_roll")}}
+
+
+def test_each_penalty_and_data_set_takes_its_options_and_they_reach_it():
+    from gpgan.data.toy import make_toy
+    from gpgan.losses import make_penalty
+    from gpgan.train.config import _data_options, _penalty_options
+
+    assert {n: set(o) for n, o in _penalty_options().items()} == {n: set(o) for n, o in PENALTY_OPTIONS.items()}
+    assert {n: set(o) for n, o in _data_options().items()} == {n: set(o) for n, o in DATA_OPTIONS.items()}
+    for name, options in PENALTY_OPTIONS.items():
+        c = load_config(QUICKSTART, [f"penalty.type={name}"] + [f"penalty.options.{k}={t}" for k, (t, _) in
+                                                                options.items()])
+        assert c["penalty"]["options"] == {k: v for k, (_, v) in options.items()}  # typed: "1e-2" is 0.01
+        penalty = make_penalty(name, **c["penalty"]["options"])  # as gpgan.train.build makes it
+        assert {k: getattr(penalty, k) for k in options} == c["penalty"]["options"]
+    c = load_config(QUICKSTART, ["penalty.type=wgan_gp", "penalty.center=0.5", "penalty.options.norm_eps=1e-8"])
+    assert c["penalty"]["center"] == 0.5 and c["penalty"]["options"] == {"norm_eps": 1e-8}
+    assert load_config(QUICKSTART, ["penalty.type=r1r2", "penalty.center=0"])["penalty"]["center"] == 0
+    for name, options in DATA_OPTIONS.items():
+        extra = ["data.root=/data/cifar"] if name in ("cifar10", "image_folder") else []
+        c = load_config(QUICKSTART, [f"data.name={name}", *extra] + [f"data.options.{k}={t}" for k, (t, _) in
+                                                                    options.items()])
+        assert c["data"]["options"] == {k: v for k, (_, v) in options.items()}
+        if options:
+            assert make_toy(name, **c["data"]["options"]).std == make_toy(name, scale="wgan_gp").std
+
+
+def test_the_option_fields_have_docs_and_valid_defaults():
+    for key in ("penalty.options", "data.options"):
+        entries = CONFIG_SCHEMA.lookup(key).entries
+        for name, field, values in entries.options():
+            assert field.doc and values, f"{key}.{name}"
+            assert field.check(field.default) == field.default, f"{key}.{name}"
 
 
 # -- the eval section: image metrics --------------------------------------------------------------

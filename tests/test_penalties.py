@@ -1,4 +1,5 @@
 """Gradient penalties against closed forms (value) and finite differences (weight gradient)."""
+import inspect
 import math
 
 import numpy as np
@@ -8,6 +9,7 @@ import gpgan
 import gpgan.functions as F
 from gpgan import Variable
 from gpgan.losses import PENALTIES, gradient_norm, make_penalty
+from gpgan.losses.penalties import penalty_options
 
 N, D, H = 6, 2, 5
 
@@ -251,6 +253,43 @@ def test_none_and_errors():
         make_penalty("r1r2", center=1.0)
     with pytest.raises(ValueError, match="wgan_gp.*shape"):
         make_penalty("wgan_gp")(TinyCritic(np.random.default_rng(0)), real, fake[:3])
+
+
+def test_make_penalty_checks_the_options_each_penalty_declares():
+    # Each penalty's options are declared with their types and ranges; make_penalty names the one
+    # that is wrong and what is accepted, in one line without Python's own wording.
+    cases = [
+        ("r1", {"foo": 1}, "make_penalty('r1'): foo: not an option of penalty 'r1'; accepted: norm_eps"),
+        ("wgan_gp", {"noise_scale": 0.5},
+         "make_penalty('wgan_gp'): noise_scale: not an option of penalty 'wgan_gp'; accepted: norm_eps"),
+        ("dragan", {"noise_scale": "abc"},
+         "make_penalty('dragan'): noise_scale: got 'abc' (not a number); accepted: a number >= 0"),
+        ("dragan", {"noise_scale": -1}, "make_penalty('dragan'): noise_scale: got -1 (out of range); accepted: "
+                                        "a number >= 0"),
+        ("dragan", {"interpolate": "maybe"},
+         "make_penalty('dragan'): interpolate: got 'maybe' (a string, not a boolean); accepted: true or false"),
+        ("lp", {"norm_eps": "abc"}, "make_penalty('lp'): norm_eps: got 'abc' (not a number); accepted: a number > 0"),
+        ("none", {"foo": 1}, "make_penalty('none'): options: penalty 'none' takes no options; got foo"),
+        ("r1r2", {"norm_eps": 1e-8}, "make_penalty('r1r2'): options: penalty 'r1r2' takes no options; got norm_eps"),
+    ]
+    for name, options, message in cases:
+        with pytest.raises(ValueError) as info:
+            make_penalty(name, **options)
+        assert str(info.value) == message
+    dragan = make_penalty("dragan", noise_scale="1e-2", interpolate=False, norm_eps=1e-10)
+    assert (dragan.noise_scale, dragan.interpolate, dragan.norm_eps) == (0.01, False, 1e-10)
+    assert make_penalty("lp", norm_eps="1e-8").norm_eps == 1e-8 and make_penalty("lp").one_sided
+
+
+@pytest.mark.parametrize("name", PENALTIES)
+def test_declared_options_are_the_constructors_keywords_with_its_defaults(name):
+    options = penalty_options()[name]
+    cls = type(make_penalty(name))
+    params = inspect.signature(cls.__init__).parameters
+    assert set(options) <= set(params) - {"self", "weight", "center", "interval"}
+    for key, field in options.items():
+        assert field.doc and params[key].default == field.default, key
+        assert getattr(make_penalty(name), key) == field.default, key
 
 
 def test_float32_stays_float32():

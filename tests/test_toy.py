@@ -1,4 +1,5 @@
 """Toy 2-D samplers, VEEGAN/PacGAN mode metrics, and a short R1 training on the 25-Gaussian grid."""
+import inspect
 import math
 import os
 import time
@@ -8,7 +9,7 @@ import pytest
 
 import gpgan
 from gpgan import Variable
-from gpgan.data.toy import TOY_DATASETS, make_toy
+from gpgan.data.toy import TOY_DATASETS, TOY_OPTIONS, make_toy
 from gpgan.losses import make_loss, make_penalty
 from gpgan.metrics import DEFAULT_NUM_SAMPLES, mode_metrics
 
@@ -72,6 +73,18 @@ def test_unknown_names():
         make_toy("moons")
     with pytest.raises(ValueError, match="unknown scale"):
         make_toy("ring8", scale="big")
+
+
+def test_declared_options_are_make_toys_keywords_with_its_defaults():
+    # data.options is checked against TOY_OPTIONS: each declared option must reach make_toy as it is.
+    params = inspect.signature(make_toy).parameters
+    assert set(TOY_OPTIONS) == set(TOY_DATASETS)
+    for name, options in TOY_OPTIONS.items():
+        assert set(options) == set(params) - {"name"}, name
+        for key, field in options.items():
+            assert params[key].default == field.default and field.check(field.default) == field.default
+    for scale in TOY_OPTIONS["ring8"]["scale"].choices:
+        assert make_toy("ring8", scale=scale).std == {"pacgan": 0.01, "wgan_gp": 0.02 / 1.414}[scale]
 
 
 # -- metrics ------------------------------------------------------------------------------------

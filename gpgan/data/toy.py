@@ -20,15 +20,23 @@ noise 0.25). PacGAN has no Swiss roll, so both scalings give this one. It has no
 
 Every sampler draws from the NumPy Generator passed as ``rng`` (or gpgan's global generator),
 returns float32 arrays of shape (n, 2), and picks each sample's mode uniformly at random.
+
+:data:`TOY_OPTIONS` declares the keyword options of :func:`make_toy` each data set takes (type,
+default, accepted values): what the config's ``data.options`` is checked against.
 """
 import math
 
 import numpy
 
 from gpgan.backend import get_rng
+from gpgan.schema import Field
 
 TOY_DATASETS = ("ring8", "grid25", "swiss_roll")
 SCALES = ("pacgan", "wgan_gp")
+_SCALE = Field("str", SCALES[0], "the scaling: pacgan (VEEGAN's and PacGAN's benchmark) or wgan_gp (WGAN-GP's "
+               "gan_toy.py); swiss_roll is the same in both", choices=SCALES)
+#: {data set: {option of make_toy: Field}}
+TOY_OPTIONS = {name: {"scale": _SCALE} for name in TOY_DATASETS}
 
 
 class GaussianMixture2D:
@@ -90,7 +98,7 @@ def _grid_means(spacing):
     return numpy.stack([xs.ravel(), ys.ravel()], axis=1)
 
 
-def make_toy(name, scale="pacgan"):
+def make_toy(name, scale=SCALES[0]):
     """The toy dataset ``name`` (one of :data:`TOY_DATASETS`) at ``scale`` (one of :data:`SCALES`).
 
     Returns an object with ``sample(n, rng=None) -> float32 (n, 2)``, ``.means`` ((K, 2) or None)

@@ -41,6 +41,13 @@ DRAGAN's points follow the authors' code (github.com/kodalinaveen3/DRAGAN): pert
 deviation over the whole batch, then ``x_hat = x + alpha * (x_p - x)`` with ``alpha ~ U(0, 1)``
 per sample (``noise_scale`` and ``interpolate=False`` change this).
 
+Options: each penalty class declares the keyword options it takes beyond weight, centre and
+interval in :attr:`GradientPenalty.options` ({name: :class:`~gpgan.schema.Field`}, with type,
+default and bounds): ``norm_eps`` for those that take a norm, DRAGAN's ``noise_scale`` and
+``interpolate`` besides; r1r2 (its centre is 0, so no norm is taken) and none take none.
+:func:`make_penalty` checks options against them, and the config schema checks
+``penalty.options`` against the same declarations (:func:`penalty_options`).
+
 Lazy regularization (Karras et al. 2020, StyleGAN2): with ``interval=k`` the trainer calls the
 penalty only on critic steps where ``step % k == 0`` and the returned value is already multiplied
 by ``k``, so the penalty's average strength is unchanged. It is added to that step's loss in one
@@ -63,6 +70,12 @@ import gpgan.functions as F
 from gpgan.autograd import Variable, enable_grad, grad, no_grad
 from gpgan.backend import device_of, get_array_module, get_rng, to_device
 from gpgan.backend.graph import host_effect, host_number
+from gpgan.schema import Field, check_options, problems_line
+
+#: the constant inside the norm's square root (every penalty that takes a norm)
+NORM_EPS = Field("float", 1e-12, "the constant inside the gradient norm's square root, sqrt(sum g^2 + norm_eps), "
+                 "that keeps it differentiable at g = 0; read where the centre is not 0 or the form one-sided",
+                 minimum=0, exclusive_min=True)
 
 
 def _array(x, name):
@@ -117,6 +130,11 @@ class GradientPenalty:
         interval: lazy regularization period ``k``; the value is multiplied by ``k``.
         norm_eps: the tiny constant inside the square root of the norm.
 
+    ``options`` declares the keyword options a penalty takes besides weight, center and interval
+    (:func:`make_penalty` and the config's ``penalty.options`` are checked against it); its
+    Fields' defaults are the constructor's. ``fixed_center``: the one centre a penalty is defined
+    for (r1r2: 0), or None for any.
+
     Returns from a call: ``(value, stats)`` with ``value`` a scalar Variable (already multiplied
     by the weight, the 1/2 of zero-centred penalties and ``interval``) and ``stats`` a dict of
     floats: ``grad_norm`` (mean ||g|| over the points) and ``penalty`` (the unweighted mean term).
@@ -128,10 +146,16 @@ class GradientPenalty:
     default_center = 1.0
     one_sided = False
     half = False           # the gamma / 2 convention of zero-centred penalties
+    fixed_center = None
+    options = {"norm_eps": NORM_EPS}
 
-    def __init__(self, weight=None, center=None, interval=1, norm_eps=1e-12):
+    def __init__(self, weight=None, center=None, interval=1, norm_eps=NORM_EPS.default):
         self.weight = float(self.default_weight if weight is None else weight)
         self.center = float(self.default_center if center is None else center)
+        if self.fixed_center is not None and self.center != self.fixed_center:
+            fixed = "the zero centre" if self.fixed_center == 0 else f"the centre {self.fixed_center:g}"
+            raise ValueError(f"penalty {self.name}: only {fixed} is defined (center {self.fixed_center:g} or null), "
+                             f"got {self.center:g}")
         if int(interval) != interval or interval < 1:
             raise ValueError(f"penalty {self.name}: interval must be a positive integer, got {interval!r}")
         self.interval = int(interval)
@@ -262,11 +286,8 @@ class R1R2(GradientPenalty):
     """
 
     name, points, default_center, half = "r1r2", "real+fake", 0.0, True
-
-    def __init__(self, weight=None, center=None, interval=1, norm_eps=1e-12):
-        super().__init__(weight, center, interval, norm_eps)
-        if self.center != 0.0:
-            raise ValueError(f"penalty r1r2: only the zero centre is defined (center 0 or null), got {self.center:g}")
+    fixed_center = 0.0
+    options = {}  # the squared norms are used as they are: no norm_eps
 
     def evaluate(self, critic, real, fake, draws, forward=None):
         if forward is None:
@@ -312,8 +333,16 @@ class DRAGAN(GradientPenalty):
     """
 
     name, points = "dragan", "perturbed_real"
+    options = {
+        **GradientPenalty.options,
+        "noise_scale": Field("float", 0.5, "the perturbation's size: x + noise_scale * std(x) * U(0, 1) (the authors' "
+                             "0.5; 0 takes the gradient at the real samples)", minimum=0),
+        "interpolate": Field("bool", True, "take x + alpha * (perturbed - x), alpha ~ U(0, 1) per sample, as the "
+                             "authors' code; false: the perturbed samples themselves"),
+    }
 
-    def __init__(self, weight=None, center=None, interval=1, norm_eps=1e-12, noise_scale=0.5, interpolate=True):
+    def __init__(self, weight=None, center=None, interval=1, norm_eps=NORM_EPS.default,
+                 noise_scale=options["noise_scale"].default, interpolate=options["interpolate"].default):
         super().__init__(weight, center, interval, norm_eps)
         self.noise_scale = float(noise_scale)
         self.interpolate = bool(interpolate)
@@ -340,9 +369,11 @@ class NoPenalty:
     name = "none"
     weight = 0.0
     center = 0.0
+    fixed_center = None
+    options = {}
     shared_points = None
 
-    def __init__(self, weight=None, center=None, interval=1, **unused):
+    def __init__(self, weight=None, center=None, interval=1):
         self.interval = int(interval)
 
     def draw(self, rng, real):
@@ -365,20 +396,33 @@ _PENALTY_CLASSES = {cls.name: cls for cls in (NoPenalty, WGANGP, R1, R2, R1R2, D
 PENALTIES = tuple(_PENALTY_CLASSES)
 
 
+def penalty_options():
+    """``{penalty name: {option name: Field}}``: the keyword options each penalty takes besides
+    weight, center and interval (what ``penalty.options`` accepts for each ``penalty.type``)."""
+    return {name: cls.options for name, cls in _PENALTY_CLASSES.items()}
+
+
+def fixed_center(name):
+    """The one centre penalty ``name`` is defined for (r1r2: 0), or None where any is."""
+    return _PENALTY_CLASSES[name].fixed_center
+
+
 def make_penalty(name, weight=None, center=None, interval=1, **options):
     """The gradient penalty called ``name`` (one of :data:`PENALTIES`).
 
     ``weight`` and ``center`` default per penalty (weight 10; centre 1, or 0 for r1/r2/zero_gp);
-    ``interval`` is the lazy-regularization period; DRAGAN also takes ``noise_scale`` and
-    ``interpolate``; all take ``norm_eps``.
+    ``interval`` is the lazy-regularization period; ``options`` are those the penalty declares
+    (:func:`penalty_options`: ``norm_eps``, DRAGAN's ``noise_scale`` and ``interpolate``), checked
+    and converted by their Fields: another option, or a value they refuse, is a ValueError naming
+    it and what is accepted.
     """
     if name not in _PENALTY_CLASSES:
         raise ValueError(f"make_penalty: unknown penalty {name!r}; accepted: {', '.join(PENALTIES)}")
     cls = _PENALTY_CLASSES[name]
-    try:
-        return cls(weight=weight, center=center, interval=interval, **options)
-    except TypeError as exc:
-        raise TypeError(f"make_penalty({name!r}): {exc}") from None
+    checked, errors = check_options(cls.options, options, f"penalty {name!r}")
+    if errors:
+        raise ValueError(f"make_penalty({name!r}): {problems_line(errors)}")
+    return cls(weight=weight, center=center, interval=interval, **checked)
 
 
 def gradient_norm(critic, x):

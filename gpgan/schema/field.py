@@ -1,8 +1,9 @@
-"""``Field``: one typed leaf of a config schema (type, default, bounds, choices, one line of doc)."""
+"""``Field``: one typed leaf of a config schema (type, default, bounds, choices, one line of doc);
+``Entries``: the options a "dict" field takes, per value of another key."""
 import copy
 import math
 
-__all__ = ["Field", "KINDS", "yaml_kind"]
+__all__ = ["Entries", "Field", "KINDS", "yaml_kind"]
 
 #: the kinds of value a field can hold
 KINDS = ("int", "float", "bool", "str", "floats", "strs", "dict", "list")
@@ -35,13 +36,17 @@ class Field:
         required: whether the key must be given (``default`` then only fills the reference table).
         accepts: what is accepted, in words, where the kind's own wording says too little (the
             shape of a free-form list's entries, say); ", or null" is added for a nullable field.
+        entries: for a "dict": the :class:`Entries` it takes (named and typed options that depend
+            on another key's value); without it the mapping is passed on unchecked.
     """
 
     def __init__(self, kind, default, doc, choices=None, minimum=None, maximum=None,
                  exclusive_min=False, exclusive_max=False, nullable=False, length=None,
-                 required=False, accepts=None):
+                 required=False, accepts=None, entries=None):
         if kind not in KINDS:
             raise ValueError(f"Field: kind {kind!r} is not one of {', '.join(KINDS)}")
+        if entries is not None and kind != "dict":
+            raise ValueError(f"Field: entries are the options of a dict field, not of a {kind!r}")
         self.kind = kind
         self.default = default
         self.doc = doc
@@ -54,6 +59,7 @@ class Field:
         self.length = length
         self.required = required
         self.accepts = accepts
+        self.entries = entries
 
     @property
     def choices(self):
@@ -63,6 +69,8 @@ class Field:
         """What the field accepts, in words (used in error messages and the reference table)."""
         if self.accepts is not None:
             text = self.accepts
+        elif self.entries is not None:
+            text = self.entries.accepted()
         elif self.kind == "str" and self._choices is not None:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
         elif self.kind == "strs":
@@ -191,6 +199,56 @@ class Field:
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"{yaml_kind(value)}, not a list")
         return copy.deepcopy(list(value))
+
+
+class Entries:
+    """The options a "dict" field takes when they depend on another key's value: a penalty's options
+    on its type, a data set's on its name. Each option is a :class:`Field` (type, default, bounds),
+    declared by whatever owns that value (the penalty, the data set); the schema rejects an option
+    the value does not take (naming those it takes), a wrong type or a value out of range (naming
+    the option's key), and converts the given ones. Defaults are not filled in: an option left out
+    is the owner's to default.
+
+    Args:
+        by: the dotted key whose value picks the options, e.g. ``"penalty.type"``.
+        noun: what the messages call that value's owner: ``"penalty"`` gives ``penalty 'r1'``.
+        table: a callable returning ``{value of by: {option name: Field}}`` for every value ``by``
+            accepts (``{}`` for a value that takes no options); called on validation.
+    """
+
+    def __init__(self, by, noun, table):
+        self.by = by
+        self.noun = noun
+        self._table = table
+
+    def table(self):
+        return self._table()
+
+    def of(self, value):
+        """``{option name: Field}`` that ``value`` (of the key ``by``) takes."""
+        return self.table().get(value, {})
+
+    def owner(self, value):
+        """How messages name the owner of the options: ``penalty 'r1'``."""
+        return f"{self.noun} {value!r}"
+
+    def accepted(self):
+        """In words, per value of ``by`` (values with the same option names together)."""
+        groups = {}
+        for value, fields in self.table().items():
+            groups.setdefault(tuple(fields), []).append(str(value))
+        parts = [f"{', '.join(values)}: {', '.join(names) if names else 'no options'}"
+                 for names, values in groups.items()]
+        return f"a mapping of the options of the {self.by} ({'; '.join(parts)})"
+
+    def options(self):
+        """``[(option name, Field, [values of by that take it])]``, each distinct Field once, in
+        the table's order (for the reference table)."""
+        rows = {}
+        for value, fields in self.table().items():
+            for name, field in fields.items():
+                rows.setdefault((name, id(field)), (name, field, []))[2].append(str(value))
+        return list(rows.values())
 
 
 def _number(bound):

@@ -6,7 +6,10 @@ Validation reports every problem at once:
 
 * an unknown key fails and names the closest valid keys (difflib, :func:`closest`);
 * a missing required key names what is accepted;
-* a wrong type or an out-of-range value names the key, the value and what is accepted.
+* a wrong type or an out-of-range value names the key, the value and what is accepted;
+* a "dict" field with :class:`~gpgan.schema.field.Entries` takes the options its selecting key's
+  value declares (a penalty's on penalty.type): another option names those accepted, and each
+  option is typed and bounded like a field (:func:`check_options`).
 
 Files are read with ``yaml.safe_load`` only. A config may extend another with ``base: other.yaml``
 (a path relative to the file that names it), recursively; the file's own keys win.
@@ -19,8 +22,8 @@ import yaml
 
 from gpgan.schema.field import Field, yaml_kind
 
-__all__ = ["Schema", "ConfigError", "closest", "did_you_mean", "get_key", "diff_configs", "parse_yaml",
-           "problems_line", "yaml_scalar", "yaml_kind"]
+__all__ = ["Schema", "ConfigError", "check_options", "closest", "did_you_mean", "get_key", "diff_configs",
+           "parse_yaml", "problems_line", "yaml_scalar", "yaml_kind"]
 
 #: how alike two keys must be (difflib's ratio) for one to be suggested for the other
 SIMILARITY = 0.5
@@ -40,6 +43,37 @@ def did_you_mean(word, options, n=2):
     """`` (did you mean 'a' or 'b'?)`` for the options closest to ``word``, or ''."""
     match = closest(word, options, n)
     return " (did you mean " + " or ".join(repr(m) for m in match) + "?)" if match else ""
+
+
+def check_options(fields, given, owner, where="", elsewhere=None):
+    """``(checked, [one-line error])``: the keyword options ``given`` (a mapping) checked against
+    the ``fields`` ({name: :class:`Field`}) their ``owner`` takes (``"penalty 'r1'"``).
+
+    ``checked`` holds the given options that passed, converted by their Field (``"1e-4"`` to a
+    float); none is added for an option left out. Each error names the option (``where`` and its
+    name: ``penalty.options.foo``) and what is accepted: the owner's options for one it does not
+    take, with the closest of them, or the Field's values for a wrong type or an out-of-range
+    value. ``elsewhere``: ``{name: key}`` of names that another key sets (``center`` is
+    ``penalty.center``), which an unknown option of that name points to.
+    """
+    def key(name):
+        return f"{where}.{name}" if where else str(name)
+
+    if given and not fields:
+        return {}, [f"{where or 'options'}: {owner} takes no options; got {', '.join(str(k) for k in given)}"]
+    checked, errors = {}, []
+    for name, value in given.items():
+        field = fields.get(name)
+        if field is None:
+            other = (elsewhere or {}).get(name)
+            hint = f" (set {other} instead)" if other else did_you_mean(name, fields)
+            errors.append(f"{key(name)}: not an option of {owner}{hint}; accepted: {', '.join(fields)}")
+            continue
+        try:
+            checked[name] = field.check(value)
+        except ValueError as exc:
+            errors.append(f"{key(name)}: got {_short(value)} ({exc}); accepted: {field.accepted()}")
+    return checked, errors
 
 
 def get_key(config, dotted):
@@ -190,7 +224,7 @@ class Schema:
         """``(resolved config, [one-line error])``: what :meth:`validate` returns and raises, for a
         caller that words its own error (``root`` names ``raw`` itself when it is not a mapping).
         ``checks`` run only when the fields all passed."""
-        errors = []
+        errors, failed = [], set()
 
         def visit(node, data, prefix):
             out = {}
@@ -215,16 +249,37 @@ class Schema:
                     except ValueError as exc:
                         errors.append(f"{path}: got {_short(data[key])} ({exc}); accepted: {child.accepted()}")
                         out[key] = copy.deepcopy(child.default)
+                        failed.add(path)
                 else:
                     sub = data.get(key, {})
                     out[key] = visit(child, {} if sub is None else sub, path + ".")
             return out
 
         resolved = visit(self.tree, raw if raw is not None else {}, "")
+        errors += self._check_entries(resolved, failed)
         if not errors:
             for check in self.checks:
                 errors.extend(check(resolved))
         return resolved, errors
+
+    def _check_entries(self, resolved, failed):
+        """Check, in place, the options of every "dict" field with :class:`Entries` whose own value
+        and selecting key passed (a type the schema refused has no options to check against)."""
+        errors = []
+        for path, field in self.fields():
+            if field.entries is None or path in failed or field.entries.by in failed:
+                continue
+            section, _, leaf = path.rpartition(".")
+            node = get_key(resolved, section) if section else resolved
+            if not node[leaf]:
+                continue
+            value = get_key(resolved, field.entries.by)
+            parent = self.lookup(section) if section else self.tree
+            elsewhere = {k: (f"{section}.{k}" if section else k) for k in parent if k != leaf}
+            node[leaf], found = check_options(field.entries.of(value), node[leaf], field.entries.owner(value),
+                                              where=path, elsewhere=elsewhere)
+            errors += found
+        return errors
 
     # -- overrides ----------------------------------------------------------------------------
     def parse_override(self, text):
@@ -320,16 +375,29 @@ class Schema:
 
     # -- reference table ----------------------------------------------------------------------
     def reference_markdown(self):
-        """A Markdown table of every key: type, default, what is accepted, meaning."""
+        """A Markdown table of every key: type, default, what is accepted, meaning. A "dict" field
+        with :class:`Entries` is followed by a row for each of its options, whose meaning starts
+        with the values that take it (``penalty.type dragan: ...``)."""
         lines = ["| key | type | default | accepted | meaning |", "|---|---|---|---|---|"]
-        for path, field in self.fields():
+
+        def row(path, field, prefix=""):
             try:
                 accepted = field.accepted()
             except ImportError:  # a registry not written yet
                 accepted = "see " + field.doc
             default = "required" if field.required else f"`{_fmt_default(field.default)}`"
             lines.append(f"| `{path}` | {field.type_name()} | {default} | "
-                         f"{accepted.replace('|', '/')} | {field.doc.replace('|', '/')} |")
+                         f"{accepted.replace('|', '/')} | {(prefix + field.doc).replace('|', '/')} |")
+
+        for path, field in self.fields():
+            row(path, field)
+            if field.entries is not None:
+                try:
+                    options = field.entries.options()
+                except ImportError:
+                    options = []
+                for name, option, values in options:
+                    row(f"{path}.{name}", option, f"{field.entries.by} {', '.join(values)}: ")
         return "\n".join(lines) + "\n"
 
 

@@ -7,7 +7,7 @@ test keeps the two in sync). Reading a config imports neither models nor tensorb
 registries that give the accepted names are looked up when a config is validated.
 """
 from gpgan.backend.precision import MATMUL_PRECISIONS
-from gpgan.schema import ConfigError, Field, Schema, closest, diff_configs, get_key
+from gpgan.schema import ConfigError, Entries, Field, Schema, closest, diff_configs, get_key
 
 __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
@@ -33,6 +33,11 @@ def _penalty_names():
     return sorted(PENALTIES)
 
 
+def _penalty_options():
+    from gpgan.losses.penalties import penalty_options
+    return penalty_options()
+
+
 def _eval_metric_names():
     from gpgan.metrics.direction import KNOWN
     return sorted(KNOWN)
@@ -52,6 +57,13 @@ def _data_names():
     from gpgan.data import IMAGE_DATASETS
     from gpgan.data.toy import TOY_DATASETS
     return list(IMAGE_DATASETS) + sorted(TOY_DATASETS)
+
+
+def _data_options():
+    """The options of each data set: the toy sets' (gpgan.data.toy), none for image data."""
+    from gpgan.data import IMAGE_DATASETS
+    from gpgan.data.toy import TOY_OPTIONS
+    return {**{name: {} for name in IMAGE_DATASETS}, **{name: TOY_OPTIONS[name] for name in sorted(TOY_OPTIONS)}}
 
 
 #: optim.<who>.type: the optimizer classes a config can choose (gpgan.optim)
@@ -116,14 +128,16 @@ SCHEMA = {
                         "E||g_fake||^2)); null takes the penalty's default (10)",
                         nullable=True, minimum=0),
         "center": Field("float", None, "target gradient norm; null takes the penalty's own default "
-                        "(1 for wgan_gp/lp, 0 for r1/r2/r1r2/zero_gp)", nullable=True, minimum=0),
+                        "(1 for wgan_gp/lp, 0 for r1/r2/r1r2/zero_gp); r1r2 takes 0 only", nullable=True, minimum=0),
         "weight_final": Field("float", None, "the weight follows the cosine in images seen (schedule section) "
                               "from penalty.weight to this (R3GAN: 0.05 -> 0.005); null: constant",
                               nullable=True, minimum=0),
         "interval": Field("int", 1, "lazy regularization: apply the penalty every N critic steps "
                           "(scaled by N, as in StyleGAN2, but added to that step's loss: no update of its own)",
                           minimum=1),
-        "options": Field("dict", {}, "extra keyword options of make_penalty"),
+        "options": Field("dict", {}, "the penalty type's own options (make_penalty's keywords; penalty.options.* "
+                         "below); weight, center and interval are the keys above",
+                         entries=Entries("penalty.type", "penalty", _penalty_options)),
     },
     "optim": {
         "generator": _optimizer_section("generator", 1e-4, [0.5, 0.9]),
@@ -202,7 +216,8 @@ SCHEMA = {
         "split": Field("str", "train", "cifar10: which images (train = data_batch_1..5)",
                        choices=["train", "test"]),
         "hflip": Field("bool", False, "images: random horizontal flips"),
-        "options": Field("dict", {}, "toy data: keyword options of gpgan.data.toy.make_toy (e.g. scale)"),
+        "options": Field("dict", {}, "the data set's own options (gpgan.data.toy.make_toy's keywords; "
+                         "data.options.* below)", entries=Entries("data.name", "data set", _data_options)),
     },
     "augment": {
         "type": Field("str", "none", "augmentation of every image the critic sees, real and generated, in the "
@@ -281,6 +296,18 @@ def _check_model_options(config):
                 hint = f"did you mean '{prefix}{match[0]}'?" if match else "accepted options: " + ", ".join(accepted)
                 errors.append(f"unknown key '{prefix}{key}' for model {config['model'][role]!r}; {hint}")
     return errors
+
+
+def _check_penalty_center(config):
+    """A centre the penalty is not defined for (r1r2's is 0)."""
+    from gpgan.losses.penalties import fixed_center
+
+    pc = config["penalty"]
+    fixed = fixed_center(pc["type"])
+    if fixed is None or pc["center"] in (None, fixed):
+        return []
+    return [f"penalty.center: got {pc['center']:g}, but penalty {pc['type']!r} is defined for one centre only; "
+            f"accepted: {fixed:g}, or null"]
 
 
 def _check_evaluation(config):
@@ -510,8 +537,9 @@ def _check_pairing(config):
     return []
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_evaluation, _check_pairing, _check_optimizers,
-                                       _check_schedules, _check_conditional, _check_precision, _check_augment])
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_penalty_center, _check_evaluation, _check_pairing,
+                                       _check_optimizers, _check_schedules, _check_conditional, _check_precision,
+                                       _check_augment])
 
 validate_config = CONFIG_SCHEMA.validate
 load_config = CONFIG_SCHEMA.load
