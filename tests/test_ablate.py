@@ -1449,6 +1449,22 @@ def test_sweep_validation_errors(tmp_path, capsys, body, message):
     assert not (tmp_path / "out").exists()
 
 
+def test_sweep_files_that_cannot_be_read_are_named(tmp_path, capsys):
+    """A sweep file that is no UTF-8 text gave Python's codec error; a base that is a folder was
+    said not to exist. Both read as gpgan-train's own config files do."""
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe base: x\n")
+    folder_base = write_sweep(tmp_path, "base: .\naxes: {penalty.type: [r1]}\n", name="folder.yaml")
+    for path, message in ((binary, f"sweep file {binary} is not UTF-8 text (invalid start byte at byte 0); a sweep "
+                                   "file is a YAML file"),
+                          (tmp_path, f"sweep file {tmp_path} is a folder, not a YAML file"),
+                          (folder_base, f"(relative to the sweep file) is a folder, not a YAML file")):
+        assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "codec" not in err, err
+    assert not (tmp_path / "out").exists()
+
+
 # The top-level keys and their types are SWEEP_SCHEMA's to check (gpgan.schema's messages).
 @pytest.mark.parametrize("body, message", [
     ("base: 3\naxes: {train.seed: [0]}\n", "base: got 3 (a number, not a string); accepted: a path to a config file"),

@@ -7,7 +7,7 @@ This package knows nothing of GANs: gpgan's own schema is :data:`gpgan.train.con
 """
 from gpgan.schema.field import Entries, Field
 from gpgan.schema.schema import (ConfigError, Schema, check_options, closest, did_you_mean, diff_configs, get_key,
-                                 parse_yaml, problems_line, yaml_kind, yaml_scalar)
+                                 parse_yaml, problems_line, read_yaml_file, yaml_kind, yaml_scalar)
 
 __all__ = ["Entries", "Field", "Schema", "ConfigError", "check_options", "closest", "did_you_mean", "diff_configs",
-           "get_key", "parse_yaml", "problems_line", "yaml_kind", "yaml_scalar"]
+           "get_key", "parse_yaml", "problems_line", "read_yaml_file", "yaml_kind", "yaml_scalar"]

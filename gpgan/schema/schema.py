@@ -23,7 +23,7 @@ import yaml
 from gpgan.schema.field import Field, yaml_kind
 
 __all__ = ["Schema", "ConfigError", "check_options", "closest", "did_you_mean", "get_key", "diff_configs",
-           "parse_yaml", "problems_line", "yaml_scalar", "yaml_kind"]
+           "parse_yaml", "problems_line", "read_yaml_file", "yaml_scalar", "yaml_kind"]
 
 #: how alike two keys must be (difflib's ratio) for one to be suggested for the other
 SIMILARITY = 0.5
@@ -418,6 +418,28 @@ def parse_yaml(text, where, error=None):
         raise (error or ConfigError)(f"{where} is not valid YAML: {_yaml_reason(exc)}") from None
 
 
+def read_yaml_file(path, where, what, missing_hint=None, error=None):
+    """``yaml.safe_load`` of the file ``path``; every way it can fail is raised as ``error`` (a
+    class; :class:`ConfigError` by default) with one line that starts with ``where`` (``"config
+    file c.yaml"``): a folder, a missing file (with ``missing_hint`` in brackets), text that is not
+    UTF-8, a file that cannot be read, YAML that does not parse. ``what``: what the file should be
+    (``"a config"``), for the messages."""
+    error = error or ConfigError
+    if os.path.isdir(path):
+        raise error(f"{where} is a folder, not a YAML file")
+    if not os.path.isfile(path):
+        raise error(f"{where} does not exist" + (f" ({missing_hint})" if missing_hint else ""))
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except UnicodeDecodeError as exc:
+        raise error(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); {what} is a YAML "
+                    "file") from None
+    except OSError as exc:
+        raise error(f"{where} cannot be read: {exc.strerror or exc}") from None
+    return parse_yaml(text, where, error)
+
+
 def _yaml_reason(exc):
     problem = getattr(exc, "problem", None)
     if not problem:
@@ -439,21 +461,8 @@ def _read_yaml(path, chain):
     if path in chain:
         raise ConfigError(f"config files extend each other in a cycle: {' -> '.join(chain + [path])}")
     where = f"{chain[-1]}: base config {path}" if chain else f"config file {path}"
-    if os.path.isdir(path):
-        raise ConfigError(f"{where} is a folder, not a YAML file")
-    if not os.path.isfile(path):
-        if chain:
-            raise ConfigError(f"{where} does not exist (base paths are relative to the file that names them)")
-        raise ConfigError(f"{where} does not exist")
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{where} is not UTF-8 text ({exc.reason} at byte {exc.start}); a config is a "
-                          "YAML file") from None
-    except OSError as exc:
-        raise ConfigError(f"{where} cannot be read: {exc.strerror or exc}") from None
-    data = parse_yaml(text, where)
+    data = read_yaml_file(path, where, "a config", "base paths are relative to the file that names them"
+                          if chain else None)
     if data is None:  # an empty file, or only comments: surely not meant to train on defaults
         raise ConfigError(f"{where} is empty: it sets no key. A config names at least a base "
                           "(`base: other.yaml`) or one key (`{}` alone takes every default)")

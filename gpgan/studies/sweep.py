@@ -74,7 +74,7 @@ from gpgan.metrics import METRIC_KEYS
 from gpgan.metrics import direction as metric_direction
 from gpgan.metrics.direction import KNOWN as KNOWN_METRICS
 from gpgan.metrics.real_scores import read_real_scores
-from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line, yaml_scalar
+from gpgan.schema import Field, Schema, did_you_mean, parse_yaml, problems_line, read_yaml_file, yaml_scalar
 
 __all__ = [
     "SweepError",
@@ -405,12 +405,7 @@ def _parse_metrics(path, raw):
 def load_sweep(path):
     """Read and validate a sweep file (``yaml.safe_load``); raises :class:`SweepError`."""
     path = os.fspath(path)
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SweepError(f"cannot read sweep file {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    raw = parse_yaml(text, f"sweep file {path}", SweepError)
+    raw = read_yaml_file(path, f"sweep file {path}", "a sweep file", error=SweepError)
     return parse_sweep(raw, path)
 
 
@@ -429,7 +424,8 @@ def parse_sweep(raw, path):
     base_text = config["base"]
     base = os.path.join(os.path.dirname(path), base_text)
     if not os.path.isfile(base):
-        raise _err(path, "base", f"config file {base} (relative to the sweep file) does not exist")
+        found = "is a folder, not a YAML file" if os.path.isdir(base) else "does not exist"
+        raise _err(path, "base", f"config file {base} (relative to the sweep file) {found}")
 
     variants = _parse_variants(path, config["variants"])
     axes_raw = config["axes"]
