@@ -427,6 +427,7 @@ def test_only_runs_the_selected_runs_and_the_report_covers_every_run(tmp_path, f
     (["--only", "penalty.type"], "--only 'penalty.type': expected AXIS=VALUE[,VALUE...], e.g. penalty.type=r1"),
     (["--only", "penalty.type=,"], "expected AXIS=VALUE[,VALUE...]"),
     (["--only", "penalty.type=r1", "--report-only"], "--only selects the runs to run; --report-only runs none"),
+    (["--dry-run", "--report-only"], "--dry-run lists the runs the sweep would run; --report-only runs none"),
     (["--only", "penalty.type=r1", "--export-records", "rec"], "--export-records runs nothing and writes no report; "
                                                                "it takes --out alone, not --only"),
 ])

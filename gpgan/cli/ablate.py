@@ -272,6 +272,9 @@ def main(argv=None):
             return CONSOLE.error(f"{flag} runs nothing and writes no report; it takes --out alone, "
                                  f"not {', '.join(given)}", 2)
         return _export(sweep, out, records) if flag == "--export-records" else _import(sweep, out, records)
+    if args.dry_run and args.report_only:  # the dry run would have listed runs that --report-only does not run
+        return CONSOLE.error("--dry-run lists the runs the sweep would run; --report-only runs none: give one of "
+                             "them", 2)
     if args.only and args.report_only:
         return CONSOLE.error("--only selects the runs to run; --report-only runs none (the report covers every run "
                              "on disk)", 2)
