@@ -68,7 +68,8 @@ def build_parser():
                         "run (--name, --out) from RUN_DIR/checkpoints/ckpt_N.npz")
     p.add_argument("--dry-run", action="store_true",
                    help="print the resolved config and the run folder it would write, check the data (and for "
-                        "image metrics the Inception weights and the reference), and exit without training")
+                        "image metrics the Inception weights and the reference) and that the folder can be made "
+                        "there, and exit without training")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
