@@ -51,6 +51,11 @@ def test_metric_names_keys_and_errors():
         check_metrics("fid,lpips")
     with pytest.raises(ValueError, match="no image metric named"):
         check_metrics(" , ")
+    # as typed on a command line: a slip is named, not passed over (fid,fid had scored fid once)
+    with pytest.raises(ValueError, match="^an empty name between commas; accepted: names from fid, kid"):
+        check_metrics("fid,,kid")
+    with pytest.raises(ValueError, match="^'fid' listed twice; accepted: each of fid, kid, is, pr, dc once"):
+        check_metrics("fid,kid,FID")
 
 
 def test_scores_by_name_equal_the_score_functions(rng):

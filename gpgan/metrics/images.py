@@ -53,8 +53,16 @@ def check_metrics(names):
     Raises:
         ValueError: an unknown name (the accepted ones are listed), or none at all.
     """
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
+    if isinstance(names, str):  # as typed (--metrics fid,kid): an empty or repeated item is a slip
+        typed = [n.strip().lower() for n in names.split(",")]
+        if "" in typed and any(typed):
+            raise ValueError(f"an empty name between commas; accepted: names from {', '.join(IMAGE_METRICS)}, "
+                             "separated by single commas")
+        repeated = sorted({n for n in typed if n and typed.count(n) > 1})
+        if repeated:
+            raise ValueError(f"{', '.join(repr(n) for n in repeated)} listed twice; accepted: each of "
+                             f"{', '.join(IMAGE_METRICS)} once")
+        names = [n for n in typed if n]
     names = [str(n).strip().lower() for n in names]
     unknown = [n for n in names if n not in IMAGE_METRICS]
     if unknown:
