@@ -227,16 +227,15 @@ def _parse_meta(path, npz):
 
 
 def _read(path):
-    """``(doc, arrays)``: the parsed JSON and every array entry (all read, so that an object
-    array, a damaged entry anywhere in the file or one its meta lists but the file lacks is
-    refused up front)."""
+    """``(doc, states)``: the parsed JSON and the state of every stored object, ``{group: {name:
+    state}}`` (every entry read, so that an object array, a damaged entry anywhere in the file or
+    one its meta lists but the file lacks is refused up front)."""
     with _open(path) as npz:
         doc = _parse_meta(path, npz)
         arrays = {key: _entry(path, npz, key) for key in npz.files if key != META_KEY}
-    for group, objects in doc.get("entries", {}).items():
-        for name, desc in objects.items():
-            _unflatten(path, group, name, desc, arrays)
-    return doc, arrays
+    states = {group: {name: _unflatten(path, group, name, desc, arrays) for name, desc in objects.items()}
+              for group, objects in doc.get("entries", {}).items()}
+    return doc, states
 
 
 def verify(path):
@@ -295,15 +294,15 @@ def load_checkpoint(path, modules, optimizers, emas=None, rngs=None):
         the ``meta`` dict given to :func:`save_checkpoint`.
     """
     path = os.fspath(path)
-    doc, arrays = _read(path)
+    doc, states = _read(path)
     loads = []
     for group, objects in zip(_GROUPS, (modules, optimizers, emas or {})):
-        stored = doc["entries"].get(group, {})
+        stored = states.get(group, {})
         for name, obj in objects.items():
             if name not in stored:
                 have = ", ".join(map(repr, stored)) or "none"
                 raise CheckpointError(f"checkpoint {path} has no {group} named {name!r} (it has: {have})")
-            state = _unflatten(path, group, name, stored[name], arrays)
+            state = stored[name]
             if group == "module":
                 state = _module_state(path, name, obj, state)
             elif hasattr(obj, "validate_state_dict"):
