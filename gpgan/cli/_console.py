@@ -32,6 +32,6 @@ class Console:
     @staticmethod
     def text(exc):
         """An exception's message; an OSError as ``PATH: reason`` without Python's ``[Errno N]``."""
-        from gpgan.files import describe_os_error
+        from gpgan.files import error_text
 
-        return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+        return error_text(exc)

@@ -11,8 +11,8 @@ import re
 import shutil
 import tempfile
 
-__all__ = ["append_text", "atomic_write", "check_folder_path", "describe_os_error", "is_temporary", "make_folder",
-           "replaced_folder", "staged_folder"]
+__all__ = ["append_text", "atomic_write", "check_folder_path", "check_writable_folder_path", "describe_os_error",
+           "error_text", "is_temporary", "make_folder", "replaced_folder", "staged_folder"]
 
 _TMP_SUFFIX = ".tmp"
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
@@ -131,6 +131,12 @@ def describe_os_error(exc):
     for an OSError, without Python's ``[Errno N]``; its plain text when it names no file."""
     reason = exc.strerror or str(exc)
     return f"{exc.filename}: {reason}" if exc.filename is not None else reason
+
+
+def error_text(exc):
+    """An exception's message for a one-line error: an OSError as :func:`describe_os_error` gives
+    it, any other as its text."""
+    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
 
 
 def _name_the_file(exc, path):

@@ -19,7 +19,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-from gpgan.files import atomic_write, check_writable_folder_path, describe_os_error
+from gpgan.files import atomic_write, check_writable_folder_path, error_text
 from gpgan.train.config import (
     RESUMABLE_CHANGES,
     VOLATILE_KEYS,
@@ -152,10 +152,6 @@ def _open_run(run_dir):
     return run
 
 
-def _text(exc):
-    return describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
-
-
 def _load_newest_checkpoint(run, trainer, comm):
     """``(step, notes)``: the trainer restored from the run's newest readable checkpoint (step 0
     when none reads). The damaged newer ones are renamed ``*.damaged`` once that checkpoint has
@@ -168,7 +164,7 @@ def _load_newest_checkpoint(run, trainer, comm):
             if not skipped:
                 raise
             unreadable = "; ".join(f"{bad}: {reason}" for bad, reason in skipped)
-            raise ResumeError(f"{_text(exc)}; the newer checkpoints do not read either ({unreadable})") from exc
+            raise ResumeError(f"{error_text(exc)}; the newer checkpoints do not read either ({unreadable})") from exc
 
     def set_aside():
         for bad, _ in skipped:
