@@ -423,17 +423,14 @@ def _evaluate(parser, args):
     step = int(read_meta(checkpoint)["step"])
     generator, _, used_ema = load_generator(run, checkpoint, args.ema, args.device)
     # All the samples' images and features are kept (the metrics compare whole sets): a --n too
-    # large for memory fails as its latents are drawn, before any work (more bytes than NumPy can
-    # address, or a MemoryError), or else as the images or their features are kept.
+    # large for memory fails as its latents are drawn, before any work (NumPy's ValueError: more
+    # bytes than it can address; the seed, the only other argument, argparse has checked), or else
+    # as the images or their features are kept.
     too_many = (f"--n {args.n:,}: the samples and their Inception features do not fit in memory; give a smaller "
                 "--n (50,000 is the usual for FID)")
-    shape = (args.n, int(generator.latent_dim))
-    if shape[0] * shape[1] * numpy.dtype(numpy.float64).itemsize > numpy.iinfo(numpy.intp).max:
-        raise ValueError(too_many)
-    rng = numpy.random.default_rng(args.seed)
     try:
-        noise = rng.standard_normal(shape)
-    except MemoryError:
+        noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
+    except (MemoryError, ValueError):
         raise ValueError(too_many) from None
     progress = not args.quiet
     option, accepted = ("--ref", None) if args.ref is not None else reference_origin(config)
