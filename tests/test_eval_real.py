@@ -199,7 +199,7 @@ def test_missing_or_too_little_data_fails_in_one_line(data, pixel_network, capsy
          "cifar10:test or a folder of PNG/JPEG images"),
         (["real", "cifar10:test", "--ref", "imagenet:val", *cifar],
          f"--ref imagenet:val: no such folder of images ({os.path.abspath('imagenet:val')}); accepted: "
-         "cifar10:train, cifar10:test or a folder of PNG/JPEG images, or a statistics file (.npz)"),
+         "cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or a folder of PNG/JPEG images"),
         (["real", "cifar10:test", "--ref", str(data / "none.npz"), "--metrics", "fid", *cifar],
          f"statistics file {data / 'none.npz'} does not exist"),
         (["real", str(data / "cifar" / "test_batch"), "--ref", "cifar10:train", *cifar],

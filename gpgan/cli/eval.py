@@ -297,12 +297,13 @@ def _real_metric_names(parser, args):
 
 def _real(parser, args):
     from gpgan.metrics.real_scores import write_real_scores
-    from gpgan.train.evaluation import SOURCES_ACCEPTED, ImageMetrics
+    from gpgan.metrics.reference import ACCEPTED_REFERENCES, SOURCES_ACCEPTED
+    from gpgan.train.evaluation import ImageMetrics
 
     names = _real_metric_names(parser, args)
     _check_out(parser, args.out, ".json", "the scores are written as a .json file")
     for option, spec in (("SOURCE", args.source), ("--ref", args.ref)):  # before any work (the features)
-        _check_path(option, spec, SOURCES_ACCEPTED + (", or a statistics file (.npz)" if option == "--ref" else ""))
+        _check_path(option, spec, ACCEPTED_REFERENCES if option == "--ref" else SOURCES_ACCEPTED)
     cifar_root = args.data_root or default_cifar_root()
     started = time.perf_counter()
     metrics = ImageMetrics.build(names, args.ref, args.inception_weights, cifar_root, args.download, args.device,

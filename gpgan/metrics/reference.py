@@ -21,16 +21,19 @@ import os
 
 import numpy
 
+from gpgan.data.image_folder import FOLDER_ACCEPTED
 from gpgan.files import NpzError, atomic_write, cache_dir, digest, open_npz, read_arrays, read_entry
 from gpgan.metrics.scores import feature_statistics
 
 __all__ = ["statistics_path", "features_path", "save_statistics", "load_statistics", "dataset_statistics",
-           "dataset_features", "DATASETS", "Reference", "parse_reference", "load_reference"]
+           "dataset_features", "DATASETS", "ACCEPTED_REFERENCES", "SOURCES_ACCEPTED", "Reference", "parse_reference", "load_reference"]
 
 DATASETS = ("cifar10", "image_folder")
+CIFAR10_ACCEPTED = "cifar10:train, cifar10:test"
+#: what a data set to read may be (images to score, or a reference's images), for messages
+SOURCES_ACCEPTED = f"{CIFAR10_ACCEPTED} or {FOLDER_ACCEPTED}"
 #: what a reference may be, for messages
-ACCEPTED_REFERENCES = ("cifar10:train, cifar10:test, a statistics file (.npz with mu and sigma) or a folder of "
-                       "PNG/JPEG images")
+ACCEPTED_REFERENCES = f"{CIFAR10_ACCEPTED}, a statistics file (.npz with mu and sigma) or {FOLDER_ACCEPTED}"
 
 
 # -- statistics files ------------------------------------------------------------------------------
@@ -260,7 +263,7 @@ def parse_reference(spec):
     if text == "cifar10" or text.startswith("cifar10:"):
         split = text.partition(":")[2] or "train"
         if split not in ("train", "test"):
-            raise ValueError(f"reference {text!r}: CIFAR-10's split is train or test (cifar10:train, cifar10:test)")
+            raise ValueError(f"reference {text!r}: CIFAR-10's split is train or test ({CIFAR10_ACCEPTED})")
         return "cifar10", split
     path = os.path.abspath(os.path.expanduser(text))
     return ("statistics", path) if text.lower().endswith(".npz") else ("image_folder", path)

@@ -11,11 +11,7 @@ import numpy
 
 from gpgan.data import to_uint8
 
-__all__ = ["ImageMetrics", "EvaluationStopped", "run_reference", "reference_origin", "generated_features",
-           "SOURCES_ACCEPTED"]
-
-#: what :meth:`ImageMetrics.score_dataset` scores, for messages
-SOURCES_ACCEPTED = "cifar10:train, cifar10:test or a folder of PNG/JPEG images"
+__all__ = ["ImageMetrics", "EvaluationStopped", "run_reference", "reference_origin", "generated_features"]
 
 
 class EvaluationStopped(Exception):
@@ -221,6 +217,7 @@ class ImageMetrics:
                 too few images for a metric.
         """
         from gpgan.metrics import check_sample_count, load_reference, parse_reference, score_features
+        from gpgan.metrics.reference import SOURCES_ACCEPTED
 
         if self.reference is None:
             raise RuntimeError("ImageMetrics: the reference was only checked (compute=False); nothing can be scored")
