@@ -328,7 +328,7 @@ def test_an_output_path_through_a_file_names_that_file(toy_runs, image_run, tmp_
 
 def test_a_folder_that_cannot_be_written_is_named_before_any_work(tmp_path, capsys, monkeypatch):
     """Where the process may not write (checked with os.access, as root passes any mode bits):
-    the dry runs of gpgan-train and gpgan-ablate had said all was well."""
+    the dry runs of gpgan-train and gpgan-ablate had said all was well, and gpgan-eval began its work."""
     from gpgan.train.launch import plan_run
 
     locked = tmp_path / "locked"
@@ -344,6 +344,8 @@ def test_a_folder_that_cannot_be_written_is_named_before_any_work(tmp_path, caps
         assert ablate_cli.main([str(sweep), "--out", str(locked / "study"), *extra]) == 1
         assert capsys.readouterr().err == (f"gpgan-ablate: error: {locked}: Permission denied (a folder this process "
                                            "cannot write in)\n")
+    assert eval_cli.main(["real", "cifar10:test", "--ref", "cifar10:train", "--out", str(locked / "scores.json")]) == 1
+    assert capsys.readouterr().err == f"gpgan-eval: error: {locked}: Permission denied (a folder this process cannot write in)\n"
     assert os.listdir(locked) == []
 
 

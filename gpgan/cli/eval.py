@@ -19,7 +19,7 @@ import numpy
 from gpgan.cli._args import whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure, stopped_by_signals
-from gpgan.files import check_folder_path
+from gpgan.files import check_writable_folder_path
 
 CONSOLE = Console("gpgan-eval")
 
@@ -324,14 +324,15 @@ def _real(parser, args):
 def _check_out(parser, out, extension, layout):
     """That ``--out`` (``out``, or None) can be written, before any work: its ``extension``
     (``layout`` says why; else exit 2), not a folder (exit 2), and no file where a folder above it
-    must be (the NotADirectoryError every command gives: ``FILE: a file, not a folder``, exit 1)."""
+    must be (the NotADirectoryError every command gives: ``FILE: a file, not a folder``, exit 1),
+    nor a folder on its path that this process cannot write in (PermissionError, exit 1)."""
     if out is None:
         return
     if not out.lower().endswith(extension):
         parser.error(f"--out {out!r}: {layout}")
     if os.path.isdir(out):
         parser.error(f"--out {out!r}: is a folder; give a file name ({layout})")
-    check_folder_path(os.path.dirname(os.path.abspath(out)))
+    check_writable_folder_path(os.path.dirname(os.path.abspath(out)))
 
 
 def _check_path(option, spec, accepted):
