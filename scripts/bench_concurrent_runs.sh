@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
-# How many r1_cifar.yaml runs one GPU trains at once before they slow each other down: for each
-# N given, N runs of STEPS generator steps (seeds 1..N, no evaluation) start together, and the
+# Whether one GPU trains several r1_cifar.yaml runs at once faster than one after another: for
+# each N given, N runs of STEPS generator steps (seeds 1..N, no evaluation) start together, and the
 # summary gives the wall time, each run's median time per step after its first third, and the
-# runs' steps per second together. A DCGAN step at batch 64 leaves most of a large GPU idle (its
-# time is launch and host latency), so a sweep can train several runs per GPU
-# (`gpgan-ablate --devices 0,0,0,0`, or scripts/device_sweep.py run --jobs 4).
+# runs' steps per second together. (On an H200 it does not: processes share the GPU by time
+# slices, so 4 runs took 4.4 times one run's step; docs/benchmarks.md.)
 #
 #   bash scripts/bench_concurrent_runs.sh CIFAR_DIR STEPS N [N ...]     # e.g. DATA 1200 1 4 8
 #
