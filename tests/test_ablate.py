@@ -1459,7 +1459,7 @@ def test_sweep_files_that_cannot_be_read_are_named(tmp_path, capsys):
     for path, message in ((binary, f"sweep file {binary} is not UTF-8 text (invalid start byte at byte 0); a sweep "
                                    "file is a YAML file"),
                           (tmp_path, f"sweep file {tmp_path} is a folder, not a YAML file"),
-                          (folder_base, f"(relative to the sweep file) is a folder, not a YAML file")):
+                          (folder_base, "(relative to the sweep file) is a folder, not a YAML file")):
         assert main([str(path), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err and "codec" not in err, err
@@ -1802,19 +1802,28 @@ def test_studies_import_the_stop_contract_not_the_training_loop():
 
 
 def test_dry_run_checks_new_runs_as_gpgan_train_does(tmp_path, capsys):
-    # A model option only the model's constructor refuses passes the schema: the dry run builds
-    # each run to start, as gpgan-train --dry-run does, and names every run that would fail.
+    # A model option only the model's constructor refuses (what ties options together) passes the
+    # schema: the dry run builds each run to start, as gpgan-train --dry-run does, and names every
+    # run that would fail. (An option the model's declaration refuses fails the sweep file: below.)
     base = "base: " + str(REPO / "configs" / "quickstart.yaml") + "\n"
-    path = write_sweep(tmp_path, "base: base.yaml\naxes: {model.critic_options.activation: [relu, foo, bar]}\n",
-                       base_text=base)
+    path = write_sweep(tmp_path, "base: base.yaml\nset: {model.critic: resnet_critic, model.critic_options: {width: 8}}\n"
+                       "axes: {model.critic_options.image_size: [32, 30, 34]}\n", base_text=base)
     out = tmp_path / "out"
     assert main([str(path), "--out", str(out), "--dry-run"]) == 2  # a config gpgan-train refuses
     captured = capsys.readouterr()
     assert "3 runs in" in captured.out
     errors = [line for line in captured.err.splitlines() if "error:" in line]
-    assert len(errors) == 2 and "run activation-foo: " in errors[0] and "run activation-bar: " in errors[1]
-    assert "'foo'" in errors[0] and "relu" in errors[0] and "Traceback" not in captured.err
+    assert len(errors) == 2 and "run image_size-30: " in errors[0] and "run image_size-34: " in errors[1]
+    assert "image_size must be a multiple of 4" in errors[0] and "Traceback" not in captured.err
     assert not out.exists() and not (tmp_path / "experiments").exists()
+    path = write_sweep(tmp_path, "base: base.yaml\naxes: {model.critic_options.activation: [relu, foo]}\n",
+                       name="declared.yaml")
+    assert main([str(path), "--out", str(out), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "run activation-foo (model.critic_options.activation=foo): invalid config (" in err
+    assert err.rstrip().endswith("model.critic_options.activation: got 'foo' (not one of the accepted values); "
+                                 "accepted: one of 'relu', 'leaky_relu', 'tanh', 'elu', 'softplus'"), err
+    assert not out.exists()
     path = write_sweep(tmp_path, "base: base.yaml\naxes: {model.critic_options.activation: [relu, tanh]}\n",
                        name="good.yaml")
     assert main([str(path), "--out", str(out), "--dry-run"]) == 0

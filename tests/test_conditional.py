@@ -7,7 +7,7 @@ import gpgan
 import gpgan.nn as nn
 from gpgan.autograd import gradcheck, gradgradcheck
 from gpgan.data import ImageLoader
-from gpgan.models import make_conditional
+from gpgan.models import CRITICS, MODELS, make_conditional, supports_projection
 from gpgan.train.config import ConfigError, load_config
 from gpgan.train.loop import Trainer
 from gpgan.train.run import RunFolder
@@ -64,13 +64,18 @@ def test_projection_critic_gradients_to_second_order():
 
 def test_conditional_config_errors():
     with pytest.raises(ConfigError, match="model.conditional needs class labels, but data.name 'grid25'"):
-        load_config(QUICKSTART, ["model.conditional=true", "model.critic=r3gan_critic"])
+        load_config(QUICKSTART, ["model.conditional=true", "model.critic=r3gan_critic", "model.critic_options={}"])
     with pytest.raises(ConfigError, match="with model.conditional the accepted ones are none, r1, r2, r1r2"):
         load_config(QUICKSTART, ["model.conditional=true", "data.name=cifar10", "penalty.type=wgan_gp",
                                  "model.critic=resnet_critic", "model.critic_options={}"])
-    with pytest.raises(ConfigError, match="critic 'mlp_generator' has no feature map"):
+    # A generator is no critic (model.critic accepts critics only), and every critic has the
+    # features a projection needs; from Python, a model without them is refused by name.
+    with pytest.raises(ConfigError, match="model.critic: got 'mlp_generator' .*accepted: one of 'dcgan_critic'"):
         load_config(QUICKSTART, ["model.conditional=true", "data.name=cifar10", "model.critic=mlp_generator",
                                  "model.critic_options={}"])
+    assert all(supports_projection(MODELS[name]) for name in CRITICS)
+    with pytest.raises(ValueError, match="critic 'mlp_generator' has no feature map to project the labels on"):
+        make_conditional("critic", "mlp_generator", 3, width=4)
 
 
 def test_a_conditional_run_without_pairs_draws_the_fakes_classes(tmp_path):

@@ -250,9 +250,10 @@ def test_unknown_model_option_names_closest_option():
     with pytest.raises(ConfigError) as info:
         validate_config({"model": {"generator_options": {"widht": 8}, "critic_options": {"zzz": 1}}})
     msg = str(info.value)
-    assert "unknown key 'model.generator_options.widht'" in msg
-    assert "did you mean 'model.generator_options.width'" in msg
-    assert "model.critic_options.zzz" in msg and "accepted options:" in msg
+    assert msg.endswith("2 problems: (1) model.generator_options.widht: not an option of model 'mlp_generator' "
+                        "(did you mean 'width'?); accepted: latent_dim, out_dim, width, depth, activation, norm (2) "
+                        "model.critic_options.zzz: not an option of model 'mlp_critic'; accepted: in_dim, width, depth, "
+                        "activation, norm")
 
 
 # -- penalty.options and data.options: the options each penalty type and data set declares -------
@@ -289,11 +290,20 @@ QUICKSTART = os.path.join(ROOT, "configs", "quickstart.yaml")  # penalty r1 on g
      "data.options.scale: got 'big' (not one of the accepted values); accepted: one of 'pacgan', 'wgan_gp'"),
     (["data.name=cifar10", "data.root=/data/cifar", "data.options.scale=pacgan"],
      "data.options: data set 'cifar10' takes no options; got scale"),
+    (["model.critic_options.depth=0"], "model.critic_options.depth: got 0 (out of range); accepted: an integer >= 1"),
+    (["model.generator_options.activation=gelu"],
+     "model.generator_options.activation: got 'gelu' (not one of the accepted values); accepted: one of 'relu', "
+     "'leaky_relu', 'tanh', 'elu', 'softplus'"),
+    (["model.generator=mlp_critic"],
+     "model.generator: got 'mlp_critic' (not one of the accepted values); accepted: one of 'dcgan_generator', "
+     "'mlp_generator', 'r3gan_generator', 'resnet_generator'"),
+    (["model.critic_options.width=8.5"],
+     "model.critic_options.width: got 8.5 (a number, not an integer); accepted: an integer >= 1"),
     (["penalty.options.foo=1", "data.options.foo=1"],
      "2 problems: (1) penalty.options.foo: not an option of penalty 'r1'; accepted: norm_eps (2) data.options.foo: "
      "not an option of data set 'grid25'; accepted: scale"),
 ])
-def test_penalty_and_data_options_name_the_key_and_what_is_accepted(overrides, expected):
+def test_model_penalty_and_data_options_name_the_key_and_what_is_accepted(overrides, expected):
     with pytest.raises(ConfigError) as info:
         load_config(QUICKSTART, overrides)
     assert str(info.value) == f"invalid config ({QUICKSTART} with --set): {expected}"

@@ -1,4 +1,6 @@
 """gpgan.models: registry, shapes, parameter counts against the reference architectures, R1 steps."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -22,13 +24,35 @@ def test_models_lists_the_eight_names():
 def test_make_model_errors_are_clear():
     with pytest.raises(ValueError, match="unknown model 'stylegan'; accepted: dcgan_generator, dcgan_critic"):
         make_model("stylegan")
-    with pytest.raises(ValueError, match=r"model 'dcgan_critic' got unknown option\(s\) 'depth'; accepted: width, norm"):
+    with pytest.raises(ValueError, match=r"^make_model\('dcgan_critic'\): depth: not an option of model 'dcgan_critic' "
+                                         r"\(did you mean 'width'\?\); "
+                                         r"accepted: width, norm, in_channels, image_size, negative_slope, init$"):
         make_model("dcgan_critic", depth=3)
-    with pytest.raises(ValueError, match=r"norm='batch' is not supported; accepted: 'none', 'layer', 'spectral'"):
+    with pytest.raises(ValueError, match=r"norm: got 'batch' \(not one of the accepted values\); accepted: one of "
+                                         r"'none', 'layer', 'spectral'$"):
         make_model("resnet_critic", norm="batch")  # no batch norm in a gradient-penalty critic
-    with pytest.raises(ValueError, match="width must be a positive int"):
+    with pytest.raises(ValueError, match=r"width: got 0 \(out of range\); accepted: an integer >= 1$"):
         make_model("mlp_critic", width=0)
-    assert model_options("mlp_generator")["latent_dim"] == 2
+    assert model_options("mlp_generator")["latent_dim"].default == 2
+
+
+def test_declared_options_match_the_constructors_and_are_checked_there():
+    """Each class declares every keyword option of its constructor (but rng) with the constructor's
+    default; the constructor itself checks and converts them (the Python API, not only configs)."""
+    for name, cls in MODELS.items():
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        defaults = {p.name: p.default for p in params if p.name != "rng"}
+        assert set(defaults) == set(cls.options), name
+        for option, default in defaults.items():
+            declared = cls.options[option].default
+            assert (list(default) if isinstance(default, tuple) else default) == declared, (name, option)
+    with pytest.raises(ValueError, match=r"^DCGANGenerator: 2 problems: \(1\) width: got -3 \(out of range\); "
+                                         r"accepted: an integer >= 1 \(2\) init: got 'he' \(not one of the accepted "
+                                         r"values\); accepted: one of 'dcgan', 'default'$"):
+        MODELS["dcgan_generator"](width=-3, init="he")
+    with pytest.raises(ValueError, match=r"^R3GANCritic: resample_taps: got \[1, 3\] \(has 2 entries, not 3\)"):
+        MODELS["r3gan_critic"](widths=[16], blocks=[1], resample_taps=[1, 3])
+    assert MODELS["mlp_generator"](width=8.0, depth="2").net[0].out_features == 8  # converted, as from YAML
 
 
 def test_generators_expose_latent_dim():

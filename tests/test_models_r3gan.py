@@ -120,7 +120,8 @@ def test_option_errors_are_clear():
     with pytest.raises(ValueError, match="one entry per stage"):
         make_model("r3gan_generator", widths=[8, 8], blocks=[1])
     # --set model.generator_options.widths=16,16 gives a string: named, not read digit by digit.
-    with pytest.raises(ValueError, match=r"widths must be a list of whole numbers.*got '16,16'"):
+    with pytest.raises(ValueError, match=r"widths: got '16,16' \(a string, not a list\); accepted: a list of whole "
+                                         r"numbers >= 1, one per stage \(in --set: \[16,16,16,16\]\)"):
         make_model("r3gan_generator", widths="16,16", blocks=[1, 1])
     with pytest.raises(ValueError, match=r"blocks must be a list of whole numbers.*got \[1, 1.5\]"):
         make_model("r3gan_critic", widths=[16, 16], blocks=[1, 1.5])

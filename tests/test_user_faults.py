@@ -284,7 +284,7 @@ def test_bad_arguments_exit_2_and_name_the_argument(tmp_path, toy_runs):
     proc = gpgan_train(str(empty), "--out", str(tmp_path / "o"), check=2)
     assert "is empty" in proc.stderr
     proc = gpgan_train(QUICKSTART, "--set", "model.critic_options.depth=0", "--out", str(tmp_path / "o"), check=2)
-    assert proc.stderr.endswith("error: model.critic_options: MLPCritic: depth must be a positive int, got 0\n")
+    assert proc.stderr.endswith("model.critic_options.depth: got 0 (out of range); accepted: an integer >= 1\n")
     assert not (tmp_path / "o").exists()
     env = dict(os.environ, PYTHONPATH=ROOT)
     readme = os.path.join(ROOT, "README.md")

@@ -1,17 +1,46 @@
-"""Helpers shared by the model families: option checks, normalization choices, initialization."""
+"""Helpers shared by the model families: declared options, normalization choices, initialization.
+
+Each model class declares the keyword options its constructor takes in ``options`` ({name:
+:class:`~gpgan.schema.Field`}: type, default, bounds or choices, one line of doc), and
+:func:`declares_options` checks them before the constructor runs; :func:`gpgan.models.make_model`
+and the config's ``model.generator_options`` / ``model.critic_options`` check against the same
+declarations. What ties options together (an image size the layers divide, R3GAN's stage lists)
+stays in the constructors.
+"""
+import functools
+import inspect
+
 import gpgan.nn as nn
 from gpgan.nn import init as nn_init
+from gpgan.schema import Field, check_options, problems_line
 
 CRITIC_NORMS = ("none", "layer", "spectral")
 GENERATOR_NORMS = ("batch", "none")
 ACTIVATIONS = ("relu", "leaky_relu", "tanh", "elu", "softplus")
 
+OUT_CHANNELS = Field("int", 3, "channels of the generated images", minimum=1)
+IN_CHANNELS = Field("int", 3, "channels of the images the critic reads", minimum=1)
 
-def check_choice(model, option, value, choices):
-    if value not in choices:
-        raise ValueError(f"{model}: {option}={value!r} is not supported; accepted: "
-                         + ", ".join(repr(c) for c in choices))
-    return value
+
+def declares_options(cls):
+    """Class decorator: the options given to ``cls``'s constructor that ``cls.options`` declares are
+    checked and converted by their Fields (8.0 to 8, "1e-4" to 0.0001) before it runs. A value a
+    Field refuses is a ValueError naming the class, the option and what is accepted."""
+    init = cls.__init__
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def checked_init(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        given = {name: value for name, value in bound.arguments.items() if name in cls.options}
+        checked, errors = check_options(cls.options, given, cls.__name__)
+        if errors:
+            raise ValueError(f"{cls.__name__}: {problems_line(errors)}")
+        bound.arguments.update(checked)
+        init(*bound.args, **bound.kwargs)
+
+    cls.__init__ = checked_init
+    return cls
 
 
 def check_positive_int(model, option, value):

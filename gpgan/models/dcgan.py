@@ -20,19 +20,23 @@ zero biases); ``init="default"`` keeps torch's layer defaults.
 import gpgan.functions as F
 import gpgan.nn as nn
 from gpgan.models._common import (
-    CRITIC_NORMS, GENERATOR_NORMS, check_choice, check_positive_int, dcgan_init, spectral_norm_all,
+    CRITIC_NORMS, GENERATOR_NORMS, IN_CHANNELS, OUT_CHANNELS, dcgan_init, declares_options, spectral_norm_all,
 )
+from gpgan.schema import Field
 
 __all__ = ["DCGANGenerator", "DCGANCritic"]
 
-_INITS = ("dcgan", "default")
+INIT = Field("str", "dcgan", "dcgan: weights N(0, 0.02), BatchNorm scales N(1, 0.02), zero biases; default: "
+             "torch's layer defaults", choices=["dcgan", "default"])
+IMAGE_SIZE = Field("int", 32, "the images' side, a multiple of 8 (three stride-2 layers)", minimum=8)
 
 
 def _check_image_size(name, image_size):
-    if not isinstance(image_size, int) or image_size < 8 or image_size % 8:
+    if image_size % 8:
         raise ValueError(f"{name}: image_size must be a multiple of 8 (three stride-2 layers), got {image_size!r}")
 
 
+@declares_options
 class DCGANGenerator(nn.Module):
     """DCGAN generator, z (N, latent_dim) -> images (N, out_channels, 32, 32) in [-1, 1] (module docstring).
 
@@ -46,15 +50,20 @@ class DCGANGenerator(nn.Module):
         rng: NumPy Generator for the initialization (None: gpgan's global generator).
     """
 
+    options = {
+        "latent_dim": Field("int", 128, "size of z", minimum=1),
+        "width": Field("int", 64, "channels w of the last hidden layer; the others have 2w, 4w and 8w", minimum=1),
+        "norm": Field("str", "batch", "batch: BatchNorm after the Linear and each transposed convolution; none: "
+                      "no normalization", choices=list(GENERATOR_NORMS)),
+        "out_channels": OUT_CHANNELS,
+        "image_size": IMAGE_SIZE,
+        "init": INIT,
+    }
+
     def __init__(self, latent_dim=128, width=64, norm="batch", out_channels=3, image_size=32, init="dcgan",
                  rng=None):
         super().__init__()
-        name = type(self).__name__
-        for option, value in (("latent_dim", latent_dim), ("width", width), ("out_channels", out_channels)):
-            check_positive_int(name, option, value)
-        check_choice(name, "norm", norm, GENERATOR_NORMS)
-        check_choice(name, "init", init, _INITS)
-        _check_image_size(name, image_size)
+        _check_image_size(type(self).__name__, image_size)
         self.latent_dim = latent_dim
         self.bottom = image_size // 8
         self.top_channels = 8 * width
@@ -81,6 +90,7 @@ class DCGANGenerator(nn.Module):
         return self.main(h)
 
 
+@declares_options
 class DCGANCritic(nn.Module):
     """DCGAN critic, images (N, in_channels, 32, 32) -> logits (N, 1) (module docstring).
 
@@ -95,15 +105,21 @@ class DCGANCritic(nn.Module):
         rng: NumPy Generator for the initialization and the spectral-norm vectors.
     """
 
+    options = {
+        "width": Field("int", 64, "channels w of the first convolution; then 2w and 4w", minimum=1),
+        "norm": Field("str", "none", "none; layer: LayerNorm after the second and third convolutions; spectral: "
+                      "spectral norm on every layer (no batch norm: the penalty is per sample)",
+                      choices=list(CRITIC_NORMS)),
+        "in_channels": IN_CHANNELS,
+        "image_size": IMAGE_SIZE,
+        "negative_slope": Field("float", 0.2, "the LeakyReLUs' slope for negative inputs", minimum=0),
+        "init": INIT,
+    }
+
     def __init__(self, width=64, norm="none", in_channels=3, image_size=32, negative_slope=0.2, init="dcgan",
                  rng=None):
         super().__init__()
-        name = type(self).__name__
-        for option, value in (("width", width), ("in_channels", in_channels)):
-            check_positive_int(name, option, value)
-        check_choice(name, "norm", norm, CRITIC_NORMS)
-        check_choice(name, "init", init, _INITS)
-        _check_image_size(name, image_size)
+        _check_image_size(type(self).__name__, image_size)
         layers = []
         channels, size = in_channels, image_size
         for i, out in enumerate((width, 2 * width, 4 * width)):

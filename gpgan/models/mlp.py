@@ -6,10 +6,15 @@ one logit for the critic), no normalization.
 """
 import gpgan.nn as nn
 from gpgan.models._common import (
-    ACTIVATIONS, CRITIC_NORMS, GENERATOR_NORMS, activation, check_choice, check_positive_int, spectral_norm_all,
+    ACTIVATIONS, CRITIC_NORMS, GENERATOR_NORMS, activation, declares_options, spectral_norm_all,
 )
+from gpgan.schema import Field
 
 __all__ = ["MLPGenerator", "MLPCritic"]
+
+WIDTH = Field("int", 512, "the hidden layers' width", minimum=1)
+DEPTH = Field("int", 3, "the number of hidden layers", minimum=1)
+ACTIVATION = Field("str", "relu", "the hidden layers' activation (leaky_relu: slope 0.2)", choices=list(ACTIVATIONS))
 
 
 def _hidden_stack(in_dim, width, depth, act, norm, rng):
@@ -24,6 +29,7 @@ def _hidden_stack(in_dim, width, depth, act, norm, rng):
     return layers
 
 
+@declares_options
 class MLPGenerator(nn.Module):
     """z (N, latent_dim) -> points (N, out_dim): ``depth`` x [Linear(width), (BatchNorm1d), act], Linear.
 
@@ -37,13 +43,18 @@ class MLPGenerator(nn.Module):
         rng: NumPy Generator for the initialization (None: gpgan's global generator).
     """
 
+    options = {
+        "latent_dim": Field("int", 2, "size of z", minimum=1),
+        "out_dim": Field("int", 2, "the generated points' dimension", minimum=1),
+        "width": WIDTH,
+        "depth": DEPTH,
+        "activation": ACTIVATION,
+        "norm": Field("str", "none", "none; batch: BatchNorm1d after each hidden Linear",
+                      choices=list(GENERATOR_NORMS)),
+    }
+
     def __init__(self, latent_dim=2, out_dim=2, width=512, depth=3, activation="relu", norm="none", rng=None):
         super().__init__()
-        name = type(self).__name__
-        for option, value in (("latent_dim", latent_dim), ("out_dim", out_dim), ("width", width), ("depth", depth)):
-            check_positive_int(name, option, value)
-        check_choice(name, "activation", activation, ACTIVATIONS)
-        check_choice(name, "norm", norm, GENERATOR_NORMS)
         self.latent_dim = latent_dim
         layers = _hidden_stack(latent_dim, width, depth, activation, norm, rng)
         self.net = nn.Sequential(*layers, nn.Linear(width, out_dim, rng=rng))
@@ -52,6 +63,7 @@ class MLPGenerator(nn.Module):
         return self.net(z)
 
 
+@declares_options
 class MLPCritic(nn.Module):
     """points (N, in_dim) -> logits (N, 1): ``depth`` x [Linear(width), (LayerNorm), act], Linear(1).
 
@@ -64,13 +76,17 @@ class MLPCritic(nn.Module):
         rng: NumPy Generator for the initialization (None: gpgan's global generator).
     """
 
+    options = {
+        "in_dim": Field("int", 2, "the points' dimension", minimum=1),
+        "width": WIDTH,
+        "depth": DEPTH,
+        "activation": ACTIVATION,
+        "norm": Field("str", "none", "none (WGAN-GP); layer: LayerNorm after each hidden Linear; spectral: spectral "
+                      "norm on every Linear (no batch norm: the penalty is per sample)", choices=list(CRITIC_NORMS)),
+    }
+
     def __init__(self, in_dim=2, width=512, depth=3, activation="relu", norm="none", rng=None):
         super().__init__()
-        name = type(self).__name__
-        for option, value in (("in_dim", in_dim), ("width", width), ("depth", depth)):
-            check_positive_int(name, option, value)
-        check_choice(name, "activation", activation, ACTIVATIONS)
-        check_choice(name, "norm", norm, CRITIC_NORMS)
         layers = _hidden_stack(in_dim, width, depth, activation, norm, rng)
         self.net = nn.Sequential(*layers, nn.Linear(width, 1, rng=rng))
         if norm == "spectral":

@@ -39,8 +39,9 @@ import gpgan.functions as F
 import gpgan.nn as nn
 from gpgan.autograd import Variable
 from gpgan.backend import get_array_module
-from gpgan.models._common import check_positive_int
+from gpgan.models._common import IN_CHANNELS, OUT_CHANNELS, check_positive_int, declares_options
 from gpgan.nn import init as nn_init
+from gpgan.schema import Field
 
 __all__ = ["R3GANGenerator", "R3GANCritic", "ResidualBlock", "resampling_kernel", "upsample", "downsample",
            "ACTIVATION_GAIN"]
@@ -142,13 +143,26 @@ def _check_stages(name, widths, blocks, expansion, group_size):
     for option, values in (("widths", widths), ("blocks", blocks)):
         for v in values:
             check_positive_int(name, option, v)
-    check_positive_int(name, "expansion", expansion)
-    check_positive_int(name, "group_size", group_size)
     for w in widths:
         if (w * expansion) % group_size:
             raise ValueError(f"{name}: group_size {group_size} must divide every expanded width; "
                              f"width {w} x expansion {expansion} = {w * expansion} is not a multiple")
     return widths, blocks
+
+
+#: the options both networks take (their stages, from 4x4 up)
+STAGE_OPTIONS = {
+    "widths": Field("list", [768, 768, 768, 768], "the width of each stage, 4x4 first (R3GAN's CIFAR-10: 768 x 4 "
+                    "for 32x32 images; S = 4 * 2^(stages-1))",
+                    accepts="a list of whole numbers >= 1, one per stage (in --set: [16,16,16,16])"),
+    "blocks": Field("list", [2, 2, 2, 2], "residual blocks per stage, 4x4 first (R3GAN's CIFAR-10: 2 x 4)",
+                    accepts="a list of whole numbers >= 1, one per stage (in --set: [2,2,2,2])"),
+    "expansion": Field("int", 2, "the blocks' expansion factor", minimum=1),
+    "group_size": Field("int", 16, "channels per group of the blocks' 3x3 convolutions (must divide every "
+                        "expanded width)", minimum=1),
+    "resample_taps": Field("floats", [1, 2, 1], "the taps of the resampling filter (convolved with [1, 1]: a "
+                           "separable 4x4 kernel)", length=3),
+}
 
 
 class _Resampling(nn.Module):
@@ -163,6 +177,7 @@ class _Resampling(nn.Module):
         return k * k.dtype.type(scale) if scale != 1.0 else k
 
 
+@declares_options
 class R3GANGenerator(_Resampling):
     """R3GAN's generator: z (N, latent_dim) -> images (N, out_channels, S, S), S = 4 * 2^(stages-1).
 
@@ -177,12 +192,12 @@ class R3GANGenerator(_Resampling):
         rng: NumPy Generator for the initialization (None: gpgan's global generator).
     """
 
+    options = {"latent_dim": Field("int", 64, "size of z", minimum=1), **STAGE_OPTIONS, "out_channels": OUT_CHANNELS}
+
     def __init__(self, latent_dim=64, widths=(768, 768, 768, 768), blocks=(2, 2, 2, 2), expansion=2,
                  group_size=16, out_channels=3, resample_taps=(1, 2, 1), rng=None):
         super().__init__()
         name = type(self).__name__
-        check_positive_int(name, "latent_dim", latent_dim)
-        check_positive_int(name, "out_channels", out_channels)
         widths, blocks = _check_stages(name, widths, blocks, expansion, group_size)
         self.latent_dim, self.widths, self.blocks_per_stage = latent_dim, widths, blocks
         self.image_size = 4 * 2 ** (len(widths) - 1)
@@ -220,6 +235,7 @@ class R3GANGenerator(_Resampling):
         return self.to_image(x)
 
 
+@declares_options
 class R3GANCritic(_Resampling):
     """R3GAN's critic: images (N, in_channels, S, S) -> logits (N, 1), S = 4 * 2^(stages-1).
 
@@ -232,12 +248,14 @@ class R3GANCritic(_Resampling):
         rng: NumPy Generator for the initialization.
     """
 
+    options = {**STAGE_OPTIONS, "in_channels": IN_CHANNELS,
+               "out_features": Field("int", 1, "the final linear map's outputs (1: the logit; a projection critic "
+                                     "sets the embedding's width)", minimum=1)}
+
     def __init__(self, widths=(768, 768, 768, 768), blocks=(2, 2, 2, 2), expansion=2, group_size=16,
                  in_channels=3, resample_taps=(1, 2, 1), out_features=1, rng=None):
         super().__init__()
         name = type(self).__name__
-        check_positive_int(name, "in_channels", in_channels)
-        check_positive_int(name, "out_features", out_features)
         widths, blocks = _check_stages(name, widths, blocks, expansion, group_size)
         self.widths, self.blocks_per_stage = widths, blocks
         self.image_size = 4 * 2 ** (len(widths) - 1)

@@ -26,13 +26,15 @@ import math
 import gpgan.functions as F
 import gpgan.nn as nn
 from gpgan.models._common import (
-    CRITIC_NORMS, GENERATOR_NORMS, check_choice, check_positive_int, spectral_norm_all, xavier_init,
+    CRITIC_NORMS, GENERATOR_NORMS, IN_CHANNELS, OUT_CHANNELS, declares_options, spectral_norm_all, xavier_init,
 )
+from gpgan.schema import Field
 
 __all__ = ["ResNetGenerator", "ResNetCritic", "GeneratorBlock", "CriticBlock", "OptimizedCriticBlock"]
 
-_INITS = ("xavier", "default")
-_POOLINGS = ("mean", "sum")
+INIT = Field("str", "xavier", "xavier: SNGAN's Glorot-uniform initialization (gain sqrt(2) inside the blocks, 1 "
+             "elsewhere, zero biases); default: torch's layer defaults", choices=["xavier", "default"])
+WIDTH = Field("int", 128, "channels of every block (WGAN-GP 128; SNGAN's generator 256)", minimum=1)
 
 
 def _conv(in_ch, out_ch, k, init, gain, rng):
@@ -102,6 +104,7 @@ class CriticBlock(nn.Module):
         return h + sc
 
 
+@declares_options
 class ResNetGenerator(nn.Module):
     """ResNet generator, z (N, latent_dim) -> images (N, out_channels, 32, 32) in [-1, 1] (module docstring).
 
@@ -115,15 +118,19 @@ class ResNetGenerator(nn.Module):
         rng: NumPy Generator for the initialization (None: gpgan's global generator).
     """
 
+    options = {
+        "latent_dim": Field("int", 128, "size of z", minimum=1),
+        "width": WIDTH,
+        "norm": Field("str", "batch", "batch: BatchNorm in the blocks and before the output; none: no "
+                      "normalization", choices=list(GENERATOR_NORMS)),
+        "out_channels": OUT_CHANNELS,
+        "bottom_width": Field("int", 4, "the side after the Linear; the images' side is 8 times it", minimum=1),
+        "init": INIT,
+    }
+
     def __init__(self, latent_dim=128, width=128, norm="batch", out_channels=3, bottom_width=4, init="xavier",
                  rng=None):
         super().__init__()
-        name = type(self).__name__
-        for option, value in (("latent_dim", latent_dim), ("width", width), ("out_channels", out_channels),
-                              ("bottom_width", bottom_width)):
-            check_positive_int(name, option, value)
-        check_choice(name, "norm", norm, GENERATOR_NORMS)
-        check_choice(name, "init", init, _INITS)
         self.latent_dim, self.width, self.bottom_width = latent_dim, width, bottom_width
         batch = norm == "batch"
         self.linear = nn.Linear(latent_dim, bottom_width * bottom_width * width, rng=rng)
@@ -139,6 +146,7 @@ class ResNetGenerator(nn.Module):
         return F.tanh(self.conv_out(h))
 
 
+@declares_options
 class ResNetCritic(nn.Module):
     """ResNet critic, images (N, in_channels, 32, 32) -> logits (N, 1) (module docstring).
 
@@ -153,17 +161,24 @@ class ResNetCritic(nn.Module):
         rng: NumPy Generator for the initialization and the spectral-norm vectors.
     """
 
+    options = {
+        "width": WIDTH,
+        "norm": Field("str", "none", "none (WGAN-GP); layer: LayerNorm before the ReLUs of the three plain blocks; "
+                      "spectral: spectral norm on every layer (SNGAN)", choices=list(CRITIC_NORMS)),
+        "pooling": Field("str", "mean", "the final global pooling over H x W: mean (WGAN-GP) or sum (SNGAN)",
+                         choices=["mean", "sum"]),
+        "in_channels": IN_CHANNELS,
+        "image_size": Field("int", 32, "the images' side, a multiple of 4 (only the LayerNorm shapes depend on it)",
+                            minimum=4),
+        "init": INIT,
+    }
+
     def __init__(self, width=128, norm="none", pooling="mean", in_channels=3, image_size=32, init="xavier",
                  rng=None):
         super().__init__()
-        name = type(self).__name__
-        for option, value in (("width", width), ("in_channels", in_channels), ("image_size", image_size)):
-            check_positive_int(name, option, value)
-        check_choice(name, "norm", norm, CRITIC_NORMS)
-        check_choice(name, "pooling", pooling, _POOLINGS)
-        check_choice(name, "init", init, _INITS)
         if image_size % 4:
-            raise ValueError(f"{name}: image_size must be a multiple of 4 (two down-sampling blocks), got {image_size}")
+            raise ValueError(f"{type(self).__name__}: image_size must be a multiple of 4 (two down-sampling blocks), "
+                             f"got {image_size}")
         self.pooling = pooling
         ln = norm == "layer"
         half, quarter = image_size // 2, image_size // 4

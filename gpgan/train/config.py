@@ -7,7 +7,7 @@ test keeps the two in sync). Reading a config imports neither models nor tensorb
 registries that give the accepted names are looked up when a config is validated.
 """
 from gpgan.backend.precision import MATMUL_PRECISIONS
-from gpgan.schema import ConfigError, Entries, Field, Schema, closest, diff_configs, get_key
+from gpgan.schema import ConfigError, Entries, Field, Schema, diff_configs, get_key
 
 __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
@@ -18,9 +18,19 @@ __all__ = [
 
 
 # --- choices that live in other packages (looked up lazily, when a config is validated) -------
-def _model_names():
-    from gpgan.models import MODELS
-    return sorted(MODELS)
+def _models(role):
+    """The models model.<role> accepts, by name: gpgan.models' generators or critics."""
+    from gpgan.models import CRITICS, GENERATORS, MODELS
+    return {name: MODELS[name] for name in sorted(GENERATORS if role == "generator" else CRITICS)}
+
+
+def _model_names(role):
+    return lambda: list(_models(role))
+
+
+def _model_options(role):
+    """The options of each model of the role (each class's declared Fields)."""
+    return lambda: {name: cls.options for name, cls in _models(role).items()}
 
 
 def _loss_names():
@@ -107,11 +117,13 @@ SCHEMA = {
                     choices=["cpu", "cuda"]),
     "model": {
         "generator": Field("str", "mlp_generator", "generator architecture (gpgan.models.make_model name)",
-                           choices=_model_names),
-        "generator_options": Field("dict", {}, "keyword options of the generator, e.g. {latent_dim: 128, width: 64}"),
+                           choices=_model_names("generator")),
+        "generator_options": Field("dict", {}, "keyword options of the generator (model.generator_options.* below)",
+                                   entries=Entries("model.generator", "model", _model_options("generator"))),
         "critic": Field("str", "mlp_critic", "critic architecture (gpgan.models.make_model name)",
-                        choices=_model_names),
-        "critic_options": Field("dict", {}, "keyword options of the critic"),
+                        choices=_model_names("critic")),
+        "critic_options": Field("dict", {}, "keyword options of the critic (model.critic_options.* below)",
+                                entries=Entries("model.critic", "model", _model_options("critic"))),
         "conditional": Field("bool", False, "class-conditional training: labels from the data set, the "
                              "generator conditioned by a label embedding joined to z, the critic by projection "
                              "(Miyato and Koyama 2018) on its features; cifar10 only"),
@@ -278,24 +290,6 @@ VOLATILE_KEYS = ("train.stop_after", "train.cuda_graph", "device")
 #: say when the run ends; train.steps also sets the length of the schedules that follow it (a linear
 #: decay, cosines without schedule.total_images), which a longer run then stretches.
 RESUMABLE_CHANGES = ("train.steps", "train.patience") + VOLATILE_KEYS
-
-
-def _check_model_options(config):
-    """Unknown keys in model.*_options, with the closest option the model accepts."""
-    try:
-        from gpgan.models import model_options
-    except ImportError:  # models not importable: make_model reports it later
-        return []
-    errors = []
-    for role in ("generator", "critic"):
-        accepted = [k for k in model_options(config["model"][role]) if k != "rng"]
-        for key in config["model"][f"{role}_options"]:
-            if key not in accepted:
-                prefix = f"model.{role}_options."
-                match = closest(key, accepted)
-                hint = f"did you mean '{prefix}{match[0]}'?" if match else "accepted options: " + ", ".join(accepted)
-                errors.append(f"unknown key '{prefix}{key}' for model {config['model'][role]!r}; {hint}")
-    return errors
 
 
 def _check_penalty_center(config):
@@ -494,11 +488,11 @@ CONDITIONAL_PENALTIES = ("none", "r1", "r2", "r1r2")
 
 
 def _check_conditional(config):
-    """Labels to condition on, a penalty at labelled points, a critic with features to project on."""
+    """Labels to condition on, and a penalty at labelled points. (Every critic model.critic accepts
+    has features to project the labels on: tests/test_conditional.py.)"""
     if not config["model"]["conditional"]:
         return []
     from gpgan.data import LABELED_DATASETS
-    from gpgan.models import MODELS
     errors = []
     if config["data"]["name"] not in LABELED_DATASETS:
         errors.append(f"model.conditional needs class labels, but data.name {config['data']['name']!r} has none; "
@@ -506,11 +500,6 @@ def _check_conditional(config):
     if config["penalty"]["type"] not in CONDITIONAL_PENALTIES:
         errors.append(f"penalty.type {config['penalty']['type']!r} takes its gradient at points without a label; "
                       f"with model.conditional the accepted ones are {', '.join(CONDITIONAL_PENALTIES)}")
-    cls = MODELS.get(config["model"]["critic"])
-    if cls is not None and not (hasattr(cls, "features") and hasattr(cls, "logits")):
-        accepted = [n for n, c in MODELS.items() if hasattr(c, "features") and hasattr(c, "logits")]
-        errors.append(f"model.conditional: critic {config['model']['critic']!r} has no feature map to project the "
-                      f"labels on; accepted: {', '.join(accepted)}")
     return errors
 
 
@@ -537,7 +526,7 @@ def _check_pairing(config):
     return []
 
 
-CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_model_options, _check_penalty_center, _check_evaluation, _check_pairing,
+CONFIG_SCHEMA = Schema(SCHEMA, checks=[_check_penalty_center, _check_evaluation, _check_pairing,
                                        _check_optimizers, _check_schedules, _check_conditional, _check_precision,
                                        _check_augment])
 
