@@ -471,16 +471,40 @@ def test_the_report_gives_the_evaluations_share_of_the_wall_time_where_runs_time
     sweep = write_sweep(tmp_path, TINY)
     out = tmp_path / "out"
     assert main([str(sweep), "--out", str(out), "--only", "train.seed=0"]) == 0  # no timings (toy data, old runs)
-    assert "- Wall time of the finished runs: 0.0 h in all (evaluations included).\n" in (out / "REPORT.md").read_text()
+    assert re.search(r"\n- Wall time of the finished runs: \d s in all \(evaluations included\)\.\n",
+                     (out / "REPORT.md").read_text())
     monkeypatch.setenv("FAKE_EVAL_TIME", "1")  # 3 evaluations of 0.5 s a run, in 2.5 s of wall time (seed 1)
     assert main([str(sweep), "--out", str(out)]) == 0
-    assert ("- Wall time of the finished runs: 0.0 h in all (evaluations included; the image evaluations of the 2 "
-            "runs that timed them: 0.0 h of their 0.0 h).\n") in (out / "REPORT.md").read_text()
+    assert re.search(r"\n- Wall time of the finished runs: \d s in all \(evaluations included; the image evaluations "
+                     r"of the 2 runs that timed them: 3 s of their 5 s\)\.\n", (out / "REPORT.md").read_text())
     import shutil
     shutil.rmtree(out)
     assert main([str(sweep), "--out", str(out)]) == 0  # every run timed: 6 s of evaluations in 8 s
-    assert "- Wall time of the finished runs: 0.0 h in all (of it, the image evaluations: 0.0 h, 75%).\n" \
+    assert "- Wall time of the finished runs: 8 s in all (of it, the image evaluations: 6 s, 75%).\n" \
         in (out / "REPORT.md").read_text()
+
+
+def test_durations_and_wall_time_per_machine():
+    """Seconds, minutes or hours as the size asks; runs of several machines are timed per machine
+    (a GPU's hours and a CPU's are not one sum)."""
+    from gpgan.studies.report import _duration, _machines_lines
+    from gpgan.studies.results import RunRecord
+
+    assert [_duration(s) for s in (0.4, 59.4, 60, 330, 3599, 3600, 23040)] == [
+        "0 s", "59 s", "1.0 min", "5.5 min", "60.0 min", "1.0 h", "6.4 h"]
+
+    def run(machine, wall, evals):
+        return RunRecord(spec=None, status="finished", wall_time_s=wall, eval_time_s=evals, machines=(machine,))
+
+    cpu = [run("AMD EPYC, 2 logical cores", 36000.0, 7200.0), run("AMD EPYC, 2 logical cores", 18000.0, None)]
+    gpu = [run("NVIDIA H200", 333.0, 135.0)]
+    assert _machines_lines(cpu + gpu) == [
+        "- Machines (the runs' manifest.json): `AMD EPYC, 2 logical cores` (2 runs), `NVIDIA H200` (1 run).",
+        "- Wall time of the finished runs, by machine: `AMD EPYC, 2 logical cores` 15.0 h in all (2 runs; evaluations "
+        "included; the image evaluations of the 1 runs that timed them: 2.0 h of their 10.0 h); `NVIDIA H200` 5.5 min "
+        "in all (1 run; of it, the image evaluations: 2.2 min, 41%)."]
+    assert _machines_lines(gpu)[1] == "- Wall time of the finished runs: 5.5 min in all (of it, the image evaluations: " \
+                                      "2.2 min, 41%)."
 
 
 def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
@@ -1591,8 +1615,9 @@ def test_real_trainer_from_nothing_then_skip(tmp_path, real_trainer, capsys):
     # where the runs trained and for how long, from their manifests and final.json
     machine = json.loads((out / rows[0]["run_dir"] / "manifest.json").read_text())["device_name"]
     assert f"- Machines (the runs' manifest.json): `{machine}` (4 runs)." in report
-    hours = sum(float(r["wall_time_s"]) for r in rows) / 3600
-    assert f"- Wall time of the finished runs: {hours:.1f} h in all" in report
+    from gpgan.studies.report import _duration
+    seconds = math.fsum(float(r["wall_time_s"]) for r in rows)
+    assert f"- Wall time of the finished runs: {_duration(seconds)} in all" in report
     for ptype in ("r1", "wgan_gp"):
         vals = [float(r["final/eval/modes"]) for r in rows if r["penalty.type"] == ptype]
         mean, std = statistics.mean(vals), statistics.stdev(vals)

@@ -316,8 +316,8 @@ def _alt_text(caption):
 
 def _machines_lines(records):
     """Where the runs trained (their manifests' device names, with how many runs each) and the
-    finished runs' wall time in all, with the share of the image evaluations where the runs timed
-    them."""
+    finished runs' wall time in all (per machine, where they ran on several), with the share of the
+    image evaluations where the runs timed them."""
     counts = {}
     for rec in records:
         for name in rec.machines:
@@ -327,20 +327,42 @@ def _machines_lines(records):
         lines.append("- Machines (the runs' manifest.json): "
                      + ", ".join(f"`{name}` ({n} run{'s' if n != 1 else ''})" for name, n in counts.items()) + ".")
     finished = [r for r in records if r.status == "finished" and r.wall_time_s is not None]
-    if finished:
-        total = math.fsum(r.wall_time_s for r in finished)
-        timed = [r for r in finished if r.eval_time_s is not None]
-        evals = math.fsum(r.eval_time_s for r in timed)
-        if not timed:
-            said = "evaluations included"
-        elif len(timed) == len(finished):
-            said = f"of it, the image evaluations: {evals / 3600:.1f} h, {evals / total:.0%}"
-        else:
-            of = math.fsum(r.wall_time_s for r in timed)
-            said = (f"evaluations included; the image evaluations of the {len(timed)} runs that timed them: "
-                    f"{evals / 3600:.1f} h of their {of / 3600:.1f} h")
-        lines.append(f"- Wall time of the finished runs: {total / 3600:.1f} h in all ({said}).")
+    by_machine = {}
+    for rec in finished:
+        by_machine.setdefault("; ".join(rec.machines) or "machine not recorded", []).append(rec)
+    if len(by_machine) == 1:
+        lines.append(f"- Wall time of the finished runs: {_wall_time(finished)}.")
+    elif by_machine:  # a GPU's hours and a CPU's are not one sum
+        parts = [f"`{name}` {_wall_time(runs, count=True)}" for name, runs in by_machine.items()]
+        lines.append(f"- Wall time of the finished runs, by machine: {'; '.join(parts)}.")
     return lines
+
+
+def _duration(seconds):
+    """``seconds`` in words of the right unit: 42 s, 5.5 min, 6.4 h."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _wall_time(runs, count=False):
+    """The runs' wall time in all, with the share of the image evaluations where the runs timed
+    them (and, with ``count``, how many runs)."""
+    total = math.fsum(r.wall_time_s for r in runs)
+    timed = [r for r in runs if r.eval_time_s is not None]
+    evals = math.fsum(r.eval_time_s for r in timed)
+    if not timed:
+        said = "evaluations included"
+    elif len(timed) == len(runs):
+        said = f"of it, the image evaluations: {_duration(evals)}, {evals / total:.0%}"
+    else:
+        of = math.fsum(r.wall_time_s for r in timed)
+        said = (f"evaluations included; the image evaluations of the {len(timed)} runs that timed them: "
+                f"{_duration(evals)} of their {_duration(of)}")
+    runs_said = f"{len(runs)} run{'s' if len(runs) != 1 else ''}; " if count else ""
+    return f"{_duration(total)} in all ({runs_said}{said})"
 
 
 def _first_config(sweep):
