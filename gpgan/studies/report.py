@@ -339,7 +339,7 @@ def _machines_lines(records):
 
 
 def _duration(seconds):
-    """``seconds`` in words of the right unit: 42 s, 5.5 min, 6.4 h."""
+    """``seconds`` in the unit their size asks: whole seconds under a minute, then minutes, then hours."""
     if seconds < 60:
         return f"{seconds:.0f} s"
     if seconds < 3600:
