@@ -503,8 +503,8 @@ def test_durations_and_wall_time_per_machine():
         "- Wall time of the finished runs, by machine: `AMD EPYC, 2 logical cores` 15.0 h in all (2 runs; evaluations "
         "included; the image evaluations of the 1 runs that timed them: 2.0 h of their 10.0 h); `NVIDIA H200` 5.5 min "
         "in all (1 run; of it, the image evaluations: 2.2 min, 41%)."]
-    assert _machines_lines(gpu)[1] == "- Wall time of the finished runs: 5.5 min in all (of it, the image evaluations: " \
-                                      "2.2 min, 41%)."
+    assert _machines_lines(gpu)[1] == ("- Wall time of the finished runs: 5.5 min in all (of it, the image "
+                                       "evaluations: 2.2 min, 41%).")
 
 
 def test_runs_made_on_two_machines_meet_in_one_report(tmp_path, fake, capsys):
@@ -1831,7 +1831,8 @@ def test_dry_run_checks_new_runs_as_gpgan_train_does(tmp_path, capsys):
     # schema: the dry run builds each run to start, as gpgan-train --dry-run does, and names every
     # run that would fail. (An option the model's declaration refuses fails the sweep file: below.)
     base = "base: " + str(REPO / "configs" / "quickstart.yaml") + "\n"
-    path = write_sweep(tmp_path, "base: base.yaml\nset: {model.critic: resnet_critic, model.critic_options: {width: 8}}\n"
+    path = write_sweep(tmp_path, "base: base.yaml\n"
+                       "set: {model.critic: resnet_critic, model.critic_options: {width: 8}}\n"
                        "axes: {model.critic_options.image_size: [32, 30, 34]}\n", base_text=base)
     out = tmp_path / "out"
     assert main([str(path), "--out", str(out), "--dry-run"]) == 2  # a config gpgan-train refuses

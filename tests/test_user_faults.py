@@ -345,7 +345,8 @@ def test_a_folder_that_cannot_be_written_is_named_before_any_work(tmp_path, caps
         assert capsys.readouterr().err == (f"gpgan-ablate: error: {locked}: Permission denied (a folder this process "
                                            "cannot write in)\n")
     assert eval_cli.main(["real", "cifar10:test", "--ref", "cifar10:train", "--out", str(locked / "scores.json")]) == 1
-    assert capsys.readouterr().err == f"gpgan-eval: error: {locked}: Permission denied (a folder this process cannot write in)\n"
+    assert capsys.readouterr().err == (f"gpgan-eval: error: {locked}: Permission denied (a folder this process "
+                                       "cannot write in)\n")
     assert os.listdir(locked) == []
 
 

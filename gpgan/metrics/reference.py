@@ -26,7 +26,8 @@ from gpgan.files import NpzError, atomic_write, cache_dir, digest, open_npz, rea
 from gpgan.metrics.scores import feature_statistics
 
 __all__ = ["statistics_path", "features_path", "save_statistics", "load_statistics", "dataset_statistics",
-           "dataset_features", "DATASETS", "ACCEPTED_REFERENCES", "SOURCES_ACCEPTED", "Reference", "parse_reference", "load_reference"]
+           "dataset_features", "DATASETS", "ACCEPTED_REFERENCES", "SOURCES_ACCEPTED", "Reference", "parse_reference",
+           "load_reference"]
 
 DATASETS = ("cifar10", "image_folder")
 CIFAR10_ACCEPTED = "cifar10:train, cifar10:test"
