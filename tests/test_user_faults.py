@@ -297,6 +297,28 @@ def test_bad_arguments_exit_2_and_name_the_argument(tmp_path, toy_runs):
     assert not (tmp_path / "s").exists()
 
 
+@pytest.mark.parametrize("tool, args, message", [
+    ("train", ["--bogus"], "gpgan-train: error: unrecognized arguments: --bogus (`gpgan-train --help` lists what is "
+                           "accepted)"),
+    ("train", ["nothere.yaml"], "gpgan-train: error: config file "),
+    ("eval", [], "gpgan-eval: error: the following arguments are required: RUN_DIR_OR_CHECKPOINT (`gpgan-eval --help`"),
+    ("eval", ["stats", "--data", "svhn"], "gpgan-eval stats: error: argument --data: invalid choice: 'svhn' (choose "
+                                          "from 'cifar10', 'image_folder')"),
+    ("eval", ["real", "cifar10:test"], "gpgan-eval real: error: the following arguments are required: --ref"),
+    ("sample", ["run", "--n", "0", "--out", "s.png"], "gpgan-sample: error: --n must be at least 1, got 0"),
+    ("ablate", ["--jobs", "x", "sweep.yaml"], "gpgan-ablate: error: argument --jobs/-j: expected a whole number, "
+                                              "got 'x'"),
+])
+def test_command_line_mistakes_take_one_line_without_the_usage_block(tmp_path, tool, args, message):
+    """argparse's own errors (an unknown option, a missing argument, a bad choice) and the tools'
+    checks of their arguments: exit status 2, one line on stderr, nothing written."""
+    proc = subprocess.run([sys.executable, "-m", f"gpgan.cli.{tool}", *args], capture_output=True, text=True,
+                          cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(message), proc.stderr
+    assert "usage:" not in proc.stderr and os.listdir(tmp_path) == []
+
+
 def test_an_output_path_through_a_file_names_that_file(toy_runs, image_run, tmp_path, capsys):
     """--out under a file (a typo, a file where a folder was meant): every command names the file
     in one line, exits 1 and writes nothing; a folder that cannot be written names the output, not

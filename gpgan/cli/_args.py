@@ -1,4 +1,5 @@
-"""Argument types the command-line tools share (argparse ``type=``)."""
+"""What the command-line tools share of argparse: the argument types (``type=``) and a parser whose
+errors take one line."""
 import argparse
 
 
@@ -14,3 +15,17 @@ def whole_number(least):
             raise argparse.ArgumentTypeError(f"must be at least {least}, got {value}")
         return value
     return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors take one line on stderr, ``prog: error: message``, and exit
+    with status 2 (argparse's own prints its whole usage block first). An unknown option or a
+    missing argument also names where the accepted ones are listed: ``prog --help``."""
+
+    POINT_TO_HELP = ("unrecognized arguments", "the following arguments are required", "ambiguous option",
+                     "expected one argument")
+
+    def error(self, message):
+        if any(phrase in message for phrase in self.POINT_TO_HELP):
+            message = f"{message} (`{self.prog} --help` lists what is accepted)"
+        self.exit(2, f"{self.prog}: error: {message}\n")

@@ -18,7 +18,7 @@ import argparse
 import os
 import sys
 
-from gpgan.cli._args import whole_number
+from gpgan.cli._args import Parser, whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import stopped_by_signals
 from gpgan.files import check_folder_path, check_writable_folder_path
@@ -95,7 +95,7 @@ cancelled, each trainer saves a checkpoint) and the report are as for a local sw
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpgan-ablate", epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run every combination of a sweep file's axes as a gpgan-train run (skipping\n"
                     "finished runs, resuming unfinished ones) and write results.csv, REPORT.md and\n"

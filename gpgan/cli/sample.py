@@ -15,7 +15,7 @@ import sys
 
 import numpy
 
-from gpgan.cli._args import whole_number
+from gpgan.cli._args import Parser, whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure, stopped_by_signals
 from gpgan.files import make_folder, staged_folder
@@ -61,7 +61,7 @@ def _out_dir(text):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpgan-sample",
         description="Draw samples from a trained generator: an image grid, rows of latent "
                     "interpolations, (2-D toy data) generated points over real points, or many "

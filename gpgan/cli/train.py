@@ -12,6 +12,7 @@ import shlex
 import sys
 import traceback
 
+from gpgan.cli._args import Parser
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure
 from gpgan.train.config import VOLATILE_KEYS, ConfigError, dump_config
@@ -45,7 +46,7 @@ or gradient), 130 interrupted.
 
 
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="gpgan-train",
         description="Train a gradient-penalty GAN from a YAML config. Writes a run folder "
                     "<out>/<config name>/<name or timestamp>/ with config.yaml, manifest.json, "
