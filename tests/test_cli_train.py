@@ -488,7 +488,7 @@ def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(
     assert (run / "checkpoints" / f"ckpt_{expected:06d}.npz").exists()
     proc = gpgan_train("--resume", str(run), "--quiet", check=0)
     assert "already finished (stopped early" in proc.stderr
-    assert "pass --set train.patience=N (larger) to continue it" in proc.stderr
+    assert "pass --set train.patience=N (larger) or a smaller train.patience_min_delta to continue it" in proc.stderr
 
     # Stopped just before that evaluation, or at it (patience spent, checkpoint saved, no
     # final.json), and resumed: it ends at the same step with the same records.
@@ -512,3 +512,69 @@ def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(
     gpgan_train("--resume", str(capped), "--quiet", check=0)
     assert json.loads((capped / "final.json").read_text())["stop"] == final["stop"]
     assert_same_weights(capped, run)
+
+
+
+@pytest.mark.parametrize("metric, values, delta, stop_at, saves", [
+    # FID creeping down by less than 0.5: the three small gains count as stalls, each still saved
+    ("eval/fid", [100.0, 90.0, 89.8, 89.6, 89.5], 0.5, 5, 5),
+    ("eval/fid", [100.0, 90.0, 89.8, 89.6, 89.5], 0.0, None, 5),
+    # a gain over the mark larger than the delta restarts the count, though the best had moved since
+    ("eval/fid", [100.0, 90.0, 89.8, 89.4, 89.3, 89.2], 0.5, None, 6),
+    # precision rises (a "max" metric); a fall is a stall
+    ("eval/precision", [0.5, 0.52, 0.50, 0.524], 0.025, 4, 3),
+])
+def test_patience_min_delta_counts_only_gains_larger_than_it(metric, values, delta, stop_at, saves):
+    """train.patience 3 with train.patience_min_delta: an evaluation counts as an improvement when
+    it beats the value at the last counted one by more than the delta; best.npz follows every gain."""
+    from gpgan.train.loop import Trainer
+
+    trainer = Trainer.__new__(Trainer)  # the rule alone, on a trainer without models
+    trainer.tc = {"patience": 3, "patience_min_delta": delta}
+    trainer.best_metric, trainer.best_value, trainer.patience_mark, trainer.evals_since_best = metric, None, None, 0
+    saved = []
+    trainer.save_checkpoint = saved.append
+    trainer.run = type("Run", (), {"best_checkpoint_path": "best.npz"})()
+    stopped = None
+    for number, value in enumerate(values, 1):
+        trainer._keep_best({metric: value})
+        if stopped is None and trainer._patience_spent():
+            stopped = number
+    assert stopped == stop_at and len(saved) == saves
+    assert trainer.best_value == (max(values) if metric == "eval/precision" else min(values))
+    if stop_at and delta:
+        assert f"by more than {delta:g} in 3 evaluations" in trainer._patience_spent()
+
+
+def test_patience_min_delta_through_the_command_line_and_resume(tmp_path):
+    """The key through gpgan-train: the stop it says, the step it ends at (found from the run's own
+    metrics.jsonl by the rule), the hint on resume, and a resume with a smaller delta (and no
+    patience) that goes on to the end as the run without a stop does."""
+    patience, delta = 3, 0.03
+    base = TINY + ["train.steps=200", "train.eval_interval=10", "train.best_metric=eval/high_quality",
+                   "optim.generator.schedule=constant", "optim.critic.schedule=constant"]
+    args = [QUICKSTART, *sets(base + [f"train.patience={patience}", f"train.patience_min_delta={delta}"]),
+            "--out", str(tmp_path), "--quiet"]
+    gpgan_train(*args, "--name", "a", check=0)
+    run = tmp_path / "quickstart" / "a"
+    mark, since, expected = None, 0, None
+    for record in metrics(run):
+        value = record.get("eval/high_quality")
+        if value is None:
+            continue
+        if mark is None or value > mark + delta:
+            mark, since = value, 0
+        else:
+            since += 1
+        if since == patience:
+            expected = record["step"]
+            break
+    final = json.loads((run / "final.json").read_text())
+    assert expected is not None and final["steps"] == expected < 200
+    assert f"by more than {delta:g} in {patience} evaluations" in final["stop"]
+    proc = gpgan_train("--resume", str(run), "--quiet", check=0)
+    assert "or a smaller train.patience_min_delta" in proc.stderr
+    gpgan_train("--resume", str(run), "--set", "train.patience_min_delta=0", "--set", "train.patience=0", "--quiet",
+                check=0)
+    gpgan_train(QUICKSTART, *sets(base), "--out", str(tmp_path), "--quiet", "--name", "b", check=0)
+    assert metrics(run) == metrics(tmp_path / "quickstart" / "b") and metrics(run)[-1]["step"] == 200

@@ -28,7 +28,7 @@ examples:
   gpgan-train --resume experiments/quickstart/run1/checkpoints/ckpt_002000.npz --name fork
 
 On resume the config comes from the run folder; only train.steps (to grow the run),
-train.patience, {volatile} may differ (via --set, --device, or a CONFIG that differs only
+train.patience, train.patience_min_delta, {volatile} may differ (via --set, --device, or a CONFIG that differs only
 there). metrics.jsonl is cut back to the checkpoint's step, and the run continues exactly as the
 uninterrupted run would have. Resuming from a checkpoint file starts a new run folder from it
 (beside the original, or under --out), leaving the original untouched. Run
@@ -42,7 +42,7 @@ same N exactly. `mpiexec -n 2 gpgan-train configs/r1_cifar.yaml --device cuda`.
 Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
 1 error (missing data, a full disk), 2 bad command line or config, 3 diverged (a non-finite loss
 or gradient), 130 interrupted.
-""".format(volatile=", ".join(VOLATILE_KEYS[:-1]) + " and " + VOLATILE_KEYS[-1])  # RESUMABLE_CHANGES: train.steps and these
+""".format(volatile=", ".join(VOLATILE_KEYS[:-1]) + " and " + VOLATILE_KEYS[-1])  # RESUMABLE_CHANGES: RUN_END_KEYS and these
 
 
 def build_parser():

@@ -21,10 +21,11 @@ def direction(name):
     return "min" if _MINIMIZED.search(name) else "max"
 
 
-def is_better(name, value, than):
-    """Whether ``value`` of metric ``name`` beats ``than`` (None: anything finite beats it)."""
+def is_better(name, value, than, by=0.0):
+    """Whether ``value`` of metric ``name`` beats ``than`` by more than ``by`` (>= 0, in the
+    metric's units; None: anything finite beats it)."""
     if value != value:  # NaN never wins
         return False
     if than is None:
         return True
-    return value > than if direction(name) == "max" else value < than
+    return value > than + by if direction(name) == "max" else value < than - by

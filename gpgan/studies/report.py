@@ -384,7 +384,8 @@ def _evaluated_samples(config):
 _IMAGE_METRIC_NAMES = {"fid": "FID", "kid": "KID", "is": "Inception Score", "pr": f"precision/recall (k = {PR_K})",
                        "dc": f"density/coverage (k = {DC_K})"}
 _EVALUATION_KEYS = ("eval.metrics", "eval.samples", "eval.reference", "train.eval_interval", "train.eval_samples",
-                    "train.best_metric", "train.patience", "train.ema.enabled", "data.name", "data.split")
+                    "train.best_metric", "train.patience", "train.patience_min_delta", "train.ema.enabled",
+                    "data.name", "data.split")
 
 
 def _evaluation_line(sweep, config):
@@ -409,8 +410,9 @@ def _evaluation_line(sweep, config):
         what = f"{names} of {_evaluated_samples(config):,} samples of the {generator} (fixed noise) against {against}"
     else:
         return []
+    by = f" by more than {tc['patience_min_delta']:g}" if tc["patience_min_delta"] else ""
     stop = f"; `train.patience` {tc['patience']}: a run ends after that many evaluations without a better " \
-           f"{best_metric(config)}" if tc["patience"] else ""
+           f"{best_metric(config)}{by}" if tc["patience"] else ""
     varied = set(sweep.axes) | set(sweep.varied_keys)
     varies = [k for k in _EVALUATION_KEYS if k in varied]
     verb = "vary" if len(varies) > 1 else "varies"

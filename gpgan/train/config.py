@@ -12,7 +12,7 @@ from gpgan.schema import ConfigError, Entries, Field, Schema, diff_configs, get_
 __all__ = [
     "SCHEMA", "CONFIG_SCHEMA", "Field", "ConfigError", "load_config", "validate_config", "apply_overrides",
     "parse_override", "default_config", "diff_configs", "get_key", "config_reference_markdown",
-    "dump_config", "VOLATILE_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
+    "dump_config", "VOLATILE_KEYS", "RUN_END_KEYS", "RESUMABLE_CHANGES", "images_per_step", "schedule_images",
     "num_classes", "best_metric", "CONDITIONAL_PENALTIES", "OPTIMIZERS", "OPTIMIZER_OPTIONS",
 ]
 
@@ -205,6 +205,9 @@ SCHEMA = {
         "patience": Field("int", 0, "stop early when train.best_metric has not improved in this many evaluations "
                           "in a row (0: never): the run ends finished at that step, with a checkpoint, and "
                           "final.json says why", minimum=0),
+        "patience_min_delta": Field("float", 0.0, "the least gain of train.best_metric, in its units (e.g. 0.5 "
+                                    "FID), that train.patience counts as an improvement: smaller gains still "
+                                    "move checkpoints/best.npz but not the count", minimum=0.0),
         "n_samples": Field("int", 64, "images in each sample grid (points in each scatter plot: "
                            "eval_samples)", minimum=1),
         "stop_after": Field("int", None, "stop as if interrupted (checkpoint, exit 130) after this "
@@ -286,10 +289,12 @@ SCHEMA = {
 #: Keys that say where a run trains and where it pauses, not what it computes: a run folder and a
 #: config that differ only here describe the same run (a sweep skips or resumes it).
 VOLATILE_KEYS = ("train.stop_after", "train.cuda_graph", "device")
-#: Keys a resumed run may change: the volatile ones, train.steps (only up) and train.patience. Both
-#: say when the run ends; train.steps also sets the length of the schedules that follow it (a linear
-#: decay, cosines without schedule.total_images), which a longer run then stretches.
-RESUMABLE_CHANGES = ("train.steps", "train.patience") + VOLATILE_KEYS
+#: Keys that say when a run ends: train.steps also sets the length of the schedules that follow it
+#: (a linear decay, cosines without schedule.total_images), which a longer run then stretches.
+RUN_END_KEYS = ("train.steps", "train.patience", "train.patience_min_delta")
+#: Keys a resumed run may change: the volatile ones and those that say when it ends (train.steps
+#: only up).
+RESUMABLE_CHANGES = RUN_END_KEYS + VOLATILE_KEYS
 
 
 def _check_penalty_center(config):

@@ -10,8 +10,8 @@ and every step that one process may fail runs through ``comm.on_root`` or ``comm
 a failure reaches every process (none waits for one that gave up).
 
 Resuming takes the config from the run folder. Only ``train.steps`` (to extend a run; it may
-only grow), ``train.patience``, ``train.stop_after``, ``train.cuda_graph`` and ``device`` may differ
-(:data:`~gpgan.train.config.RESUMABLE_CHANGES`); any other difference is refused, naming the
+only grow), ``train.patience``, ``train.patience_min_delta``, ``train.stop_after``,
+``train.cuda_graph`` and ``device`` may differ (:data:`~gpgan.train.config.RESUMABLE_CHANGES`); any other difference is refused, naming the
 changed keys. The newest checkpoint that reads back whole is used; damaged newer ones are set
 aside (renamed ``*.damaged``) and named.
 """
@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from gpgan.files import atomic_write, check_writable_folder_path, error_text
 from gpgan.train.config import (
     RESUMABLE_CHANGES,
+    RUN_END_KEYS,
     VOLATILE_KEYS,
     ConfigError,
     apply_overrides,
+    get_key,
     load_config,
     schedules_following_steps,
     validate_config,
@@ -130,8 +132,7 @@ def resume_config(run, config_path=None, overrides=()):
     else:
         base = apply_overrides(saved, [("train.stop_after", None)])
         requested = validate_config(apply_overrides(base, overrides), source="the run's config.yaml + --set")
-    changed = [d for d in run.config_differences(requested, ignore=VOLATILE_KEYS)
-               if d[0] not in ("train.steps", "train.patience")]
+    changed = [d for d in run.config_differences(requested, ignore=VOLATILE_KEYS) if d[0] not in RUN_END_KEYS]
     if changed:
         details = "; ".join(f"{k}: run has {old!r}, requested {new!r}" for k, old, new in changed)
         raise ConfigError(f"cannot resume with a changed config ({details}). Only "
@@ -202,12 +203,13 @@ def _resume(run, config_path, overrides, quiet, argv, comm):
     """:func:`resume_run` of ``run``, whose lock this process holds (rank 0)."""
     saved = run.read_config()
     config = resume_config(run, config_path, overrides)
-    same_end = all(config["train"][k] == saved["train"][k] for k in ("steps", "patience"))
+    same_end = all(get_key(config, key) == get_key(saved, key) for key in RUN_END_KEYS)
     if run.is_finished() and same_end:
         run.release()
         early = run.stopped_early()
         # More steps do not continue a run that train.patience ended: it would stop where it is.
-        hint = "--set train.patience=N (larger)" if early else "--set train.steps=N (larger)"
+        hint = ("--set train.patience=N (larger) or a smaller train.patience_min_delta" if early
+                else "--set train.steps=N (larger)")
         return Launch(None, run, [f"{run.path} already finished ({early or 'all its steps'}); pass {hint} to "
                                   "continue it"])
     trainer = make_trainer(config, run, quiet, comm)

@@ -103,7 +103,10 @@ class Trainer:
         self.monitor = Monitor(self.parts, run, images=self.image_metrics)
         self.best_metric = best_metric(config)
         self.best_value = None  # the best evaluation of best_metric so far (checkpoints/best.npz)
-        self.evals_since_best = 0  # evaluations in a row that did not beat best_value (train.patience)
+        # train.patience's count: evaluations in a row that did not beat patience_mark, the value at the
+        # last improvement by more than train.patience_min_delta (with 0, patience_mark is best_value)
+        self.evals_since_best = 0
+        self.patience_mark = None
         self.wall_time = 0.0
         self.last = {}          # the latest value of each step output (device scalars or floats)
         self._last_batch = None
@@ -161,7 +164,7 @@ class Trainer:
         meta = {"step": self.step, "data": self.parts.loader.state_dict(), "wall_time_s": self.wall_time,
                 "last": {k: float(v) for k, v in self.last.items()}, "gpgan_version": gpgan.__version__,
                 "best": {"metric": self.best_metric, "value": self.best_value,
-                         "evals_since": self.evals_since_best}}
+                         "evals_since": self.evals_since_best, "patience_mark": self.patience_mark}}
         if self._owed is not None:
             meta["owed"] = self._owed
         if self.parts.augment is not None:  # ADA's p and its adaptation's sums (floats, exact in JSON)
@@ -186,27 +189,37 @@ class Trainer:
         same = best.get("metric") == self.best_metric
         self.best_value = best.get("value") if same else None
         self.evals_since_best = int(best.get("evals_since", 0)) if same else 0
+        # checkpoints before train.patience_min_delta: their mark was the best value
+        self.patience_mark = best.get("patience_mark", self.best_value) if same else None
         self._owed = meta.get("owed")
         return self.step
 
     def _keep_best(self, evaluation):
-        """Save checkpoints/best.npz when ``evaluation`` beats the best value of the best metric."""
+        """Save checkpoints/best.npz when ``evaluation`` beats the best value of the best metric,
+        and count it for train.patience unless it beats the mark by more than train.patience_min_delta."""
         value = evaluation.get(self.best_metric)
         if value is None:
             return
-        if is_better(self.best_metric, value, self.best_value):
-            self.best_value, self.evals_since_best = value, 0
-            self.save_checkpoint(self.run.best_checkpoint_path)
+        if is_better(self.best_metric, value, self.patience_mark, by=self.tc["patience_min_delta"]):
+            self.patience_mark, self.evals_since_best = value, 0
         else:
             self.evals_since_best += 1
+        if is_better(self.best_metric, value, self.best_value):
+            self.best_value = value
+            self.save_checkpoint(self.run.best_checkpoint_path)
 
     def _patience_spent(self):
         """Why the run stops early (train.patience evaluations without a better best metric), or None."""
         patience = self.tc["patience"]
         if not patience or self.evals_since_best < patience:
             return None
-        return (f"stopped early: {self.best_metric} did not improve on {self.best_value:.6g} in "
-                f"{self.evals_since_best} evaluations (train.patience: {patience})")
+        delta = self.tc["patience_min_delta"]
+        if not delta:
+            return (f"stopped early: {self.best_metric} did not improve on {self.best_value:.6g} in "
+                    f"{self.evals_since_best} evaluations (train.patience: {patience})")
+        return (f"stopped early: {self.best_metric} did not improve on {self.patience_mark:.6g} by more than "
+                f"{delta:g} in {self.evals_since_best} evaluations (train.patience: {patience}; best "
+                f"{self.best_value:.6g})")
 
     # -- stops --------------------------------------------------------------------------------
     def _raise_on_fault(self):
