@@ -487,11 +487,14 @@ def test_the_report_gives_the_evaluations_share_of_the_wall_time_where_runs_time
 def test_durations_and_wall_time_per_machine():
     """Seconds, minutes or hours as the size asks; runs of several machines are timed per machine
     (a GPU's hours and a CPU's are not one sum)."""
-    from gpgan.studies.report import _duration, _machines_lines
+    from gpgan.studies.report import _duration, _duration_cell, _machines_lines
     from gpgan.studies.results import RunRecord
 
     assert [_duration(s) for s in (0.4, 59.4, 60, 330, 3599, 3600, 23040)] == [
         "0 s", "59 s", "1.0 min", "5.5 min", "60.0 min", "1.0 h", "6.4 h"]
+    # the final table's cells (mean, std over seeds or None, n): the spread in the mean's unit
+    assert [_duration_cell(s) for s in ((73480.0, None, 1), (333.0, None, 1), (7200.0, 360.0, 2), (0.0, None, 0))] \
+        == ["20.4 h", "5.5 min", "2.0 ± 0.1 h", "n/a"]
 
     def run(machine, wall, evals):
         return RunRecord(spec=None, status="finished", wall_time_s=wall, eval_time_s=evals, machines=(machine,))

@@ -338,13 +338,28 @@ def _machines_lines(records):
     return lines
 
 
-def _duration(seconds):
-    """``seconds`` in the unit their size asks: whole seconds under a minute, then minutes, then hours."""
+def _duration_unit(seconds):
+    """(seconds in the unit, unit, format) for a duration of ``seconds``: whole seconds under a
+    minute, then minutes, then hours, to a tenth."""
     if seconds < 60:
-        return f"{seconds:.0f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
+        return 1, "s", ".0f"
+    return (60, "min", ".1f") if seconds < 3600 else (3600, "h", ".1f")
+
+
+def _duration(seconds):
+    """``seconds`` in the unit their size asks (``45 s``, ``5.5 min``, ``20.4 h``)."""
+    scale, unit, fmt = _duration_unit(seconds)
+    return f"{seconds / scale:{fmt}} {unit}"
+
+
+def _duration_cell(stat):
+    """A table cell of durations: the mean (± the std over seeds) in the mean's unit."""
+    mean, std, n = stat
+    if n == 0:
+        return "n/a"
+    scale, unit, fmt = _duration_unit(mean)
+    spread = "" if std is None else f" ± {std / scale:{fmt}}"
+    return f"{mean / scale:{fmt}}{spread} {unit}"
 
 
 def _wall_time(runs, count=False):
@@ -473,7 +488,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir, so_fa
     final_rows, best_rows, at_best_rows, trend_rows = [], [], [], []
     for st in stats:
         base = [_val(st.values[k]) for k in sweep.setting_axes] + [f"{len(st.finished)}/{len(st.records)}"]
-        final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_cell(st.wall)])
+        final_rows.append(base + [_cell(st.final[m]) for m, _ in metrics] + [_duration_cell(st.wall)])
         best_rows.append(base + [_cell(st.best[m]) for m, _ in metrics])
         at_best_rows.append(base + [_cell(st.at_best[m]) for m, _ in metrics])
         trend_rows.append(base + [_trend_cell(st.trend[m]) for m, _ in metrics] + [_ended_by(st.finished)])
@@ -485,7 +500,7 @@ def _markdown(sweep, records, stats, panels, metrics, figures, report_dir, so_fa
     lines += ["## Final metrics", "",
               "The last evaluation of each run, then mean ± std over seeds. A run that `train.patience` ended "
               "had gone `train.patience` evaluations past its best when it stopped.", ""]
-    lines += _table(header + ["wall time (s)"], final_rows) + real + [""]
+    lines += _table(header + ["wall time"], final_rows) + real + [""]
     lines += ["## Best value during training", "",
               "Each metric's best evaluation of each run (max or min by its direction; two metrics' bests can be "
               "at different evaluations), then mean ± std over seeds.",
