@@ -30,7 +30,7 @@ from gpgan.studies import IGNORED, SweepError, expand_runs, load_sweep
 from gpgan.studies.statistics import mean_std
 from gpgan.studies.runner import stderr_tail
 from gpgan.viz import PALETTE
-from helpers import FAKE_TRAINER, read_csv
+from helpers import FAKE_TRAINER, gpgan_train, read_csv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -1759,6 +1759,16 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
             f"{modes[0]:.4g} at step 6, last {modes[0]:.4g} at step 6 (1 evaluation)\n") in report
     assert "non-finite gradient of the critic" in rows["1e+38"]["error"] and "at step 1" in rows["1e+38"]["error"]
     assert "--resume" in rows["1.0"]["error"]  # gpgan-train's own hint after stop_after
+    # Trained on by hand past that attempt (gpgan-train --resume), the run is unfinished again, not
+    # interrupted: the sweep's failure record, written at step 6, no longer describes it.
+    logs = out / "logs" / "type-r1__weight-1.0__seed-0"
+    assert json.loads((logs / "failure.json").read_text())["step"] == 6
+    gpgan_train("--resume", str(out / "runs" / "quickstart" / "type-r1__weight-1.0__seed-0"), "--set",
+                "train.stop_after=10", "--quiet", check=130)
+    main([str(sweep), "--out", str(out), "--report-only"])
+    rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
+    assert rows["1.0"]["status"] == "unfinished" and rows["1.0"]["error"] == ""
+    assert "- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 10 of 12;" in (out / "REPORT.md").read_text()
     capsys.readouterr()
     assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
     assert "skip     type-r1__weight-1e+38__seed-0\n" in capsys.readouterr().out

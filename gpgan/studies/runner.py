@@ -109,9 +109,24 @@ def find_run_dir(out_dir, name):
 FAILURE_STATUSES = ("failed", "interrupted", "diverged")
 
 
+def logged_through(run_dir):
+    """The last step in the run folder's metrics.jsonl, or None (no folder, no records, a damaged
+    file)."""
+    if run_dir is None:
+        return None
+    try:
+        records = RunFolder(run_dir).read_metrics()
+    except (OSError, ValueError):
+        return None
+    step = records[-1].get("step") if records else None
+    return step if isinstance(step, int) and not isinstance(step, bool) else None
+
+
 def read_failure(out_dir, name):
     """(status, error) of run ``name``'s last unsuccessful attempt, from OUT/logs/<name>/failure.json
-    (status "failed", "interrupted" or "diverged"), or None."""
+    (status "failed", "interrupted" or "diverged"), or None: also when the run has logged steps past
+    the record's ``step`` since (trained on by hand, ``gpgan-train --resume``), as the record then
+    describes an attempt that a later one went beyond."""
     try:
         with open(failure_path(out_dir, name)) as fh:
             data = json.load(fh)
@@ -119,6 +134,11 @@ def read_failure(out_dir, name):
         return None
     if not isinstance(data, dict):
         return None
+    step = data.get("step")
+    if isinstance(step, int) and not isinstance(step, bool):
+        now = logged_through(find_run_dir(out_dir, name))
+        if now is not None and now > step:
+            return None
     status = data.get("status") if data.get("status") in FAILURE_STATUSES else "failed"
     return status, str(data.get("error") or f"exit code {data.get('returncode')}")
 
@@ -371,9 +391,12 @@ class _Runner:
             # Exit 130 (Ctrl-C, train.stop_after) with a checkpoint: stopped, not broken.
             status = ("interrupted" if rc in (130, -signal.SIGINT) and new_dir is not None
                       and RunFolder(new_dir).has_checkpoint() else "diverged" if rc == EXIT_DIVERGED else "failed")
+            # the step the run had logged through: a later attempt by hand that goes past it makes
+            # this record stale (read_failure)
+            record = {"status": status, "returncode": rc, "command": cmd, "error": error,
+                      "step": logged_through(new_dir)}
             with open(failure, "w") as fh:
-                fh.write(json.dumps({"status": status, "returncode": rc, "command": cmd, "error": error}, indent=1)
-                         + "\n")
+                fh.write(json.dumps(record, indent=1) + "\n")
             result = JobResult(spec.name, action, status, rc, seconds, error, cpu_seconds=cpu)
         with self.lock:
             self.done += 1
