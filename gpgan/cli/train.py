@@ -28,11 +28,12 @@ examples:
   gpgan-train --resume experiments/quickstart/run1/checkpoints/ckpt_002000.npz --name fork
 
 On resume the config comes from the run folder; only train.steps (to grow the run),
-train.patience, train.patience_min_delta, {volatile} may differ (via --set, --device, or a CONFIG that differs only
-there). metrics.jsonl is cut back to the checkpoint's step, and the run continues exactly as the
-uninterrupted run would have. Resuming from a checkpoint file starts a new run folder from it
-(beside the original, or under --out), leaving the original untouched. Run
-`python -m gpgan.train.config` for every config key.
+train.patience, train.patience_min_delta, {volatile}
+may differ (via --set, --device, or a CONFIG that differs only there). metrics.jsonl is cut
+back to the checkpoint's step, and the run continues exactly as the uninterrupted run would
+have. Resuming from a checkpoint file starts a new run folder from it (beside the original, or
+under --out), leaving the original untouched. Run `python -m gpgan.train.config` for every
+config key.
 
 Under `mpiexec -n N` (or `srun --mpi=pmi2`) the processes train one run data-parallel: each takes
 train.batch_size / N of every batch, gradients are averaged (MPI on the CPU, NCCL between GPUs:

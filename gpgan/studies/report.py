@@ -347,7 +347,7 @@ def _duration_unit(seconds):
 
 
 def _duration(seconds):
-    """``seconds`` in the unit their size asks (``45 s``, ``5.5 min``, ``20.4 h``)."""
+    """``seconds`` in the unit their size asks, with the unit's name (:func:`_duration_unit`)."""
     scale, unit, fmt = _duration_unit(seconds)
     return f"{seconds / scale:{fmt}} {unit}"
 
