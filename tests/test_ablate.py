@@ -1768,7 +1768,8 @@ def test_real_trainer_failure_and_resume(tmp_path, real_trainer, capsys):
     main([str(sweep), "--out", str(out), "--report-only"])
     rows = {r["penalty.weight"]: r for r in read_csv(out / "results.csv")}
     assert rows["1.0"]["status"] == "unfinished" and rows["1.0"]["error"] == ""
-    assert "- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 10 of 12;" in (out / "REPORT.md").read_text()
+    assert ("- `type-r1__weight-1.0__seed-0`: unfinished, checkpoint at step 10 of 12;"
+            in (out / "REPORT.md").read_text())
     capsys.readouterr()
     assert main([str(sweep), "--out", str(out), "--jobs", "2", "--dry-run"]) == 0
     assert "skip     type-r1__weight-1e+38__seed-0\n" in capsys.readouterr().out

@@ -514,7 +514,6 @@ def test_patience_ends_the_run_where_its_best_metric_stalls_and_resumes_exactly(
     assert_same_weights(capped, run)
 
 
-
 @pytest.mark.parametrize("metric, values, delta, stop_at, saves", [
     # FID creeping down by less than 0.5: the three small gains count as stalls, each still saved
     ("eval/fid", [100.0, 90.0, 89.8, 89.6, 89.5], 0.5, 5, 5),

@@ -43,7 +43,7 @@ same N exactly. `mpiexec -n 2 gpgan-train configs/r1_cifar.yaml --device cuda`.
 Ctrl-C (or SIGTERM) saves a checkpoint and exits with status 130. Exit status: 0 finished,
 1 error (missing data, a full disk), 2 bad command line or config, 3 diverged (a non-finite loss
 or gradient), 130 interrupted.
-""".format(volatile=", ".join(VOLATILE_KEYS[:-1]) + " and " + VOLATILE_KEYS[-1])  # RESUMABLE_CHANGES: RUN_END_KEYS and these
+""".format(volatile=", ".join(VOLATILE_KEYS[:-1]) + " and " + VOLATILE_KEYS[-1])  # says RESUMABLE_CHANGES
 
 
 def build_parser():

@@ -11,8 +11,8 @@ a failure reaches every process (none waits for one that gave up).
 
 Resuming takes the config from the run folder. Only ``train.steps`` (to extend a run; it may
 only grow), ``train.patience``, ``train.patience_min_delta``, ``train.stop_after``,
-``train.cuda_graph`` and ``device`` may differ (:data:`~gpgan.train.config.RESUMABLE_CHANGES`); any other difference is refused, naming the
-changed keys. The newest checkpoint that reads back whole is used; damaged newer ones are set
+``train.cuda_graph`` and ``device`` may differ (:data:`~gpgan.train.config.RESUMABLE_CHANGES`); any
+other difference is refused, naming the changed keys. The newest checkpoint that reads back whole is used; damaged newer ones are set
 aside (renamed ``*.damaged``) and named.
 """
 import os
@@ -23,7 +23,6 @@ from gpgan.files import atomic_write, check_writable_folder_path, error_text
 from gpgan.train.config import (
     RESUMABLE_CHANGES,
     RUN_END_KEYS,
-    VOLATILE_KEYS,
     ConfigError,
     apply_overrides,
     get_key,
@@ -132,7 +131,7 @@ def resume_config(run, config_path=None, overrides=()):
     else:
         base = apply_overrides(saved, [("train.stop_after", None)])
         requested = validate_config(apply_overrides(base, overrides), source="the run's config.yaml + --set")
-    changed = [d for d in run.config_differences(requested, ignore=VOLATILE_KEYS) if d[0] not in RUN_END_KEYS]
+    changed = run.config_differences(requested, ignore=RESUMABLE_CHANGES)
     if changed:
         details = "; ".join(f"{k}: run has {old!r}, requested {new!r}" for k, old, new in changed)
         raise ConfigError(f"cannot resume with a changed config ({details}). Only "

@@ -214,12 +214,12 @@ class Trainer:
         if not patience or self.evals_since_best < patience:
             return None
         delta = self.tc["patience_min_delta"]
-        if not delta:
-            return (f"stopped early: {self.best_metric} did not improve on {self.best_value:.6g} in "
-                    f"{self.evals_since_best} evaluations (train.patience: {patience})")
-        return (f"stopped early: {self.best_metric} did not improve on {self.patience_mark:.6g} by more than "
-                f"{delta:g} in {self.evals_since_best} evaluations (train.patience: {patience}; best "
-                f"{self.best_value:.6g})")
+        if delta:  # the count runs against the mark, which the best may have passed by less than delta
+            on, best = f"{self.patience_mark:.6g} by more than {delta:g}", f"; best {self.best_value:.6g}"
+        else:
+            on, best = f"{self.best_value:.6g}", ""
+        return (f"stopped early: {self.best_metric} did not improve on {on} in {self.evals_since_best} "
+                f"evaluations (train.patience: {patience}{best})")
 
     # -- stops --------------------------------------------------------------------------------
     def _raise_on_fault(self):
