@@ -115,6 +115,30 @@ def test_a_failed_write_removes_the_folders_it_made_and_keeps_those_that_were_th
     assert os.listdir(tmp_path / "kept" / "o") == ["other.txt"]
 
 
+def test_a_folder_removed_by_another_writers_rollback_is_made_again(tmp_path, monkeypatch):
+    # Two writers into one new folder: the first makes it, the second finds it there, then the
+    # first's failed write removes it again (still empty) just before the second creates its
+    # temporary in it. The second must make it again and write, not fail on a missing folder.
+    def fill_staged(path):
+        with staged_folder(path) as staging:
+            open(os.path.join(staging, "0.png"), "w").close()
+
+    for name, make in (("mkstemp", lambda path: atomic_write(path, "x")), ("mkdtemp", fill_staged)):
+        real = getattr(tempfile, name)
+        removed = []
+
+        def after_a_rollback(dir, prefix, suffix, real=real, removed=removed):
+            if not removed:
+                os.rmdir(dir)  # the other writer's remove_empty_folders
+                removed.append(dir)
+            return real(dir=dir, prefix=prefix, suffix=suffix)
+
+        monkeypatch.setattr(tempfile, name, after_a_rollback)
+        target = tmp_path / name / "new" / "out"
+        make(target)
+        assert removed == [str(target.parent)] and target.exists()
+
+
 def test_replaced_folder_swaps_the_whole_folder_or_leaves_it(tmp_path):
     out = tmp_path / "records"
     with replaced_folder(out) as staging:

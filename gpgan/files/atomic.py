@@ -15,6 +15,7 @@ __all__ = ["append_text", "atomic_write", "check_folder_path", "check_writable_f
            "error_text", "is_temporary", "make_folder", "replaced_folder", "staged_folder"]
 
 _TMP_SUFFIX = ".tmp"
+_MAKE_ATTEMPTS = 3  # of a temporary whose folder a concurrent writer's rollback removed
 _TEMPORARY = re.compile(r"^\..+\.[^.]+" + re.escape(_TMP_SUFFIX) + "$")
 
 
@@ -71,7 +72,9 @@ def missing_folders(path):
 
 
 def remove_empty_folders(folders):
-    """Remove ``folders`` (from :func:`missing_folders`) innermost first while they are empty."""
+    """Remove ``folders`` (from :func:`missing_folders`) innermost first while they are empty. A
+    concurrent writer that made the same folders may see one go between making it and creating its
+    temporary there; :func:`atomic_write` and :func:`staged_folder` make it again and go on."""
     for folder in reversed(folders):
         try:
             os.rmdir(folder)
@@ -90,18 +93,22 @@ def _temporary_beside(path, folder):
     knows, with the mode a plain new file (folder) would get; the folders above are made. An
     OSError names ``path``, not the temporary, which the user never asked for."""
     parent = os.path.dirname(os.path.abspath(path))
-    make_folder(parent)
     options = dict(dir=parent, prefix="." + os.path.basename(os.path.abspath(path)) + ".", suffix=_TMP_SUFFIX)
-    try:
-        if folder:
-            tmp = tempfile.mkdtemp(**options)
-        else:
-            fd, tmp = tempfile.mkstemp(**options)
-            os.close(fd)
-        os.chmod(tmp, (0o777 if folder else 0o666) & ~_umask())  # tempfile makes them owner-only
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
-    return tmp
+    for attempt in range(_MAKE_ATTEMPTS):
+        make_folder(parent)
+        try:
+            if folder:
+                tmp = tempfile.mkdtemp(**options)
+            else:
+                fd, tmp = tempfile.mkstemp(**options)
+                os.close(fd)
+            os.chmod(tmp, (0o777 if folder else 0o666) & ~_umask())  # tempfile makes them owner-only
+            return tmp
+        except OSError as exc:
+            # A folder gone between make_folder and the create was removed by a concurrent
+            # writer's failed write (remove_empty_folders, the folder then empty): make it again.
+            if not (isinstance(exc, FileNotFoundError) and attempt + 1 < _MAKE_ATTEMPTS):
+                raise OSError(exc.errno, exc.strerror, os.fspath(path)) from None
 
 
 def _temporary_making_folders(path, folder):
