@@ -61,6 +61,7 @@ BENCH = os.path.join(HERE, "bench_engine.py")
 sys.path.insert(0, ROOT)
 
 from gpgan.backend import mechanisms as switches  # noqa: E402  (the standard library only)
+from gpgan.cli._args import Parser  # noqa: E402
 
 #: ``off``: the environment of arm B; ``base``: of both arms; ``needs``: the library arm A must have
 #: run ("numba", "onednn" or None); ``carries``: the correctness it carries ("" for none found);
@@ -324,9 +325,9 @@ def measure(args, mechanism, sites, bench, log):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n", 2)[2])
+    parser = Parser(description=__doc__.split("\n")[0],
+                    formatter_class=argparse.RawDescriptionHelpFormatter,
+                    epilog=__doc__.split("\n", 2)[2])
     parser.add_argument("--mechanisms", default="all",
                         help="comma-separated (default: all; --list names them); a+b turns a and b off together")
     parser.add_argument("--list", action="store_true", help="list the mechanisms and their switches, and exit")

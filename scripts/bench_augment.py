@@ -6,7 +6,6 @@ the augmentation). Median process CPU time and minimum wall time over ``--repeat
     python scripts/bench_augment.py                 # CPU, batch 64 of 3x32x32 float32
     python scripts/bench_augment.py --device cuda
 """
-import argparse
 import os
 import sys
 import time
@@ -14,6 +13,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import gpgan  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 import numpy  # noqa: E402
 from gpgan.augment import ADA, DiffAugment  # noqa: E402
 from gpgan.autograd import Variable, no_grad  # noqa: E402
@@ -34,7 +34,7 @@ def timed(fn, repeats, sync):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=40)

@@ -89,6 +89,7 @@ import tracemalloc
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import gpgan  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 import numpy  # noqa: E402
 from gpgan.backend.precision import get_matmul_precision, matmul_precision  # noqa: E402
 from gpgan.backend import (  # noqa: E402
@@ -801,7 +802,7 @@ def print_entry(name, e):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", choices=["cpu", "cuda", "all"], default="all",
                         help="'all' (default): the CPU, and CUDA when CuPy sees a GPU")
     parser.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),

@@ -16,7 +16,6 @@ On a shared machine timings wander, so the two are timed alternately, ``--repeat
 warm-up batch each; printed are each run's images/s, the best and the median, and the median of the
 per-run ratios.
 """
-import argparse
 import os
 import statistics
 import sys
@@ -26,6 +25,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 import gpgan  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 import numpy  # noqa: E402
 from gpgan.backend import available_cores, device_description  # noqa: E402
 from gpgan.metrics.inception import InceptionV3, load_state_dict, random_state_dict  # noqa: E402
@@ -62,7 +62,7 @@ def torch_runner(state, batch_size, threads):
 
 def main():
     gpgan.configure_process(restart=True)  # as gpgan-eval does
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100, help="images per timed run")
     parser.add_argument("--batch-size", type=int, default=50)
     parser.add_argument("--size", type=int, default=32, help="input height and width (resized to 299)")

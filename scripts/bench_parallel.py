@@ -16,7 +16,6 @@ mean over processes) and the bytes reduced per step.
 step, t = sum over updates of 2 (N - 1) / N * bytes / bandwidth + latency, for 8 GPUs joined by
 NVLink and 64 GPUs (8 machines of 8) over InfiniBand, with the constants printed beside it.
 """
-import argparse
 import os
 import statistics
 import sys
@@ -26,6 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpgan import configure_process  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 from gpgan.parallel import connect  # noqa: E402
 from gpgan.train.config import load_config  # noqa: E402
 from gpgan.train.launch import make_trainer  # noqa: E402
@@ -133,7 +133,7 @@ def paper():
 
 def main(argv=None):
     configure_process(restart=argv is None)  # as gpgan-train: each rank's share of the cores for BLAS
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("config", nargs="?", help="a gpgan config (YAML)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.add_argument("--steps", type=int, default=30, help="timed generator steps")

@@ -22,7 +22,6 @@ status is 1 when they exceed the tolerance of the dtype.
 Needs torch and pytorch-fid (never dependencies of gpgan); in the comparison venv, torchvision's
 C ops are skipped by ``../shared/compare/torchvision_shim.py``, which is imported when present.
 """
-import argparse
 import os
 import sys
 
@@ -32,6 +31,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sys.path.insert(0, ROOT)
 
 from gpgan.metrics.inception import InceptionV3, load_state_dict, random_state_dict  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 
 # The largest relative difference (to the largest feature) accepted per dtype.
 TOLERANCE = {"float32": 1e-4, "float64": 1e-10}
@@ -165,7 +165,7 @@ def cifar_images(root, n):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", help="a torch.save state dict or a TorchScript archive of the network "
                                           "(default: random weights)")
     parser.add_argument("--cifar", metavar="DIR", help="CIFAR-10's folder: its test images instead of random ones")

@@ -50,6 +50,7 @@ CODE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, CODE)
 
 from gpgan.files import atomic_write  # noqa: E402  (the checkout's gpgan, installed or not)
+from gpgan.cli._args import Parser  # noqa: E402
 from gpgan.metrics.inception_fetch import TORCHSCRIPT_SHA256, TORCHSCRIPT_SIZE, fetched_path  # noqa: E402
 from gpgan.studies import expand_runs, load_sweep, run_state  # noqa: E402
 from gpgan.studies.runner import OutInUseError, hold_out_dir, read_failure  # noqa: E402
@@ -392,8 +393,8 @@ def bring_back(args):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(prog="device_sweep.py", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="device_sweep.py", description=__doc__.split("\n\n")[0],
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="verb", required=True)
     s = sub.add_parser("stage", help="here: split the weights and copy the data into .device_stage/")
     s.add_argument("--weights", help="the FID Inception file (default: where `gpgan-eval fetch-weights` puts it)")

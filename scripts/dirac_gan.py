@@ -29,7 +29,6 @@ gamma / 2 * psi^2 since grad_x D = psi everywhere) and lambda = 1 for the one-ce
 Run ``python scripts/dirac_gan.py --out experiments/dirac_gan`` for the trajectory plots
 (PNG) and the table (results.md, results.csv) of final distances.
 """
-import argparse
 import csv
 import os
 import sys
@@ -43,6 +42,7 @@ except ImportError:  # run from a checkout without installing
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     import gpgan
 import gpgan.functions as F
+from gpgan.cli._args import Parser
 from gpgan import Variable
 from gpgan.losses import make_loss, make_penalty
 from gpgan.viz import PALETTE, line_plot, scatter_plot
@@ -187,7 +187,7 @@ def write_outputs(results, out_dir, gamma, lam, steps, lr):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=os.path.join("experiments", "dirac_gan"))
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--lr", type=float, default=0.2)

@@ -28,7 +28,6 @@ passed, 1 otherwise.
     bash scripts/gpu_check.sh                      # the same, with the defaults below
     python scripts/gpu_check.py --out gpu_check --data ../shared/data/cifar-10-batches-py
 """
-import argparse
 import json
 import os
 import shutil
@@ -43,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from gpgan.files import atomic_write  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 from gpgan.train.manifest import git_commit  # noqa: E402
 
 # Seconds per stage at --budget 1; the whole check then stays under 8 minutes. On the H200 on
@@ -178,7 +178,7 @@ def training_summary(run_dir, steps):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="One prepared check of gpgan's CUDA path.")
+    parser = Parser(description="One prepared check of gpgan's CUDA path.")
     parser.add_argument("--out", default="gpu_check", help="output folder (created; default gpu_check)")
     parser.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "cifar-10-batches-py"),
                         help="CIFAR-10 'python version' folder to train and score on")

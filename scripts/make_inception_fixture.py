@@ -12,7 +12,6 @@ features in float32 (``pool3``, float32). The file also records the weights file
 the largest difference of the TorchScript's own forward from pytorch-fid's on the same images.
 Needs torch and pytorch-fid (scripts/compare_inception.py's helpers).
 """
-import argparse
 import os
 import sys
 
@@ -25,11 +24,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from compare_inception import (cifar_images, is_torchscript, pytorch_fid_features, torchscript_pool3,  # noqa: E402
                                with_classifier_stand_in)
 from gpgan.files import digest  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 from gpgan.metrics.inception import InceptionV3, load_state_dict  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--weights", required=True, help="the FID Inception weights (any format gpgan reads)")
     parser.add_argument("--cifar", required=True, metavar="DIR", help="CIFAR-10's folder (its test batch is read)")
     parser.add_argument("--n", type=int, default=4, help="images (default 4)")

@@ -12,7 +12,6 @@ eager step's table is valid even where the host bounds the step's wall time.
 
 Needs CuPy and PyTorch with CUDA (a development aid; gpgan itself never imports torch).
 """
-import argparse
 import json
 import os
 import sys
@@ -22,6 +21,7 @@ sys.path.insert(0, SCRIPTS)
 sys.path.insert(0, os.path.dirname(SCRIPTS))
 
 import bench_engine  # noqa: E402
+from gpgan.cli._args import Parser  # noqa: E402
 
 
 def kernel_table(torch, step, steps):
@@ -52,7 +52,7 @@ def print_table(title, table, top):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = Parser(description=__doc__.split("\n")[0])
     parser.add_argument("--workloads", default="generator", help="bench_engine.py's workloads (generator)")
     parser.add_argument("--steps", type=int, default=10, help="profiled steps per engine (10)")
     parser.add_argument("--top", type=int, default=30, help="kernels listed per engine (30)")
