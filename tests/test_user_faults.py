@@ -319,6 +319,26 @@ def test_command_line_mistakes_take_one_line_without_the_usage_block(tmp_path, t
     assert "usage:" not in proc.stderr and os.listdir(tmp_path) == []
 
 
+def _scripts_parsing_as_the_tools():
+    scripts = os.path.join(ROOT, "scripts")
+    return sorted(name for name in os.listdir(scripts) if name.endswith(".py")
+                  and "from gpgan.cli._args import Parser" in open(os.path.join(scripts, name)).read())
+
+
+def test_the_scripts_take_command_line_mistakes_in_one_line_too(tmp_path):
+    """Every script of scripts/ that imports gpgan parses as the tools do: an unknown option
+    gives one line and exit status 2 before any work (the fixture makers, which run with the
+    reference libraries alone, keep argparse's own parser)."""
+    names = _scripts_parsing_as_the_tools()
+    assert {"device_sweep.py", "gpu_check.py", "bench_engine.py", "dirac_gan.py"} <= set(names)
+    for name in names:
+        proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), "--no-such-option"],
+                              capture_output=True, text=True, cwd=tmp_path, env=dict(os.environ, PYTHONPATH=ROOT))
+        assert proc.returncode == 2 and proc.stdout == "", (name, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and proc.stderr.startswith(f"{name}: error: "), proc.stderr
+        assert "--help` lists what is accepted" in proc.stderr and os.listdir(tmp_path) == []
+
+
 def test_an_output_path_through_a_file_names_that_file(toy_runs, image_run, tmp_path, capsys):
     """--out under a file (a typo, a file where a folder was meant): every command names the file
     in one line, exits 1 and writes nothing; a folder that cannot be written names the output, not
