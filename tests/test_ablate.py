@@ -173,6 +173,19 @@ def test_the_report_lists_what_gpgan_eval_scored_afterwards(tmp_path, fake):
             "| 0.0123 ± 0.0004 |\n") in report
     section = report[report.index("## Scored afterwards"):report.index("## Failures")]
     assert section.count("`type-r1__weight-1.0__seed-0` | ") == 3  # the broken and foreign files: no rows
+    # Samples drawn with a latent truncation (gpgan-eval --truncation): a column of its own, "none"
+    # for the evaluations without one.
+    (run / "eval_000003_trunc0.5.json").write_text(json.dumps(
+        {**scored, "step": 3, "truncation": 0.5, "reference": "cifar10:train (5,085 images)",
+         "scores": {"eval/fid": 35.5}}))
+    assert main([str(sweep), "--out", str(out), "--report-only"]) == 0
+    report = (out / "REPORT.md").read_text()
+    assert ("| run | step | checkpoint | weights | samples | reference | truncation | eval/fid | eval/precision "
+            "| eval/kid |\n") in report
+    assert ("| `type-r1__weight-1.0__seed-0` | 3 | `best.npz` | ema | 5,000 | cifar10:train (5,085 images) | none "
+            "| 30.5 | n/a | n/a |\n") in report
+    assert ("| `type-r1__weight-1.0__seed-0` | 3 | `best.npz` | ema | 5,000 | cifar10:train (5,085 images) | 0.5 "
+            "| 35.5 | n/a | n/a |\n") in report
 
 
 def test_sweep_from_nothing_then_skip_then_report_only(tmp_path, fake, capsys):

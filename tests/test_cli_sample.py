@@ -137,6 +137,9 @@ def test_toy_scatter_and_errors(runs, capsys):
     (["--grid", "4x4", "--n", "10"], "--grid 4x4 holds 16 images but --n is 10: give one of them"),
     (["--scale", "0"], "--scale: must be at least 1, got 0"),
     (["--side-by-side", "--no-ema"], "--side-by-side shows both the raw and the EMA weights"),
+    (["--truncation", "0"], "argument --truncation: the truncation must be a number > 0 (each latent component is "
+                            "drawn within [-t, t]), got '0'"),
+    (["--truncation", "inf"], "argument --truncation: the truncation must be a number > 0"),
 ])
 def test_bad_arguments_exit_2_naming_them(runs, tmp_path, capsys, args, message):
     img_run, _, _ = runs
@@ -191,6 +194,43 @@ def test_latents_are_drawn_a_batch_at_a_time_and_are_those_of_one_draw(runs, tmp
     noise = np.random.default_rng(2).standard_normal((10, int(generator.latent_dim)))
     with np.load(out) as f:
         np.testing.assert_array_equal(f["points"], sample_cli.generate(generator, noise, "cpu", 4))
+
+
+def test_truncated_samples_are_the_generators_output_for_truncated_latents(runs, tmp_path, capsys):
+    from gpgan.data import to_uint8
+    from gpgan.train.sampling import draw_latents
+
+    img_run, toy_run, _ = runs
+    run, ckpt = sample_cli.resolve_source(str(img_run))
+    generator = sample_cli.load_generator(run, ckpt)[0]
+    noise = draw_latents(np.random.default_rng(2), 7, 8, 0.5)
+    assert np.abs(noise).max() <= 0.5
+    expected = to_uint8(sample_cli.generate(generator, noise, "cpu", 3)).transpose(0, 2, 3, 1)
+    for args in (["--out-dir", str(tmp_path / "pngs")], ["--out", str(tmp_path / "s.npz")]):
+        # in batches of 3: the latents of one draw of 7 all the same
+        assert sample_cli.main([str(img_run), "--n", "7", "--batch-size", "3", "--seed", "2", "--truncation", "0.5",
+                                "--quiet", *args]) == 0
+        assert "step 2, EMA weights, truncation 0.5)" in capsys.readouterr().err
+    with np.load(tmp_path / "s.npz") as f:
+        np.testing.assert_array_equal(f["images"], expected)
+    for k in range(7):
+        np.testing.assert_array_equal(_pixels(tmp_path / "pngs" / f"{k:06d}.png"), expected[k])
+    # The toy run's points (floats: the tiny image generator's pixels barely move with its latents).
+    run, ckpt = sample_cli.resolve_source(str(toy_run))
+    generator = sample_cli.load_generator(run, ckpt)[0]
+    dim = int(generator.latent_dim)
+    assert sample_cli.main([str(toy_run), "--n", "10", "--seed", "2", "--truncation", "0.5",
+                            "--out", str(tmp_path / "p.npz")]) == 0
+    with np.load(tmp_path / "p.npz") as f:
+        points = f["points"]
+    np.testing.assert_array_equal(points, sample_cli.generate(generator, draw_latents(np.random.default_rng(2), 10,
+                                                                                      dim, 0.5), "cpu"))
+    untruncated = sample_cli.generate(generator, np.random.default_rng(2).standard_normal((10, dim)), "cpu")
+    assert np.abs(points - untruncated).max() > 1e-3
+    # A grid and a scatter plot say it in their captions' message too.
+    assert sample_cli.main([str(img_run), "--grid", "2x2", "--truncation", "1.5", "--out", str(tmp_path / "g.png")]) == 0
+    assert sample_cli.main([str(toy_run), "--truncation", "1.5", "--out", str(tmp_path / "p.png")]) == 0
+    assert capsys.readouterr().err.count("truncation 1.5)") == 2
 
 
 # Sizes past what any machine can address (NumPy: MemoryError; past 2**63 bytes, ValueError).
@@ -375,5 +415,5 @@ def test_help_documents_every_option():
     cmd = [exe, "--help"] if exe else [sys.executable, "-m", "gpgan.cli.sample", "--help"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     for option in ("RUN_DIR_OR_CHECKPOINT", "--n", "--grid", "--seed", "--ema", "--no-ema", "--interpolate",
-                   "--out", "--device"):
+                   "--out", "--device", "--truncation"):
         assert option in out

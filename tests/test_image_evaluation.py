@@ -24,7 +24,7 @@ from gpgan.metrics import Reference, feature_statistics, features_path, metric_k
 from gpgan.metrics import inception
 from gpgan.metrics.inception import InceptionV3, random_state_dict, weights_digest
 from gpgan.train.run import RunFolder
-from gpgan.train.sampling import generate, load_generator
+from gpgan.train.sampling import draw_latents, generate, load_generator
 from helpers import PixelNetwork, ROOT, assert_same_weights, metrics, sets, write_cifar_fixture
 
 R1_CIFAR = os.path.join(ROOT, "configs", "r1_cifar.yaml")
@@ -350,10 +350,13 @@ def test_a_reference_statistics_file_of_another_width_fails_before_training_and_
 
 
 # -- gpgan-eval ---------------------------------------------------------------------------------------
-def expected_scores(run_dir, checkpoint, names, n, seed=0, ema=None, real=None):
-    """Scores recomputed with the pixel network: the generator's images from ``default_rng(seed)``."""
+def expected_scores(run_dir, checkpoint, names, n, seed=0, ema=None, real=None, truncation=None):
+    """Scores recomputed with the pixel network: the generator's images from ``default_rng(seed)``
+    (its standard normal draw, or with ``truncation`` the truncated one)."""
     generator, _, _ = load_generator(RunFolder(run_dir), str(checkpoint), ema)
-    noise = np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
+    rng = np.random.default_rng(seed)
+    noise = (rng.standard_normal((n, 8)) if truncation is None else draw_latents(rng, n, 8, truncation)).astype(
+        np.float32)
     fake = PixelNetwork().features(to_uint8(generate(generator, noise)))
     real = PixelNetwork().features(real)["pool3"].astype(np.float32)
     return score_features(names, fake, Reference(*feature_statistics(real), real))
@@ -379,6 +382,22 @@ def test_gpgan_eval_scores_a_run_and_writes_eval_json(runs, pixel_network, capsy
     assert [line.split()[0] for line in lines[3:]] == ["Inception", "precision", "recall"]
     assert f"step 4 (ckpt_000004.npz, EMA weights), 6 samples against cifar10:train (5 images); wrote " \
            f"{runs.m / 'eval_000004.json'}" in err
+
+
+def test_gpgan_eval_with_truncated_latents_writes_a_file_of_its_own(runs, pixel_network, capsys):
+    own = runs.m / "eval_000004.json"
+    before = own.read_text() if own.exists() else None
+    assert eval_cli.main([str(runs.m), "--n", "6", "--metrics", "fid,kid", "--truncation", "0.5", "--quiet"]) == 0
+    written = json.loads((runs.m / "eval_000004_trunc0.5.json").read_text())
+    assert written["truncation"] == 0.5 and written["samples"] == 6 and written["seed"] == 0
+    real = load_cifar10(str(runs.cifar))[0]
+    checkpoint = runs.m / "checkpoints" / "ckpt_000004.npz"
+    assert written["scores"] == pytest.approx(expected_scores(runs.m, checkpoint, ["fid", "kid"], 6, real=real,
+                                                              truncation=0.5), rel=1e-12)
+    assert written["scores"]["eval/fid"] != pytest.approx(
+        expected_scores(runs.m, checkpoint, ["fid"], 6, real=real)["eval/fid"], rel=1e-6)
+    assert (own.read_text() if own.exists() else None) == before  # the untruncated scores stay
+    assert "6 samples (latents within [-0.5, 0.5]) against cifar10:train (5 images); wrote " in capsys.readouterr().err
 
 
 def test_gpgan_eval_of_best_npz_raw_weights_a_folder_and_a_statistics_file(runs, pixel_network, tmp_path, capsys):
@@ -459,6 +478,7 @@ def test_gpgan_eval_density_and_coverage_against_a_folder(runs, pixel_network, t
     (["--metrics", "fid,dc", "--n", "5"], "--n 5: density and coverage (dc) need more than 5 samples"),
     (["--ref", "cifar10:valid"], "--ref: reference 'cifar10:valid': CIFAR-10's split is train or test"),
     (["--batch-size", "0"], "--batch-size must be at least 1"),
+    (["--truncation", "-0.5"], "argument --truncation: the truncation must be a number > 0"),
 ])
 def test_gpgan_eval_bad_command_lines_exit_2(runs, pixel_network, capsys, args, message):
     with pytest.raises(SystemExit) as info:

@@ -3,6 +3,17 @@ errors take one line."""
 import argparse
 
 
+def truncation(text):
+    """An argparse type: ``--truncation T``, a number > 0 (see
+    :func:`gpgan.train.sampling.check_truncation`, whose message it gives)."""
+    from gpgan.train.sampling import check_truncation
+
+    try:
+        return check_truncation(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def whole_number(least):
     """An argparse type: a whole number ``>= least``; anything else exits 2 with
     ``argument --x: must be at least LEAST, got N`` (or ``expected a whole number, got 'TEXT'``)."""

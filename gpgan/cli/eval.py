@@ -16,7 +16,7 @@ import time
 
 import numpy
 
-from gpgan.cli._args import Parser, whole_number
+from gpgan.cli._args import Parser, truncation, whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure, stopped_by_signals
 from gpgan.files import check_writable_folder_path
@@ -29,6 +29,7 @@ examples:
   gpgan-eval experiments/r1_cifar/run1/checkpoints/best.npz --n 10000 --metrics fid,pr --device cuda
   gpgan-eval experiments/r1_cifar/run1 --ref fid_stats_cifar10_train.npz --metrics fid,is
   gpgan-eval experiments/faces/run1 --ref ~/data/faces --no-ema
+  gpgan-eval experiments/r1_cifar/run1 --truncation 0.5      # samples with BigGAN's truncation trick
   gpgan-eval stats --data cifar10 --split train --out cifar10_train.npz
   gpgan-eval stats --data image_folder --root ~/data/faces --out faces.npz
   gpgan-eval real cifar10:test --ref cifar10:train --out floor.json   # real images against a reference
@@ -110,6 +111,9 @@ def build_parser():
     p.add_argument("--ema", action=argparse.BooleanOptionalAction, default=None,
                    help="score the generator's exponential moving average (default: when the run kept one)")
     p.add_argument("--seed", type=whole_number(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
+    p.add_argument("--truncation", type=truncation, metavar="T",
+                   help="score samples drawn with the truncation trick (BigGAN): every latent component within "
+                        "[-T, T]; written to eval_<step>[_<reference>]_trunc<T>.json (default: no truncation)")
     _common(p, "where the generator and Inception run (cpu)")
     return p
 
@@ -401,7 +405,8 @@ def _evaluate(parser, args):
     from gpgan.metrics import check_sample_count
     from gpgan.metrics.reference import ACCEPTED_REFERENCES
     from gpgan.train.evaluation import ImageMetrics, reference_origin
-    from gpgan.train.sampling import DEFAULT_BATCH, batches, load_generator, resolve_source, skipped_note
+    from gpgan.train.sampling import (DEFAULT_BATCH, batches, draw_latents, load_generator, resolve_source,
+                                      skipped_note)
 
     if args.n < 2:
         parser.error(f"--n must be at least 2 (FID and KID compare sets of samples), got {args.n}")
@@ -431,7 +436,7 @@ def _evaluate(parser, args):
     too_many = (f"--n {args.n:,}: the samples and their Inception features do not fit in memory; give a smaller "
                 "--n (50,000 is the usual for FID)")
     try:
-        noise = numpy.random.default_rng(args.seed).standard_normal((args.n, int(generator.latent_dim)))
+        noise = draw_latents(numpy.random.default_rng(args.seed), args.n, int(generator.latent_dim), args.truncation)
     except (MemoryError, ValueError):
         raise ValueError(too_many) from None
     progress = not args.quiet
@@ -447,13 +452,19 @@ def _evaluate(parser, args):
     except MemoryError:
         raise ValueError(too_many) from None
     evaluation = {"step": step, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if used_ema else "raw",
-                  "samples": args.n, "seed": args.seed, **metrics.provenance(), "device": args.device,
-                  "time_s": time.perf_counter() - started, "scores": scores}
-    path = run.write_evaluation(step, evaluation, spec if other_reference else None)
+                  "samples": args.n, "seed": args.seed, **_truncation_entry(args), **metrics.provenance(),
+                  "device": args.device, "time_s": time.perf_counter() - started, "scores": scores}
+    truncated = "" if args.truncation is None else f" (latents within [-{args.truncation:g}, {args.truncation:g}])"
+    path = run.write_evaluation(step, evaluation, spec if other_reference else None, args.truncation)
     print(format_table(scores))
     CONSOLE.say(f"step {step} ({os.path.basename(checkpoint)}, {'EMA' if used_ema else 'raw'} weights), "
-                f"{args.n:,} samples against {metrics.reference.description}; wrote {path}")
+                f"{args.n:,} samples{truncated} against {metrics.reference.description}; wrote {path}")
     return 0
+
+
+def _truncation_entry(args):
+    """The evaluation file's ``truncation`` entry: none without --truncation (as before it existed)."""
+    return {} if args.truncation is None else {"truncation": args.truncation}
 
 
 def format_table(scores):

@@ -15,11 +15,12 @@ import sys
 
 import numpy
 
-from gpgan.cli._args import Parser, whole_number
+from gpgan.cli._args import Parser, truncation, whole_number
 from gpgan.cli._console import Console
 from gpgan.cli._process import configure, stopped_by_signals
 from gpgan.files import make_folder, staged_folder
-from gpgan.train.sampling import batches, class_grid, generate, load_generator, resolve_source, skipped_note
+from gpgan.train.sampling import (batches, class_grid, draw_latents, generate, latent_batches, load_generator,
+                                  resolve_source, skipped_note)
 
 CONSOLE = Console("gpgan-sample")
 
@@ -29,6 +30,7 @@ examples:
   gpgan-sample experiments/r1_cifar/run1/checkpoints/ckpt_010000.npz --grid 4x8 --seed 3 --out s.png
   gpgan-sample experiments/r1_cifar/run1 --side-by-side --out raw_and_ema.png
   gpgan-sample experiments/r1_cifar/run1 --interpolate --grid 8x10 --out interp.png
+  gpgan-sample experiments/r1_cifar/run1 --truncation 0.5 --out truncated.png  (BigGAN's truncation trick)
   gpgan-sample experiments/r1_cifar/run1 --n 50000 --out samples.npz      (uint8 NHWC images)
   gpgan-sample experiments/r1_cifar/run1 --n 1000 --out-dir samples/      (one PNG per image)
   gpgan-sample experiments/quickstart/run1 --n 5000 --out points.png     (2-D data: scatter plot)
@@ -75,6 +77,10 @@ def build_parser():
                    help="rows x columns of the image grid, e.g. 8x8 (sets --n to R*C); default: a "
                         "near-square grid")
     p.add_argument("--seed", type=whole_number(0), default=0, help="seed of the latent noise, >= 0 (default 0)")
+    p.add_argument("--truncation", type=truncation, metavar="T",
+                   help="the truncation trick (BigGAN): every latent component drawn from the standard normal "
+                        "within [-T, T] (values outside are drawn again); smaller T trades variety for "
+                        "fidelity. Default: no truncation")
     p.add_argument("--class", dest="label", type=int, metavar="K", default=None,
                    help="class-conditional runs: every sample of class K (default: a grid has one row per "
                         "class; many samples take the classes in turn)")
@@ -223,7 +229,7 @@ def _main(args):
     else:
         written = _grid(args, generator, rng, latent)
     weights = "raw and EMA" if args.side_by_side else "EMA" if used_ema else "raw"
-    CONSOLE.say(f"wrote {written} (checkpoint {checkpoint}, step {args.step}, {weights} weights)")
+    CONSOLE.say(f"wrote {written} (checkpoint {checkpoint}, step {args.step}, {weights} weights{_truncated(args)})")
     return 0
 
 
@@ -250,9 +256,9 @@ def _toy(args, generator, config, rng, latent, many):
     except MemoryError:
         raise ValueError(f"--n {n:,}: {n:,} real points to draw beside them do not fit in memory; give a smaller "
                          "--n (or write the generated points alone with --out FILE.npz)") from None
-    weights = "EMA" if args.used_ema else "raw"
+    how = f"{'EMA' if args.used_ema else 'raw'} weights" + _truncated(args)
     scatter_samples(args.out, real, points,
-                    title=f"{data['name']}, step {args.step}: {n} generated ({weights} weights) over {n} real")
+                    title=f"{data['name']}, step {args.step}: {n} generated ({how}) over {n} real")
     return args.out
 
 
@@ -274,10 +280,10 @@ def _grid(args, generator, rng, latent):
         if cols < 2:
             raise ValueError("--interpolate needs at least 2 columns")
         n = rows * cols  # whole rows: each is one interpolation (--n 3 gives 2 rows of 2)
-        z0, z1 = rng.standard_normal((rows, latent)), rng.standard_normal((rows, latent))
+        z0, z1 = (draw_latents(rng, rows, latent, args.truncation) for _ in range(2))
         z = slerp(z0, z1, numpy.linspace(0.0, 1.0, cols)).reshape(rows * cols, latent)
     else:
-        z = rng.standard_normal((n, latent))
+        z = draw_latents(rng, n, latent, args.truncation)
     labels = None
     if args.label is not None:
         labels = numpy.full(n, args.label)
@@ -294,6 +300,7 @@ def _grid(args, generator, rng, latent):
     else:
         panels = [(None, images)]
         caption = f"step {args.step}, {'EMA' if args.used_ema else 'raw'} weights"
+    caption += _truncated(args)
     try:
         picture = grid_picture(panels, cols, caption=caption, scale=args.scale)
     except (MemoryError, ValueError):  # a large --scale (the images, at most MAX_GRID, are in memory
@@ -356,11 +363,9 @@ def _many_images(args, generator, rng, latent):
 
 def _samples(args, generator, rng, latent, n):
     """The generator's output for ``n`` samples, a batch (``--batch-size``) at a time: each batch's
-    latents are drawn as it comes, so only one batch of them is in memory. They are the numbers of
-    one ``rng.standard_normal((n, latent))``: NumPy's Generator draws consecutive chunks from the
-    same stream."""
-    for start in range(0, n, args.batch_size):
-        z = rng.standard_normal((min(args.batch_size, n - start), latent))
+    latents are drawn as it comes (:func:`~gpgan.train.sampling.latent_batches`, the same numbers
+    whatever the batch size), so only one batch of them is in memory."""
+    for z in latent_batches(rng, n, latent, args.batch_size, args.truncation):
         labels = None if args.label is None else numpy.full(len(z), args.label)
         yield from batches(generator, z, args.device, args.batch_size, labels)
 
@@ -375,6 +380,11 @@ def _all_samples(n, first, what, out_dir=False):
         instead = ", or write one PNG per image with --out-dir DIR (memory: one --batch-size)" if out_dir else ""
         raise ValueError(f"--n {n:,}: {n:,} {what} ({size:,.1f} GB) do not fit in memory; give a smaller "
                          f"--n{instead}") from None
+
+
+def _truncated(args):
+    """", truncation T" for captions and messages; "" without --truncation."""
+    return "" if args.truncation is None else f", truncation {args.truncation:g}"
 
 
 def _make_parent(path):

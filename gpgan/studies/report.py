@@ -621,12 +621,15 @@ def _evaluations_lines(records):
     for r in records:
         for e in r.evaluations:
             names += [k for k in e["scores"] if k not in names and not k.startswith("eval_std/")]
+    # (a column for the latent truncation only where some evaluation used one: gpgan-eval --truncation)
+    truncated = any("truncation" in e for r in records for e in r.evaluations)
     for r in records:
         for e in r.evaluations:
             checkpoint = e.get("checkpoint")
             rows.append([f"`{r.spec.name}`", _count(e.get("step")),
                          "n/a" if not isinstance(checkpoint, str) else f"`{os.path.basename(checkpoint)}`",
                          _text(e.get("weights")), _count(e.get("samples")), _text(e.get("reference"))]
+                        + ([_truncation_cell(e.get("truncation"))] if truncated else [])
                         + [_scored(e["scores"], name) for name in names])
     if not rows:
         return []
@@ -636,7 +639,16 @@ def _evaluations_lines(records):
              "against the reference it names (for example the best checkpoint against held-out images: "
              "`gpgan-eval RUN/checkpoints/best.npz --ref cifar10:test`). They are not part of the tables "
              "above, which come from the evaluations during training.", ""]
-            + _table(["run", "step", "checkpoint", "weights", "samples", "reference"] + names, rows) + [""])
+            + _table(["run", "step", "checkpoint", "weights", "samples", "reference"]
+                     + (["truncation"] if truncated else []) + names, rows) + [""])
+
+
+def _truncation_cell(v):
+    """An evaluation's latent truncation: "none" where it had none (no entry), "n/a" where the
+    entry is not a number."""
+    if v is None:
+        return "none"
+    return _num(float(v)) if isinstance(v, (int, float)) and not isinstance(v, bool) else "n/a"
 
 
 def _count(v):

@@ -302,16 +302,19 @@ class RunFolder:
             raise ValueError(f"{path!r} is not a checkpoint file name (expected ckpt_<step>.npz)")
         return int(match.group(1))
 
-    def eval_path(self, step, reference=None):
+    def eval_path(self, step, reference=None, truncation=None):
         """gpgan-eval's scores of the checkpoint of ``step``: ``eval_<step:06d>.json`` against the
         run's own reference (``reference`` None), else ``eval_<step:06d>_<label>.json``, so that
         scores against another reference do not replace these. The label: ``cifar10-test`` for
         ``cifar10:test``; for a file or folder, its name (without ``.npz``, at most 40
         characters) and 8 hex digits of its absolute path (``faces-1f0c9a2e``), so two files of
-        one name keep two files of scores."""
+        one name keep two files of scores. Samples drawn with a latent ``truncation`` add
+        ``_trunc<T>`` (``eval_010000_trunc0.5.json``), beside the untruncated scores."""
         if int(step) != step or step < 0:
             raise ValueError(f"eval_path: step must be a non-negative integer, got {step!r}")
         label = "" if reference is None else "_" + _reference_label(reference)
+        if truncation is not None:
+            label += f"_trunc{float(truncation):g}"
         return os.path.join(self.path, f"eval_{int(step):06d}{label}.json")
 
     def read_evaluations(self):
@@ -556,11 +559,11 @@ class RunFolder:
         atomic_write(self.metrics_path, "".join(json.dumps(r) + "\n" for r in kept))
 
     # -- evaluations --------------------------------------------------------------------------
-    def write_evaluation(self, step, evaluation, reference=None):
-        """Write ``evaluation`` (a JSON-able dict) to :meth:`eval_path` of ``step`` and
-        ``reference``, atomically (an evaluation of the same step and reference is replaced);
-        returns the path."""
-        path = self.eval_path(step, reference)
+    def write_evaluation(self, step, evaluation, reference=None, truncation=None):
+        """Write ``evaluation`` (a JSON-able dict) to :meth:`eval_path` of ``step``, ``reference``
+        and ``truncation``, atomically (an evaluation of the same step, reference and truncation
+        is replaced); returns the path."""
+        path = self.eval_path(step, reference, truncation)
         atomic_write(path, json.dumps(evaluation, indent=2) + "\n")
         return path
 

@@ -1,5 +1,7 @@
 """Trained generators out of run folders: load one from a checkpoint (its EMA weights or the raw
-ones) and draw from it in batches of bounded memory."""
+ones), draw their latent noise (optionally truncated) and their output in batches of bounded
+memory."""
+import math
 import os
 
 import numpy
@@ -10,10 +12,86 @@ from gpgan.checkpoint import load_checkpoint
 from gpgan.optim import EMA
 from gpgan.train.run import RunFolder
 
-__all__ = ["resolve_source", "skipped_note", "load_generator", "batches", "generate", "class_grid", "DEFAULT_BATCH"]
+__all__ = ["resolve_source", "skipped_note", "load_generator", "batches", "generate", "class_grid", "DEFAULT_BATCH",
+           "check_truncation", "latent_batches", "draw_latents", "LATENT_BLOCK"]
 
 #: generator outputs computed at once when drawing many samples
 DEFAULT_BATCH = 500
+#: rows of truncated latents drawn at once: whole blocks, whatever the batches asked for, so the
+#: numbers depend on neither the batch size nor the number of samples
+LATENT_BLOCK = 1024
+# Below this truncation, uniform proposals on [-t, t] are accepted more often than standard normal
+# ones: sqrt(2 pi) (2 Phi(t) - 1) / (2 t) against 2 Phi(t) - 1, equal where t = sqrt(pi / 2).
+_UNIFORM_PROPOSALS_BELOW = math.sqrt(math.pi / 2)
+
+
+def check_truncation(truncation):
+    """``truncation`` as a float; a ValueError saying what is accepted unless it is None or a
+    finite number > 0."""
+    if truncation is None:
+        return None
+    try:
+        value = float(truncation)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"the truncation must be a number > 0 (each latent component is drawn within [-t, t]), "
+                         f"got {truncation!r}")
+    return value
+
+
+def latent_batches(rng, n, dim, batch_size=DEFAULT_BATCH, truncation=None):
+    """Latent noise for ``n`` samples, ``batch_size`` rows at a time: arrays (rows, ``dim``),
+    float64, drawn from ``rng`` (a NumPy Generator) as they are asked for.
+
+    ``truncation`` None: the standard normal, the numbers of one ``rng.standard_normal((n, dim))``
+    (NumPy's Generator draws consecutive chunks from the same stream). A number t > 0: the
+    truncation trick (Brock et al. 2019, BigGAN): each component from the standard normal
+    restricted to [-t, t], by exact rejection (uniform proposals on [-t, t] accepted with
+    probability exp(-z^2 / 2) for t < sqrt(pi / 2), else standard normal ones kept inside); drawn
+    in whole blocks of :data:`LATENT_BLOCK` rows, so that the first rows are the same whatever
+    ``n`` and ``batch_size``.
+    """
+    truncation = check_truncation(truncation)
+    if truncation is None:
+        for start in range(0, n, batch_size):
+            yield rng.standard_normal((min(batch_size, n - start), dim))
+        return
+    pending, given = [numpy.empty((0, dim))], 0  # drawn rows not given yet, in blocks
+    while given < n:
+        rows = min(batch_size, n - given)
+        while sum(map(len, pending)) < rows:
+            pending.append(_truncated_block(rng, dim, truncation))
+        drawn = numpy.concatenate(pending)
+        pending = [drawn[rows:]]
+        given += rows
+        yield drawn[:rows]
+
+
+def draw_latents(rng, n, dim, truncation=None):
+    """All of :func:`latent_batches`' rows at once: (n, ``dim``) float64."""
+    if check_truncation(truncation) is None:
+        return rng.standard_normal((n, dim))
+    return numpy.concatenate(list(latent_batches(rng, n, dim, max(n, 1), truncation)) or [numpy.empty((0, dim))])
+
+
+def _truncated_block(rng, dim, t):
+    """(:data:`LATENT_BLOCK`, dim) components of the standard normal restricted to [-t, t]."""
+    size = LATENT_BLOCK * dim
+    if t < _UNIFORM_PROPOSALS_BELOW:
+        def propose(k):
+            z = rng.uniform(-t, t, k)
+            return numpy.where(rng.random(k) < numpy.exp(-0.5 * z * z), z, numpy.nan)
+    else:
+        def propose(k):
+            z = rng.standard_normal(k)
+            return numpy.where(numpy.abs(z) <= t, z, numpy.nan)
+    values = propose(size)
+    rejected = numpy.flatnonzero(numpy.isnan(values))
+    while len(rejected):
+        values[rejected] = propose(len(rejected))
+        rejected = rejected[numpy.isnan(values[rejected])]
+    return values.reshape(LATENT_BLOCK, dim)
 
 
 def resolve_source(source, skipped=None):
