@@ -247,6 +247,9 @@ def test_truncated_samples_are_the_generators_output_for_truncated_latents(runs,
     (0, ["--scale", f"{10 ** 9}", "--out", "o/g.png"], "--scale 1000000000: a grid picture of"),
     (0, ["--n", f"{10 ** 17}", "--batch-size", f"{10 ** 17}", "--out-dir", "pngs"],
      "out of memory generating a batch of 100,000,000,000,000,000 samples: give a smaller --batch-size"),
+    (0, ["--n", f"{10 ** 17}", "--batch-size", f"{10 ** 17}", "--truncation", "0.5", "--out-dir", "pngs"],
+     "out of memory generating a batch of 100,000,000,000,000,000 samples: give a smaller --batch-size"),
+    (0, ["--n", f"{10 ** 15}", "--truncation", "0.5", "--out", "o/a.npz"], "--n 1,000,000,000,000,000: "),
 ])
 def test_more_than_memory_holds_is_one_line_naming_the_option(runs, tmp_path, capsys, run, args, message):
     args = [str(tmp_path / a) if a.startswith("o/") or a == "pngs" else a for a in args]

@@ -585,8 +585,9 @@ def test_gpgan_eval_a_checkpoint_given_as_the_inception_weights(runs, tmp_path, 
 
 # Past what any machine can address: NumPy's MemoryError, and past 2**63 bytes more than NumPy can address.
 @pytest.mark.parametrize("n", [10 ** 17, 10 ** 19])
-def test_gpgan_eval_more_samples_than_memory_holds_is_one_line(runs, pixel_network, capsys, n):
-    assert eval_cli.main([str(runs.m), "--n", str(n), "--metrics", "fid", "--quiet"]) == 1
+@pytest.mark.parametrize("truncation", [[], ["--truncation", "0.5"]])
+def test_gpgan_eval_more_samples_than_memory_holds_is_one_line(runs, pixel_network, capsys, n, truncation):
+    assert eval_cli.main([str(runs.m), "--n", str(n), "--metrics", "fid", *truncation, "--quiet"]) == 1
     err = capsys.readouterr().err
     assert err == (f"gpgan-eval: error: --n {n:,}: the samples and their Inception features do not fit in memory; "
                    "give a smaller --n (50,000 is the usual for FID)\n")

@@ -57,22 +57,27 @@ def latent_batches(rng, n, dim, batch_size=DEFAULT_BATCH, truncation=None):
         for start in range(0, n, batch_size):
             yield rng.standard_normal((min(batch_size, n - start), dim))
         return
-    pending, given = [numpy.empty((0, dim))], 0  # drawn rows not given yet, in blocks
+    left, given = numpy.empty((0, dim)), 0  # rows of the last block drawn, not given yet
     while given < n:
-        rows = min(batch_size, n - given)
-        while sum(map(len, pending)) < rows:
-            pending.append(_truncated_block(rng, dim, truncation))
-        drawn = numpy.concatenate(pending)
-        pending = [drawn[rows:]]
-        given += rows
-        yield drawn[:rows]
+        # The batch first: one too large for memory fails at once (MemoryError, or NumPy's
+        # ValueError past what it can address), as the untruncated draw does.
+        batch = numpy.empty((min(batch_size, n - given), dim))
+        filled = min(len(left), len(batch))
+        batch[:filled], left = left[:filled], left[filled:]
+        while filled < len(batch):
+            block = _truncated_block(rng, dim, truncation)
+            take = min(len(batch) - filled, LATENT_BLOCK)
+            batch[filled:filled + take], left = block[:take], block[take:]
+            filled += take
+        given += len(batch)
+        yield batch
 
 
 def draw_latents(rng, n, dim, truncation=None):
     """All of :func:`latent_batches`' rows at once: (n, ``dim``) float64."""
-    if check_truncation(truncation) is None:
+    if check_truncation(truncation) is None or n == 0:
         return rng.standard_normal((n, dim))
-    return numpy.concatenate(list(latent_batches(rng, n, dim, max(n, 1), truncation)) or [numpy.empty((0, dim))])
+    return next(latent_batches(rng, n, dim, n, truncation))
 
 
 def _truncated_block(rng, dim, t):
