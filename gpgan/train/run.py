@@ -314,7 +314,7 @@ class RunFolder:
             raise ValueError(f"eval_path: step must be a non-negative integer, got {step!r}")
         label = "" if reference is None else "_" + _reference_label(reference)
         if truncation is not None:
-            label += f"_trunc{float(truncation):g}"
+            label += f"_trunc{float(truncation)!r}"  # (repr: two truncations never share a file)
         return os.path.join(self.path, f"eval_{int(step):06d}{label}.json")
 
     def read_evaluations(self):
