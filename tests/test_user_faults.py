@@ -4,6 +4,7 @@ resume, run names that are paths, bad arguments, empty configs; and what they ex
 files for other tools, forks from a checkpoint, a best checkpoint, dry runs."""
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -319,17 +320,22 @@ def test_command_line_mistakes_take_one_line_without_the_usage_block(tmp_path, t
     assert "usage:" not in proc.stderr and os.listdir(tmp_path) == []
 
 
-def _scripts_parsing_as_the_tools():
+def _scripts_source():
     scripts = os.path.join(ROOT, "scripts")
-    return sorted(name for name in os.listdir(scripts) if name.endswith(".py")
-                  and "from gpgan.cli._args import Parser" in open(os.path.join(scripts, name)).read())
+    return {name: open(os.path.join(scripts, name)).read() for name in sorted(os.listdir(scripts))
+            if name.endswith(".py")}
 
 
 def test_the_scripts_take_command_line_mistakes_in_one_line_too(tmp_path):
     """Every script of scripts/ that imports gpgan parses as the tools do: an unknown option
     gives one line and exit status 2 before any work (the fixture makers, which run with the
     reference libraries alone, keep argparse's own parser)."""
-    names = _scripts_parsing_as_the_tools()
+    sources = _scripts_source()
+    imports_gpgan = {name for name, text in sources.items()
+                     if re.search(r"^\s*(from gpgan[. ]|import gpgan)", text, re.MULTILINE)}
+    own_argparse = {name for name, text in sources.items() if "argparse.ArgumentParser(" in text}
+    assert not own_argparse & imports_gpgan, own_argparse & imports_gpgan
+    names = sorted(name for name, text in sources.items() if "from gpgan.cli._args import Parser" in text)
     assert {"device_sweep.py", "gpu_check.py", "bench_engine.py", "dirac_gan.py"} <= set(names)
     for name in names:
         proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", name), "--no-such-option"],
