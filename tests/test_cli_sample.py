@@ -228,7 +228,8 @@ def test_truncated_samples_are_the_generators_output_for_truncated_latents(runs,
     untruncated = sample_cli.generate(generator, np.random.default_rng(2).standard_normal((10, dim)), "cpu")
     assert np.abs(points - untruncated).max() > 1e-3
     # A grid and a scatter plot say it in their captions' message too.
-    assert sample_cli.main([str(img_run), "--grid", "2x2", "--truncation", "1.5", "--out", str(tmp_path / "g.png")]) == 0
+    assert sample_cli.main([str(img_run), "--grid", "2x2", "--truncation", "1.5",
+                            "--out", str(tmp_path / "g.png")]) == 0
     assert sample_cli.main([str(toy_run), "--truncation", "1.5", "--out", str(tmp_path / "p.png")]) == 0
     assert capsys.readouterr().err.count("truncation 1.5)") == 2
 

@@ -12,8 +12,8 @@ a failure reaches every process (none waits for one that gave up).
 Resuming takes the config from the run folder. Only ``train.steps`` (to extend a run; it may
 only grow), ``train.patience``, ``train.patience_min_delta``, ``train.stop_after``,
 ``train.cuda_graph`` and ``device`` may differ (:data:`~gpgan.train.config.RESUMABLE_CHANGES`); any
-other difference is refused, naming the changed keys. The newest checkpoint that reads back whole is used; damaged newer ones are set
-aside (renamed ``*.damaged``) and named.
+other difference is refused, naming the changed keys. The newest checkpoint that reads back whole
+is used; damaged newer ones are set aside (renamed ``*.damaged``) and named.
 """
 import os
 import shutil
