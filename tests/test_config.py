@@ -235,6 +235,21 @@ def test_shipped_configs_validate(path):
     assert "#" in text and ("arXiv" in text or "github" in text.lower() or "et al" in text or "base:" in text)
 
 
+SHIPPED_SWEEPS = sorted(glob.glob(os.path.join(ROOT, "configs", "ablations", "*.yaml")))
+
+
+@pytest.mark.parametrize("path", SHIPPED_SWEEPS, ids=os.path.basename)
+def test_shipped_sweeps_load(path):
+    """Every shipped sweep file loads, and so every one of its runs is a config gpgan-train
+    accepts (load_sweep validates each run's config: the schema's checks; the data and devices
+    are gpgan-ablate --dry-run's), so a sweep cannot fail at its tenth run."""
+    from gpgan.studies import expand_runs, load_sweep
+
+    sweep = load_sweep(path)
+    assert expand_runs(sweep)
+    assert os.path.isfile(sweep.base)
+
+
 def test_docs_config_reference_is_in_sync():
     reference = open(os.path.join(ROOT, "docs", "configuration.md"), encoding="utf-8").read()
     start, end = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
